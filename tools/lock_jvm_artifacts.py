@@ -1,0 +1,127 @@
+"""Regenerate ``eos_pipeline/stack/jvm_artifacts.json`` (maintainers only; needs Maven).
+
+The lock file pins every JVM jar the project runs (Kafka broker, ZooKeeper, Spark's Kafka
+connector, the Hudi Spark bundle) with its SHA-256, so that users and CI fetch exactly these bytes
+from Maven Central with plain HTTP and no Maven. This script lets Maven resolve the transitive
+closure once (with strict checksum checking against Central's ``.sha1`` files), then records it.
+
+    python tools/lock_jvm_artifacts.py            # rewrite the lock file
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPOSITORY = "https://repo1.maven.org/maven2"
+LOCK_FILE = Path(__file__).resolve().parents[1] / "eos_pipeline" / "stack" / "jvm_artifacts.json"
+
+# name -> (root coordinates, extra coordinates, artifactId prefixes to leave out, why)
+BUNDLES: dict[str, dict] = {
+    "kafka": {
+        "roots": ["org.apache.kafka:kafka_2.13:4.1.2", "org.slf4j:slf4j-simple:1.7.36"],
+        "exclude": [],
+        "about": "Apache Kafka broker, run in KRaft mode (combined broker + controller)",
+    },
+    "zookeeper": {
+        "roots": [
+            "org.apache.zookeeper:zookeeper:3.9.4",
+            "org.slf4j:slf4j-simple:2.0.13",
+            # "provided" in ZooKeeper's pom, yet its server needs it to start.
+            "io.dropwizard.metrics:metrics-core:4.1.12.1",
+        ],
+        # TLS natives for five platforms: the local stack speaks plaintext on loopback.
+        "exclude": ["netty-tcnative"],
+        "about": "ZooKeeper, the keeper state store",
+    },
+    "spark-kafka": {
+        "roots": ["org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7"],
+        # Already inside PySpark's own jars directory, at the versions Spark was built with.
+        "exclude": [
+            "hadoop-client",
+            "scala-library",
+            "slf4j-api",
+            "lz4-java",
+            "snappy-java",
+            "jsr305",
+            "commons-logging",
+            "spark-tags",
+        ],
+        "about": "Spark's Kafka source/sink for the exact Spark version PySpark ships",
+    },
+    "hudi": {
+        "roots": ["org.apache.hudi:hudi-spark3.5-bundle_2.12:1.2.0"],
+        "exclude": ["slf4j-api", "hive-storage-api"],  # both ship with PySpark
+        "about": "Apache Hudi Spark bundle (self-contained)",
+    },
+}
+
+
+def _pom(roots: list[str]) -> str:
+    deps = []
+    for coords in roots:
+        group, artifact, version = coords.split(":")
+        deps.append(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>lock</groupId><artifactId>lock</artifactId><version>1</version>"
+        f"<dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def resolve(name: str, spec: dict) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "pom.xml").write_text(_pom(spec["roots"]))
+        out = Path(tmp, "deps.txt")
+        subprocess.run(
+            [
+                "mvn", "-q", "-B", "-C", "dependency:list", "-DincludeScope=runtime",
+                f"-DoutputFile={out}", "-DoutputAbsoluteArtifactFilename=true",
+            ],
+            cwd=tmp,
+            check=True,
+        )
+        lines = [ln.strip() for ln in out.read_text().splitlines() if ln.count(":") >= 5]
+    artifacts = []
+    for line in lines:
+        parts = line.split(":")
+        # group:artifact:type[:classifier]:version:scope:/abs/path
+        path = Path(parts[-1])
+        group, artifact = parts[0], parts[1]
+        classifier = parts[3] if len(parts) == 7 else ""
+        version = parts[-3]
+        if any(artifact.startswith(prefix) for prefix in spec["exclude"]):
+            continue
+        coords = ":".join(p for p in (group, artifact, version, classifier) if p)
+        artifacts.append(
+            {
+                "coords": coords,
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "size": path.stat().st_size,
+            }
+        )
+    print(f"{name}: {len(artifacts)} jars", file=sys.stderr)
+    return sorted(artifacts, key=lambda a: a["coords"])
+
+
+def main() -> None:
+    lock = {
+        "repository": REPOSITORY,
+        "bundles": {
+            name: {"about": spec["about"], "artifacts": resolve(name, spec)}
+            for name, spec in BUNDLES.items()
+        },
+    }
+    LOCK_FILE.write_text(json.dumps(lock, indent=1) + "\n")
+    print(f"wrote {LOCK_FILE}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
