@@ -148,9 +148,7 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _wait(
-    what: str, probe: Callable[[], bool], pid: int, log: Path, timeout: float = 90.0
-) -> None:
+def _wait(what: str, probe: Callable[[], bool], pid: int, log: Path, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not pid_alive(pid):
@@ -158,7 +156,9 @@ def _wait(
         if probe():
             return
         time.sleep(0.2)
-    raise StackError(f"{what} was not ready after {timeout:.0f}s. Last lines of {log}:\n{_tail(log)}")
+    raise StackError(
+        f"{what} was not ready after {timeout:.0f}s. Last lines of {log}:\n{_tail(log)}"
+    )
 
 
 def zookeeper_ready(host: str, port: int) -> bool:

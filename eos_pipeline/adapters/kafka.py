@@ -1,0 +1,306 @@
+"""Kafka through confluent-kafka: topic admin, end offsets, exact offset-range reads, producing.
+
+Reads are by explicit assignment, never by consumer-group subscription: the pipeline keeps its
+positions in its sinks (the keeper, the Hudi commit), so Kafka's committed group offsets play no
+part and are never written. Consumers run in ``read_committed`` isolation so that records of
+aborted transactions are never delivered, and with ``auto.offset.reset=error`` so that a range
+whose start was deleted by retention fails loudly instead of silently jumping ahead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+
+
+class KafkaReadError(RuntimeError):
+    """An offset range could not be read exactly as asked."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Connection settings shared by admin, consumer and producer clients.
+
+    ``client_config`` is passed through to librdkafka as-is (``security.protocol``,
+    ``sasl.mechanisms``, ``sasl.username``, ``ssl.ca.location``...), which is how a real cluster
+    with SASL/SSL is reached.
+    """
+
+    bootstrap_servers: str
+    client_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap_servers, **self.client_config, **extra}
+
+
+@dataclass
+class KafkaBatch:
+    """The records of one topic-partition in ``range``, column by column.
+
+    ``range`` is the positions covered, which can be wider than the offsets present: transaction
+    markers, aborted records and compaction leave holes, and a range may hold no record at all.
+    """
+
+    tp: TopicPartition
+    range: OffsetRange
+    offsets: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    timestamps_ms: list[int] = field(default_factory=list)
+    value_bytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+# --------------------------------------------------------------------------------------- admin
+
+
+def admin_client(settings: KafkaSettings) -> AdminClient:
+    return AdminClient(settings.config())
+
+
+def create_topic(
+    settings: KafkaSettings,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create ``topic``; an existing topic with the same name is accepted as it is."""
+    admin = admin_client(settings)  # keep a reference: the futures die with their client
+    futures = admin.create_topics(
+        [NewTopic(topic, partitions, replication_factor, config=dict(config or {}))],
+        operation_timeout=timeout,
+    )
+    try:
+        futures[topic].result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
+    meta = admin_client(settings).list_topics(topic, timeout=timeout)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None:
+        raise KafkaReadError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
+    return len(info.partitions)
+
+
+def end_offsets(
+    settings: KafkaSettings,
+    topic: str,
+    committed: bool = True,
+    timeout: float = 10.0,
+) -> dict[int, int]:
+    """Next offset to be written per partition, in one request for the whole topic.
+
+    With ``committed`` (the default) this is the last stable offset: the end of what a
+    read_committed consumer can see. Offsets beyond it belong to open transactions and must not
+    be part of a batch, since their fate is not known yet.
+    """
+    admin = admin_client(settings)
+    count = partition_count(settings, topic, timeout)
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(
+        {KafkaTopicPartition(topic, p): OffsetSpec.latest() for p in range(count)},
+        isolation_level=level,
+        request_timeout=timeout,
+    )
+    return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+
+def start_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """Earliest offset still held per partition (retention or compaction may have moved it)."""
+    admin = admin_client(settings)
+    count = partition_count(settings, topic, timeout)
+    futures = admin.list_offsets(
+        {KafkaTopicPartition(topic, p): OffsetSpec.earliest() for p in range(count)},
+        request_timeout=timeout,
+    )
+    return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+
+# --------------------------------------------------------------------------------------- reading
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    return Consumer(
+        settings.config(
+            **{
+                # A group id is required by librdkafka even for manual assignment; nothing is
+                # ever committed under it.
+                "group.id": "eos-pipeline-range-reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            }
+        )
+    )
+
+
+def read_range(
+    settings: KafkaSettings,
+    tp: TopicPartition,
+    wanted: OffsetRange,
+    max_bytes: int | None = None,
+    timeout: float = 60.0,
+) -> KafkaBatch:
+    """Read exactly the committed records of ``tp`` in ``wanted``.
+
+    The end must not lie beyond the partition's last stable offset (see :func:`end_offsets`).
+    With ``max_bytes``, reading stops before the record that would exceed it and the returned
+    batch's range ends there; because a committed range never changes, the same call returns
+    the same cut every time.
+    """
+    batch = KafkaBatch(tp=tp, range=wanted)
+    if wanted.is_empty:
+        return batch
+    consumer = _consumer(settings)
+    ktp = KafkaTopicPartition(tp.topic, tp.partition, wanted.start)
+    try:
+        consumer.assign([ktp])
+        deadline = time.monotonic() + timeout
+        end = wanted.end
+        done = False
+        while not done:
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # Nothing more to read right now. If the log ends at or past our end,
+                        # the rest of the range held only markers or aborted records.
+                        done = msg.offset() >= end
+                        continue
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        raise KafkaReadError(
+                            f"{tp}: offset {wanted.start} is no longer in the log (deleted by "
+                            "retention, or the topic was recreated); refusing to skip ahead. "
+                            f"Details: {err.str()}"
+                        )
+                    raise KafkaReadError(f"{tp}: error while reading {wanted}: {err.str()}")
+                offset = msg.offset()
+                if offset >= end:
+                    done = True
+                    break
+                value = msg.value()
+                size = len(value) if value is not None else 0
+                if max_bytes is not None and batch.offsets and batch.value_bytes + size > max_bytes:
+                    end = offset
+                    done = True
+                    break
+                batch.offsets.append(offset)
+                batch.keys.append(msg.key())
+                batch.values.append(value)
+                batch.timestamps_ms.append(msg.timestamp()[1])
+                batch.value_bytes += size
+                if offset == end - 1:
+                    done = True
+                    break
+            if not done and consumer.position([ktp])[0].offset >= end:
+                done = True
+            if not done and time.monotonic() > deadline:
+                raise KafkaReadError(
+                    f"{tp}: reading {wanted} stalled after {timeout:.0f}s with "
+                    f"{len(batch)} records read; is the range beyond the partition's last "
+                    "stable offset (an open transaction upstream)?"
+                )
+    finally:
+        consumer.close()
+    batch.range = OffsetRange(wanted.start, end)
+    return batch
+
+
+# --------------------------------------------------------------------------------------- writing
+
+
+def idempotent_producer(settings: KafkaSettings, **extra: Any) -> Producer:
+    """A producer whose retries never duplicate or reorder records within a partition."""
+    return Producer(
+        settings.config(
+            **{
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                **extra,
+            }
+        )
+    )
+
+
+def produce_all(
+    producer: Producer,
+    topic: str,
+    records: Iterable[tuple[int | None, bytes | None, bytes | None]],
+    headers: list[tuple[str, bytes]] | None = None,
+    timeout: float = 60.0,
+) -> list[tuple[int, int]]:
+    """Send ``(partition, key, value)`` records and wait for all; return their (partition, offset).
+
+    Any delivery failure raises: a caller never proceeds believing a record was written.
+    """
+    delivered: list[tuple[int, int]] = []
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            failures.append(err.str())
+        else:
+            delivered.append((msg.partition(), msg.offset()))
+
+    for partition, key, value in records:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if remaining or failures:
+        raise KafkaReadError(
+            f"producing to {topic!r} failed: {remaining} undelivered, errors: {failures[:3]}"
+        )
+    return delivered
+
+
+__all__ = [
+    "OFFSET_END",
+    "KafkaBatch",
+    "KafkaReadError",
+    "KafkaSettings",
+    "create_topic",
+    "end_offsets",
+    "idempotent_producer",
+    "partition_count",
+    "produce_all",
+    "read_range",
+    "start_offsets",
+]

@@ -1,0 +1,48 @@
+"""Session fixtures: one real local stack (ZooKeeper + Kafka) for the whole test run.
+
+The stack is started by the same code as ``eos-pipeline stack up``, on free ports and in a
+temporary state directory, so tests never collide with a stack a developer has running.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline.stack.services import Stack, StackConfig, free_port
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
+    config = StackConfig(
+        state_dir=tmp_path_factory.mktemp("stack"),
+        zookeeper_port=free_port(),
+        kafka_port=free_port(),
+        controller_port=free_port(),
+    )
+    stack = Stack(config, say=lambda line: print(f"[stack] {line}"))
+    stack.up()
+    try:
+        yield config
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(local_stack: StackConfig) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=local_stack.kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def zookeeper_hosts(local_stack: StackConfig) -> str:
+    return local_stack.zookeeper_hosts
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to the test (Kafka allows [A-Za-z0-9._-])."""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")
+    return f"t-{name}"[:200]
