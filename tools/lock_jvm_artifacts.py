@@ -31,8 +31,9 @@ BUNDLES: dict[str, dict] = {
         "roots": [
             "org.apache.zookeeper:zookeeper:3.9.4",
             "org.slf4j:slf4j-simple:2.0.13",
-            # "provided" in ZooKeeper's pom, yet its server needs it to start.
+            # "provided" in ZooKeeper's pom, yet its server needs both to start.
             "io.dropwizard.metrics:metrics-core:4.1.12.1",
+            "org.xerial.snappy:snappy-java:1.1.10.7",
         ],
         # TLS natives for five platforms: the local stack speaks plaintext on loopback.
         "exclude": ["netty-tcnative"],
@@ -82,8 +83,14 @@ def resolve(name: str, spec: dict) -> list[dict]:
         out = Path(tmp, "deps.txt")
         subprocess.run(
             [
-                "mvn", "-q", "-B", "-C", "dependency:list", "-DincludeScope=runtime",
-                f"-DoutputFile={out}", "-DoutputAbsoluteArtifactFilename=true",
+                "mvn",
+                "-q",
+                "-B",
+                "-C",
+                "dependency:list",
+                "-DincludeScope=runtime",
+                f"-DoutputFile={out}",
+                "-DoutputAbsoluteArtifactFilename=true",
             ],
             cwd=tmp,
             check=True,

@@ -162,11 +162,15 @@ def _wait(what: str, probe: Callable[[], bool], pid: int, log: Path, timeout: fl
 
 
 def zookeeper_ready(host: str, port: int) -> bool:
-    """ZooKeeper's four-letter ``ruok``: answers ``imok`` once it serves requests."""
+    """True once ZooKeeper serves requests.
+
+    ``ruok`` is not enough: it answers ``imok`` while the server is still (or never) coming up;
+    ``srvr`` reports the server's version only once it is serving.
+    """
     try:
         with socket.create_connection((host, port), timeout=1.0) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
+            sock.sendall(b"srvr")
+            return sock.recv(256).startswith(b"Zookeeper version")
     except OSError:
         return False
 
