@@ -1,0 +1,43 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (the test suite).
+# Each creates the virtualenv and installs what it needs on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint stack-up stack-down stack-status fetch clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
+	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "Java 17+ is needed (Kafka, ZooKeeper, Spark): install openjdk-17 or set JAVA_HOME" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+fetch: $(STAMP)
+	$(BIN)/eos-pipeline fetch
+
+demo: fetch
+	$(BIN)/eos-pipeline demo
+
+test: fetch
+	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
+	$(BIN)/ruff format --check eos_pipeline eos_pipeline_tests benchmarks tools
+
+stack-up: fetch
+	$(BIN)/eos-pipeline stack up
+
+stack-down: $(STAMP)
+	$(BIN)/eos-pipeline stack down
+
+stack-status: $(STAMP)
+	$(BIN)/eos-pipeline stack status
+
+clean: stack-down
+	rm -rf .state .dagster_home
