@@ -1,0 +1,597 @@
+"""The keeper state store: per topic-partition sink positions in ZooKeeper, fenced by epochs.
+
+Layout
+------
+One persistent znode per (pipeline, sink, topic, partition)::
+
+    <root>/<pipeline>/<sink>/<topic>/<partition>      root defaults to /eos_pipeline
+
+The hosts string may carry a chroot (``zk1:2181,zk2:2181/team-a``); the store creates the chroot
+node when it is missing. The value is the JSON record of :mod:`eos_pipeline.core.keeper_record`
+(position, phase, epoch, writer, timestamp). Parent znodes are empty.
+
+Compare-and-set and fencing
+---------------------------
+The epoch and the state live in the *same* znode, so one ``set(path, data, version=v)`` checks and
+moves both; no multi-op transaction is needed. :meth:`KeeperStateStore.acquire` bumps the epoch
+with a CAS and returns a :class:`Lease` holding the new epoch and the znode version it produced.
+Every :meth:`KeeperStateStore.write` is a CAS on the lease's last known version. Any other change
+to the znode (in particular a newer writer's acquire) changes the version, so a zombie's write
+gets ``BadVersion``; the store then re-reads and raises :class:`FencedError` when the stored epoch
+is newer than the lease's. The order of events cannot matter: ZooKeeper applies the bump and the
+zombie's CAS one after the other, and whichever comes second sees a version it did not expect.
+
+Lost responses
+--------------
+A write may reach ZooKeeper and the answer be lost (connection loss, session expiry, timeout), or
+a caller may retry a write that had in fact succeeded. In both cases the store re-reads the znode:
+
+* stored content (everything but ``updated_at``) equals what this write meant to store, under our
+  epoch and lease id -> the write *did* land: success, the lease moves to the stored version;
+* the version is still the one we sent with (the write did not land, nothing else changed) ->
+  send the same CAS again;
+* the stored epoch is newer -> :class:`FencedError`;
+* anything else (same epoch, other content: the lease is being used by two callers, or the node
+  was reset or deleted) -> :class:`ConflictError`. Nothing is overwritten.
+
+Sessions
+--------
+All znodes are persistent, never ephemeral, so an expired session loses nothing: kazoo opens a new
+session and the next CAS still names the right version. Leases are not tied to sessions; a lease
+ends only when someone acquires the partition again. Reads are retried with ``KazooRetry`` across
+connection loss and expiry (they are idempotent); writes rely on the CAS and the re-read above.
+Every call is bounded by ``operation_timeout_s``, then fails with :class:`KeeperUnavailableError`.
+
+A store and its leases are meant for one thread at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
+
+from eos_pipeline.core.keeper_record import (
+    DEFAULT_ROOT,
+    PHASES,
+    KeeperError,
+    KeeperKey,
+    KeeperRecord,
+    VersionedRecord,
+    new_lease_id,
+    parse_partition_child,
+    topic_path,
+    utc_now,
+    validate_root,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Errors after which a request may or may not have been applied by the server.
+_OUTCOME_UNKNOWN = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
+
+
+class FencedError(KeeperError):
+    """A newer writer took the partition: this lease may never move the state again."""
+
+
+class ConflictError(KeeperError):
+    """The znode changed in a way this writer did not expect, so nothing was written."""
+
+
+class KeeperUnavailableError(KeeperError):
+    """ZooKeeper could not be reached, or did not answer within the configured time."""
+
+
+class KeeperAuthError(KeeperError):
+    """The znode's ACL refuses this client (missing or wrong digest credentials)."""
+
+
+def default_writer_id(run_id: str | None = None) -> str:
+    """``host/pid/run``: who holds a lease, for humans; a random suffix stands in for a run id."""
+    return f"{socket.gethostname()}/{os.getpid()}/{run_id or uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Lease:
+    """The right to move one partition's state, valid until someone acquires it again.
+
+    ``version`` is the znode version of the last write made through this lease (or of the acquire)
+    and advances with each write; ``record`` is what that write stored. Read the state taken over
+    from ``record`` right after :meth:`StateStore.acquire`.
+    """
+
+    key: KeeperKey
+    epoch: int
+    writer: str
+    version: int
+    record: KeeperRecord
+
+
+class StateStore(Protocol):
+    """What a sink needs from the keeper; the ZooKeeper store and the unit-test store share it."""
+
+    def read(self, key: KeeperKey) -> VersionedRecord | None: ...
+
+    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]: ...
+
+    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]: ...
+
+    def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
+
+    def write(
+        self, lease: Lease, range_start: int, range_end: int, phase: str
+    ) -> VersionedRecord: ...
+
+
+@dataclass(frozen=True)
+class KeeperSettings:
+    """How to reach the keeper. ``hosts`` may end in a chroot: ``h1:2181,h2:2181/chroot``.
+
+    ``auth=(user, password)`` logs in with ZooKeeper digest auth and creates every znode with a
+    digest ACL giving that user all permissions (plus read for anyone if ``world_readable``).
+    The password never appears in ``repr`` or in logs.
+    """
+
+    hosts: str
+    root: str = DEFAULT_ROOT
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    world_readable: bool = False
+    connect_timeout_s: float = 10.0
+    session_timeout_s: float = 10.0
+    operation_timeout_s: float = 30.0
+    max_write_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.hosts or not self.hosts.strip():
+            raise ValueError("keeper hosts must not be empty, e.g. '127.0.0.1:2181'")
+        object.__setattr__(self, "root", validate_root(self.root))
+        if self.auth is not None:
+            user, password = self.auth
+            if not user or ":" in user or not password:
+                raise ValueError("keeper auth needs a non-empty user without ':' and a password")
+        for name in ("connect_timeout_s", "session_timeout_s", "operation_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.max_write_attempts < 1:
+            raise ValueError("max_write_attempts must be >= 1")
+
+    def __repr__(self) -> str:
+        user = f"{self.auth[0]!r}:***" if self.auth else None
+        return (
+            f"KeeperSettings(hosts={self.hosts!r}, root={self.root!r}, auth={user}, "
+            f"world_readable={self.world_readable})"
+        )
+
+    @property
+    def chroot(self) -> str | None:
+        _, sep, rest = self.hosts.partition("/")
+        return "/" + rest.strip("/") if sep and rest.strip("/") else None
+
+    def acl(self) -> list[ACL]:
+        if self.auth is None:
+            return list(OPEN_ACL_UNSAFE)
+        acl = [make_digest_acl(self.auth[0], self.auth[1], all=True)]
+        if self.world_readable:
+            acl.append(make_acl("world", "anyone", read=True))
+        return acl
+
+    def auth_data(self) -> list[tuple[str, str]]:
+        return [("digest", f"{self.auth[0]}:{self.auth[1]}")] if self.auth else []
+
+
+def _outcome_of_write(
+    intended: KeeperRecord, expected_version: int | None, current: VersionedRecord | None
+) -> str:
+    """After an uncertain or refused write: ``"landed"``, ``"resend"`` or ``"lost"``."""
+    if current is not None and current.record == intended:
+        return "landed"
+    unchanged = (
+        current is None
+        if expected_version is None
+        else (current is not None and current.version == expected_version)
+    )
+    return "resend" if unchanged else "lost"
+
+
+def _refusal(lease: Lease, current: VersionedRecord | None, path: str) -> KeeperError:
+    """Why a write through ``lease`` did not land, given what the znode holds now."""
+    if current is None:
+        return ConflictError(
+            f"conflict: the record of {lease.key} at {path} was deleted while epoch "
+            f"{lease.epoch} held it; nothing written"
+        )
+    stored = current.record
+    if stored.epoch > lease.epoch:
+        return FencedError(
+            f"fenced: writer epoch {lease.epoch} < current epoch {stored.epoch} for {lease.key} "
+            f"(taken over by {stored.writer!r})"
+        )
+    return ConflictError(
+        f"conflict: the record of {lease.key} at {path} changed under epoch {lease.epoch} "
+        f"(expected version {lease.version}, found version {current.version} with epoch "
+        f"{stored.epoch} by {stored.writer!r}); is the same lease used twice? nothing written"
+    )
+
+
+class KeeperStateStore:
+    """The :class:`StateStore` on ZooKeeper (or ClickHouse Keeper) through kazoo.
+
+    Use as a context manager, or call :meth:`start` and :meth:`close`. ``client_factory`` builds
+    the kazoo client from keyword arguments; tests pass a subclass that injects faults.
+    """
+
+    def __init__(
+        self,
+        settings: KeeperSettings,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        client_factory: Callable[..., KazooClient] = KazooClient,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._acl = settings.acl()
+        self._client = client_factory(
+            hosts=settings.hosts,
+            timeout=settings.session_timeout_s,
+            auth_data=settings.auth_data() or None,
+            default_acl=self._acl,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        )
+        self._closing = False
+        self._client.add_listener(self._on_state_change)
+        self._retry = KazooRetry(
+            max_tries=-1,
+            delay=0.05,
+            backoff=2,
+            max_delay=1.0,
+            deadline=settings.operation_timeout_s,
+            ignore_expire=True,
+        )
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def client(self) -> KazooClient:
+        """The underlying kazoo client (for health checks and tests)."""
+        return self._client
+
+    def start(self) -> KeeperStateStore:
+        s = self.settings
+        try:
+            with warnings.catch_warnings():
+                # kazoo warns when the chroot is missing; it is created just below.
+                warnings.filterwarnings("ignore", message="No chroot path exists")
+                self._client.start(timeout=s.connect_timeout_s)
+        except KazooTimeoutError as exc:
+            raise KeeperUnavailableError(
+                f"cannot reach ZooKeeper at {s.hosts} within {s.connect_timeout_s:g} s: {exc}"
+            ) from None
+        try:
+            if s.chroot and not self._call(lambda: self._client.exists_async("/")):
+                self._create_chroot(s.chroot)
+        except BaseException:
+            self.close()
+            raise
+        log.info("keeper connected to %s (root %s)", s.hosts, s.root)
+        return self
+
+    def close(self) -> None:
+        self._closing = True
+        try:
+            self._client.stop()
+        finally:
+            self._client.close()
+
+    def __enter__(self) -> KeeperStateStore:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _create_chroot(self, chroot: str) -> None:
+        """A chroot must exist before use; create it through a client without the chroot."""
+        hosts = self.settings.hosts.partition("/")[0]
+        plain = KazooClient(
+            hosts=hosts,
+            timeout=self.settings.session_timeout_s,
+            auth_data=self.settings.auth_data() or None,
+        )
+        plain.start(timeout=self.settings.connect_timeout_s)
+        try:
+            plain.ensure_path(chroot, acl=self._acl)
+        finally:
+            plain.stop()
+            plain.close()
+
+    def _on_state_change(self, state: str) -> None:
+        # Runs on kazoo's connection thread: log only, never block.
+        if self._closing:
+            log.info("keeper session to %s closed (%s)", self.settings.hosts, state)
+        elif state == KazooState.SUSPENDED:
+            log.warning("keeper connection to %s suspended; reconnecting", self.settings.hosts)
+        elif state == KazooState.LOST:
+            log.warning(
+                "keeper session at %s lost (expired or closed); znodes are persistent, "
+                "so no state is lost; a new session will be opened",
+                self.settings.hosts,
+            )
+        else:
+            log.info("keeper connected to %s", self.settings.hosts)
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def path(self, key: KeeperKey) -> str:
+        return key.path(self.settings.root)
+
+    def _call(self, start: Callable[[], Any]) -> Any:
+        """Run one kazoo async call, waiting at most ``operation_timeout_s`` for its answer."""
+        try:
+            return start().get(timeout=self.settings.operation_timeout_s)
+        except KazooTimeoutError:
+            raise OperationTimeoutError() from None
+        except NoAuthError:
+            raise KeeperAuthError(
+                f"ZooKeeper at {self.settings.hosts} refused access under {self.settings.root}: "
+                "the znode's ACL needs other digest credentials (check the keeper auth user)"
+            ) from None
+
+    def _retrying(self, what: str, func: Callable[[], T]) -> T:
+        """Run an idempotent read, retried across connection loss and session expiry."""
+        try:
+            return self._retry.copy()(func)
+        except RetryFailedError as exc:
+            raise KeeperUnavailableError(
+                f"cannot {what}: ZooKeeper at {self.settings.hosts} did not answer within "
+                f"{self.settings.operation_timeout_s:g} s ({exc})"
+            ) from None
+        except ConnectionClosedError:
+            raise KeeperUnavailableError(f"cannot {what}: the keeper store is closed") from None
+
+    def _read_path(self, path: str) -> VersionedRecord | None:
+        def once() -> tuple[bytes, Any] | None:
+            try:
+                return self._call(lambda: self._client.get_async(path))
+            except NoNodeError:
+                return None
+
+        got = self._retrying(f"read {path}", once)
+        if got is None:
+            return None
+        data, stat = got
+        return VersionedRecord(KeeperRecord.decode(data, path), stat.version)
+
+    def _put(
+        self, path: str, intended: KeeperRecord, expected_version: int | None
+    ) -> tuple[VersionedRecord | None, VersionedRecord | None]:
+        """CAS ``intended`` at ``path``: create when ``expected_version`` is None, else set.
+
+        Returns ``(stored, None)`` when the record is now stored (including a lost-response write
+        found on re-read), or ``(None, current)`` when someone else changed the znode first.
+        """
+        data = intended.encode()
+        attempts = self.settings.max_write_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                if expected_version is None:
+                    _, stat = self._call(
+                        lambda: self._client.create_async(
+                            path, data, acl=self._acl, makepath=True, include_data=True
+                        )
+                    )
+                else:
+                    stat = self._call(
+                        lambda: self._client.set_async(path, data, version=expected_version)
+                    )
+                return VersionedRecord(intended, stat.version), None
+            except (BadVersionError, NodeExistsError, NoNodeError) as exc:
+                reason = type(exc).__name__
+            except _OUTCOME_UNKNOWN as exc:
+                reason = f"{type(exc).__name__}, outcome unknown"
+            except ConnectionClosedError:
+                raise KeeperUnavailableError(f"cannot write {path}: the store is closed") from None
+            current = self._read_path(path)
+            outcome = _outcome_of_write(intended, expected_version, current)
+            log.info("keeper write to %s: %s (attempt %d) -> %s", path, reason, attempt, outcome)
+            if outcome == "landed":
+                return current, None
+            if outcome == "lost":
+                return None, current
+        raise KeeperUnavailableError(
+            f"cannot write {path}: no definite answer from ZooKeeper at {self.settings.hosts} "
+            f"after {attempts} attempts; the stored state is still consistent, retry later"
+        )
+
+    # ------------------------------------------------------------------------------ API
+
+    def read(self, key: KeeperKey) -> VersionedRecord | None:
+        """The stored record and its znode version, or None when the partition was never taken."""
+        return self._read_path(self.path(key))
+
+    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]:
+        """Partitions of ``topic`` that have a record for this pipeline and sink, sorted."""
+        parent = topic_path(self.settings.root, pipeline, sink, topic)
+
+        def once() -> list[str]:
+            try:
+                return self._call(lambda: self._client.get_children_async(parent))
+            except NoNodeError:
+                return []
+
+        children = self._retrying(f"list {parent}", once)
+        return sorted(parse_partition_child(name, parent) for name in children)
+
+    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]:
+        """All records of one topic for a sink: one children call, then gets sent together."""
+        parent = topic_path(self.settings.root, pipeline, sink, topic)
+        partitions = self.list_partitions(pipeline, sink, topic)
+
+        def once() -> dict[int, tuple[bytes, Any]]:
+            pending = {p: self._client.get_async(f"{parent}/{p}") for p in partitions}
+            found = {}
+            for p, result in pending.items():
+                try:
+                    found[p] = self._call(lambda result=result: result)
+                except NoNodeError:
+                    continue  # deleted since the listing
+            return found
+
+        raw = self._retrying(f"read {parent}", once)
+        return {
+            p: VersionedRecord(KeeperRecord.decode(data, f"{parent}/{p}"), stat.version)
+            for p, (data, stat) in raw.items()
+        }
+
+    def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease:
+        """Take the partition: bump its epoch by CAS, fencing every earlier lease.
+
+        The newest acquirer always wins: when another acquire bumps the epoch first, this one
+        backs off and bumps again, giving up with :class:`ConflictError` only after
+        ``operation_timeout_s`` of constant contention (a scheduling bug: one run per partition).
+        The state stored before is kept unchanged and is available as ``lease.record``.
+        """
+        writer = writer or default_writer_id()
+        lease_id = new_lease_id()
+        path = self.path(key)
+        deadline = time.monotonic() + self.settings.operation_timeout_s
+        rounds = 0
+        while True:
+            rounds += 1
+            now = self._clock()
+            current = self._read_path(path)
+            if current is None:
+                intended = KeeperRecord(epoch=1, lease_id=lease_id, writer=writer, updated_at=now)
+                stored, _ = self._put(path, intended, None)
+            else:
+                intended = current.record.taken_over(lease_id, writer, now)
+                stored, _ = self._put(path, intended, current.version)
+            if stored is not None:
+                log.info("keeper: %s acquired %s at epoch %d", writer, key, stored.record.epoch)
+                return Lease(key, stored.record.epoch, writer, stored.version, stored.record)
+            if time.monotonic() >= deadline:
+                raise ConflictError(
+                    f"conflict: could not acquire {key}: its epoch kept changing under "
+                    f"concurrent acquires ({rounds} rounds in "
+                    f"{self.settings.operation_timeout_s:g} s)"
+                )
+            # Someone else bumped the epoch first: back off a little (with jitter) and bump again.
+            time.sleep(random.uniform(0, min(0.2, 0.005 * 2**rounds)))
+
+    def write(self, lease: Lease, range_start: int, range_end: int, phase: str) -> VersionedRecord:
+        """Store ``[range_start, range_end)`` in ``phase`` if ``lease`` still holds the partition.
+
+        Raises :class:`FencedError` when a newer epoch holds it and :class:`ConflictError` on any
+        other unexpected change; neither writes anything.
+        """
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        path = self.path(lease.key)
+        intended = lease.record.with_state(range_start, range_end, phase, self._clock())
+        if intended.epoch != lease.epoch or intended.writer != lease.writer:
+            raise ValueError(f"lease for {lease.key} does not match its own record")
+        stored, current = self._put(path, intended, lease.version)
+        if stored is None:
+            raise _refusal(lease, current, path)
+        lease.version, lease.record = stored.version, stored.record
+        return stored
+
+
+class UnsafeInMemoryStateStore:
+    """A dict-backed :class:`StateStore` for unit tests of code *around* the keeper.
+
+    It gives NO exactly-once guarantee: nothing survives the process, and nothing is shared
+    between processes, so it cannot fence a zombie anywhere but inside one test. It mirrors the
+    ZooKeeper store's rules (same record format, version CAS, epoch fencing, same errors) so that
+    a sink loop tested against it behaves the same against the real keeper.
+    """
+
+    def __init__(self, root: str = DEFAULT_ROOT, clock: Callable[[], datetime] = utc_now) -> None:
+        self.root = validate_root(root)
+        self._clock = clock
+        self._nodes: dict[str, tuple[bytes, int]] = {}
+
+    def _get(self, path: str) -> VersionedRecord | None:
+        node = self._nodes.get(path)
+        return (
+            None if node is None else VersionedRecord(KeeperRecord.decode(node[0], path), node[1])
+        )
+
+    def put_raw(self, key: KeeperKey, data: bytes) -> None:
+        """Overwrite a node's bytes (to test handling of corrupt records)."""
+        path = key.path(self.root)
+        old = self._nodes.get(path)
+        self._nodes[path] = (data, 0 if old is None else old[1] + 1)
+
+    def read(self, key: KeeperKey) -> VersionedRecord | None:
+        return self._get(key.path(self.root))
+
+    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]:
+        parent = topic_path(self.root, pipeline, sink, topic) + "/"
+        return sorted(int(p[len(parent) :]) for p in self._nodes if p.startswith(parent))
+
+    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]:
+        parent = topic_path(self.root, pipeline, sink, topic)
+        found = {}
+        for p in self.list_partitions(pipeline, sink, topic):
+            record = self._get(f"{parent}/{p}")
+            if record is not None:
+                found[p] = record
+        return found
+
+    def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease:
+        writer = writer or default_writer_id()
+        lease_id = new_lease_id()
+        path = key.path(self.root)
+        current = self._get(path)
+        if current is None:
+            record = KeeperRecord(
+                epoch=1, lease_id=lease_id, writer=writer, updated_at=self._clock()
+            )
+            version = 0
+        else:
+            record = current.record.taken_over(lease_id, writer, self._clock())
+            version = current.version + 1
+        self._nodes[path] = (record.encode(), version)
+        return Lease(key, record.epoch, writer, version, record)
+
+    def write(self, lease: Lease, range_start: int, range_end: int, phase: str) -> VersionedRecord:
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        path = lease.key.path(self.root)
+        intended = lease.record.with_state(range_start, range_end, phase, self._clock())
+        current = self._get(path)
+        if current is not None and current.version == lease.version:
+            stored = VersionedRecord(intended, current.version + 1)
+            self._nodes[path] = (intended.encode(), stored.version)
+        elif _outcome_of_write(intended, lease.version, current) == "landed":
+            assert current is not None
+            stored = current
+        else:
+            raise _refusal(lease, current, path)
+        lease.version, lease.record = stored.version, stored.record
+        return stored

@@ -1,0 +1,316 @@
+"""The record the keeper stores per (pipeline, sink, topic, partition), with no I/O.
+
+One znode per topic-partition and sink holds *both* the sink's position and the fencing epoch, so
+one compare-and-set on that znode's version moves them together: there is no window in which the
+epoch was checked but the state changed (see :mod:`eos_pipeline.adapters.keeper`).
+
+Value format (UTF-8 JSON, keys sorted, no spaces)::
+
+    {"epoch": 4, "lease_id": "5f0c2a9d41b7e3c8", "phase": "AFTER", "range_end": 120,
+     "range_start": 100, "updated_at": "2025-01-31T12:00:00.000Z", "v": 1,
+     "writer": "host/1234/run-abc"}
+
+* ``v`` is the format version. A reader refuses a version it does not know rather than guess.
+* ``range_start`` / ``range_end`` are the half-open bounds of the last range the sink started
+  (``BEFORE``) or finished (``AFTER``) writing; ``range_end`` is Kafka's exclusive next offset.
+  All three of ``range_start``, ``range_end`` and ``phase`` are ``null`` until the first write:
+  a record can exist only to hold the epoch of the writer that took the partition.
+* ``epoch`` is the generation of the writer allowed to move the state (>= 1).
+* ``lease_id`` is a random id drawn by each acquire. Epochs already tell writers apart; the id
+  lets a writer that lost the answer to its own write recognise that write on re-read, even when
+  another acquirer uses the same ``writer`` string.
+* ``writer`` names that writer (``host/pid/run``), for people reading the keeper.
+* ``updated_at`` is informational (UTC, milliseconds) and is never used to decide anything.
+
+Parsing is strict: anything unexpected raises :class:`CorruptRecordError` naming the znode. A
+corrupt record is never read as "no record", since that would restart the partition from scratch
+and write its data again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from eos_pipeline.core.offsets import TopicPartition
+
+FORMAT_VERSION = 1
+PHASES = ("BEFORE", "AFTER")
+DEFAULT_ROOT = "/eos_pipeline"
+
+# Pipeline and sink names become znode names: a safe subset, no separators, no relative parts.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+_MAX_WRITER_LEN = 512
+_LEASE_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
+_KEYS = frozenset(
+    {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
+)
+
+
+class KeeperError(RuntimeError):
+    """Base class of the keeper's errors."""
+
+
+class CorruptRecordError(KeeperError):
+    """A znode holds something that is not a valid keeper record."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"corrupt keeper record at {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class InvalidKeyError(ValueError):
+    """A pipeline, sink, topic, partition or root cannot be used as a znode path part."""
+
+
+def validate_name(field_name: str, value: object) -> str:
+    """Check a pipeline/sink/root component: ``[A-Za-z0-9_.-]``, no ``.``/``..``, no ``/``."""
+    if not isinstance(value, str):
+        raise InvalidKeyError(f"{field_name} must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidKeyError(f"{field_name} must not be empty")
+    if "/" in value:
+        raise InvalidKeyError(f"{field_name} {value!r} must not contain '/'")
+    if ".." in value or value == ".":
+        raise InvalidKeyError(f"{field_name} {value!r} must not be '.' or contain '..'")
+    if not _NAME_RE.match(value):
+        raise InvalidKeyError(f"{field_name} {value!r} must be 1-200 of [A-Za-z0-9_.-]")
+    return value
+
+
+def validate_topic(value: object) -> str:
+    """Check a topic name by Kafka's own rule (1-249 of ``[A-Za-z0-9._-]``, not ``.``/``..``)."""
+    if not isinstance(value, str):
+        raise InvalidKeyError(f"topic must be a string, got {type(value).__name__}")
+    try:
+        TopicPartition(value, 0)
+    except ValueError as exc:
+        raise InvalidKeyError(f"topic: {exc}") from None
+    return value
+
+
+def validate_partition(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidKeyError(f"partition must be an int, got {type(value).__name__}")
+    if not 0 <= value < 2**31:
+        raise InvalidKeyError(f"partition must be in [0, 2**31), got {value}")
+    return value
+
+
+def validate_root(root: object) -> str:
+    """Check the znode root under which every record lives, e.g. ``/eos_pipeline``.
+
+    The root must be absolute with at least one component, and must not be under ZooKeeper's
+    reserved ``/zookeeper`` tree. A trailing ``/`` is dropped.
+    """
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise InvalidKeyError(f"root must be an absolute znode path like {DEFAULT_ROOT!r}")
+    parts = root.strip("/").split("/")
+    if parts == [""]:
+        raise InvalidKeyError("root must not be '/': give it a name like '/eos_pipeline'")
+    for part in parts:
+        validate_name("root", part)
+    if parts[0] == "zookeeper":
+        raise InvalidKeyError("root must not be under /zookeeper, ZooKeeper's reserved tree")
+    return "/" + "/".join(parts)
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class KeeperKey:
+    """Which record: one per (pipeline, sink, topic, partition). Validated on construction."""
+
+    pipeline: str
+    sink: str
+    topic: str
+    partition: int
+
+    def __post_init__(self) -> None:
+        validate_name("pipeline", self.pipeline)
+        validate_name("sink", self.sink)
+        validate_topic(self.topic)
+        validate_partition(self.partition)
+
+    @classmethod
+    def of(cls, pipeline: str, sink: str, tp: TopicPartition) -> KeeperKey:
+        return cls(pipeline, sink, tp.topic, tp.partition)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def path(self, root: str = DEFAULT_ROOT) -> str:
+        """The znode path: ``<root>/<pipeline>/<sink>/<topic>/<partition>``."""
+        return f"{topic_path(root, self.pipeline, self.sink, self.topic)}/{self.partition}"
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}/{self.sink}/{self.topic}[{self.partition}]"
+
+
+def topic_path(root: str, pipeline: str, sink: str, topic: str) -> str:
+    """The parent znode of all partition records of one topic for one sink."""
+    return "/".join(
+        (
+            validate_root(root),
+            validate_name("pipeline", pipeline),
+            validate_name("sink", sink),
+            validate_topic(topic),
+        )
+    )
+
+
+def parse_partition_child(name: str, parent: str) -> int:
+    """A child name under a topic node must be a canonical partition number."""
+    if not name.isascii() or not name.isdigit() or str(int(name)) != name:
+        raise CorruptRecordError(f"{parent}/{name}", "unexpected znode: not a partition number")
+    return int(name)
+
+
+def format_timestamp(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise ValueError("updated_at must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
+        f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_lease_id() -> str:
+    return secrets.token_hex(8)
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperRecord:
+    """The stored value: the sink's position and phase plus the fencing epoch.
+
+    ``range_start``, ``range_end`` and ``phase`` are all ``None`` (no state written yet) or all
+    set. Construction validates everything, so a record in memory is always encodable and a
+    decoded record always satisfies the same rules. Equality ignores ``updated_at``: two records
+    are equal when they say the same thing, which is what lost-response detection compares.
+    """
+
+    epoch: int
+    lease_id: str
+    writer: str
+    updated_at: datetime = field(compare=False)
+    range_start: int | None = None
+    range_end: int | None = None
+    phase: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("epoch", self.epoch, 1)
+        if not isinstance(self.lease_id, str) or not _LEASE_ID_RE.match(self.lease_id):
+            raise ValueError(f"lease_id must be 8-64 lowercase hex digits, got {self.lease_id!r}")
+        if not isinstance(self.writer, str) or not self.writer.strip():
+            raise ValueError(f"writer must be a non-empty string, got {self.writer!r}")
+        if len(self.writer) > _MAX_WRITER_LEN or not self.writer.isprintable():
+            raise ValueError(f"writer must be printable and at most {_MAX_WRITER_LEN} chars")
+        if not isinstance(self.updated_at, datetime) or self.updated_at.tzinfo is None:
+            raise ValueError(f"updated_at must be a timezone-aware datetime: {self.updated_at!r}")
+        state = (self.range_start, self.range_end, self.phase)
+        if state == (None, None, None):
+            return
+        if None in state:
+            raise ValueError(
+                f"range_start, range_end and phase are set together or not at all, got {state!r}"
+            )
+        start = _check_int("range_start", self.range_start, 0)
+        end = _check_int("range_end", self.range_end, 0)
+        if end < start:
+            raise ValueError(f"range_end {end} is below range_start {start}")
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
+
+    @property
+    def has_state(self) -> bool:
+        """False for a record that only holds an epoch (the partition was taken, never written)."""
+        return self.phase is not None
+
+    def with_state(
+        self, range_start: int, range_end: int, phase: str, updated_at: datetime
+    ) -> KeeperRecord:
+        return replace(
+            self, range_start=range_start, range_end=range_end, phase=phase, updated_at=updated_at
+        )
+
+    def taken_over(self, lease_id: str, writer: str, updated_at: datetime) -> KeeperRecord:
+        """The same state under the next epoch, owned by a new lease."""
+        return replace(
+            self, epoch=self.epoch + 1, lease_id=lease_id, writer=writer, updated_at=updated_at
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": FORMAT_VERSION,
+            "epoch": self.epoch,
+            "lease_id": self.lease_id,
+            "writer": self.writer,
+            "updated_at": format_timestamp(self.updated_at),
+            "range_start": self.range_start,
+            "range_end": self.range_end,
+            "phase": self.phase,
+        }
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str) -> KeeperRecord:
+        """Parse a znode's bytes; ``path`` only names the znode in errors."""
+        if not data:
+            raise CorruptRecordError(path, "the znode is empty (not written by eos_pipeline?)")
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptRecordError(path, f"not UTF-8 JSON ({exc}): {data[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise CorruptRecordError(path, f"expected a JSON object, got {type(obj).__name__}")
+        version = obj.get("v")
+        if version != FORMAT_VERSION:
+            raise CorruptRecordError(
+                path,
+                f"unknown format version v={version!r} (this code reads v={FORMAT_VERSION}); "
+                "was it written by a newer eos_pipeline?",
+            )
+        if set(obj) != _KEYS:
+            missing = sorted(_KEYS - set(obj))
+            extra = sorted(set(obj) - _KEYS)
+            raise CorruptRecordError(path, f"missing keys {missing}, unexpected keys {extra}")
+        try:
+            stamp = obj["updated_at"]
+            if not isinstance(stamp, str) or not stamp.endswith("Z"):
+                raise ValueError(f"updated_at must be an ISO 8601 UTC string, got {stamp!r}")
+            return cls(
+                epoch=obj["epoch"],
+                lease_id=obj["lease_id"],
+                writer=obj["writer"],
+                updated_at=datetime.fromisoformat(stamp),
+                range_start=obj["range_start"],
+                range_end=obj["range_end"],
+                phase=obj["phase"],
+            )
+        except ValueError as exc:
+            raise CorruptRecordError(path, str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedRecord:
+    """A record as read, with the znode version a compare-and-set must name."""
+
+    record: KeeperRecord
+    version: int
