@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import clickhouse_connect
 import pytest
+from clickhouse_connect.driver.client import Client
 
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.stack.services import Stack, StackConfig, free_port
@@ -46,3 +48,17 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name unique to the test (Kafka allows [A-Za-z0-9._-])."""
     name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")
     return f"t-{name}"[:200]
+
+
+@pytest.fixture(scope="session")
+def chdb_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    """One embedded ClickHouse engine (chDB) for the whole session.
+
+    chDB allows one data path per process: while a client is open, a client on another path
+    fails. Every test shares this engine and isolates itself with its own database.
+    """
+    client = clickhouse_connect.get_client(
+        interface="chdb", path=str(tmp_path_factory.mktemp("chdb"))
+    )
+    yield client
+    client.close()

@@ -1,0 +1,83 @@
+"""The dead-letter topic: records that cannot be stored, with where they came from and why.
+
+Each dead letter keeps the original key and value and carries headers naming its source topic,
+partition and offset, the pipeline, and the error. The producer is idempotent, so its own retries
+never duplicate a record; a record sent again by a re-run carries the same source coordinates,
+which is what a reader de-duplicates on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
+from eos_pipeline.core.offsets import TopicPartition
+
+HEADER_PREFIX = "eos."
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    error_class: str
+    message: str
+
+
+class DeadLetterWriter:
+    """Sends dead letters of one pipeline to its dead-letter topic."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, pipeline: str) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.pipeline = pipeline
+        self._producer = None
+
+    def ensure_topic(self, partitions: int = 1) -> None:
+        create_topic(self.settings, self.topic, partitions)
+
+    def send(
+        self, source: TopicPartition, letters: Sequence[DeadLetter], timeout: float = 60.0
+    ) -> int:
+        """Write ``letters`` and wait until every one is acknowledged; return how many."""
+        if not letters:
+            return 0
+        if self._producer is None:
+            self.ensure_topic()  # idempotent; the broker may not auto-create topics
+            self._producer = idempotent_producer(self.settings)
+        failures: list[str] = []
+
+        def on_delivery(err, _msg) -> None:  # type: ignore[no-untyped-def]
+            if err is not None:
+                failures.append(err.str())
+
+        for letter in letters:
+            headers = [
+                (f"{HEADER_PREFIX}pipeline", self.pipeline.encode()),
+                (f"{HEADER_PREFIX}source.topic", source.topic.encode()),
+                (f"{HEADER_PREFIX}source.partition", str(source.partition).encode()),
+                (f"{HEADER_PREFIX}source.offset", str(letter.offset).encode()),
+                (f"{HEADER_PREFIX}error.class", letter.error_class.encode()),
+                (f"{HEADER_PREFIX}error.message", letter.message[:1000].encode()),
+            ]
+            while True:
+                try:
+                    self._producer.produce(
+                        self.topic,
+                        key=letter.key,
+                        value=letter.value,
+                        headers=headers,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:
+                    self._producer.poll(0.1)
+        remaining = self._producer.flush(timeout)
+        if remaining or failures:
+            raise RuntimeError(
+                f"dead-letter topic {self.topic!r}: {remaining} records unacknowledged, "
+                f"errors: {failures[:3]}; the partition's position was not moved"
+            )
+        return len(letters)

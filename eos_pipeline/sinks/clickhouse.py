@@ -1,0 +1,310 @@
+"""The exactly-once loop of one topic-partition into one ClickHouse table.
+
+This is where the pieces meet, and it stays thin: the core decides (:func:`decide`), the adapters
+read Kafka, keep state in the keeper and insert into ClickHouse. Per batch:
+
+1. take the partition: acquire a lease in the keeper, bumping its epoch, so an older writer that
+   is still running (a zombie) can no longer move the state;
+2. fix the batch's range before writing anything: a partition left in ``BEFORE`` re-reads exactly
+   its stored range; otherwise the batch runs from the stored end to the run's target end, capped
+   by the record and byte limits;
+3. decide; send dead letters (undecodable records, and the one case that cannot be re-sent
+   identically);
+4. for each step: write ``BEFORE(step)``, insert the step's rows as one block under the step's own
+   dedup token, write ``AFTER(step)``.
+
+A crash anywhere leaves a state from which the next run re-derives the same steps: ClickHouse drops
+a re-sent block by its token, and the keeper's ``AFTER`` says which ranges are done.
+
+Every step is logged, and a test-only hook (``EOS_FAULT_STEP=<step name>``) kills the process at a
+named step boundary, so fault tests reach each boundary deterministically.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from eos_pipeline.adapters.clickhouse import ClickHouseSink
+from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
+from eos_pipeline.adapters.kafka import (
+    KafkaBatch,
+    KafkaSettings,
+    end_offsets,
+    read_range,
+    start_offsets,
+)
+from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
+from eos_pipeline.core.decode import decode_json
+from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
+from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.tokens import dedup_token
+
+log = logging.getLogger(__name__)
+
+FAULT_ENV = "EOS_FAULT_STEP"
+STEPS = (
+    "before_keeper_before",
+    "after_keeper_before",
+    "after_insert",
+    "after_keeper_after",
+)
+
+
+def fault_point(step: str) -> None:
+    """Test-only: SIGKILL this process at ``step`` when ``EOS_FAULT_STEP`` names it."""
+    if os.environ.get(FAULT_ENV) == step:
+        log.warning("fault injection: killing the process at step %s", step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class ClickHouseTableSpec:
+    """Where one pipeline writes, and how big a batch may get."""
+
+    pipeline: str
+    database: str
+    table: str
+    schema: TableSchema
+    sink: str = "clickhouse"
+    max_records: int = 100_000
+    max_bytes: int = 64 * 1024 * 1024
+    reset: Literal["earliest", "latest"] = "earliest"
+
+
+@dataclass
+class BatchReport:
+    case: str
+    batch: OffsetRange
+    steps: list[OffsetRange] = field(default_factory=list)
+    skipped: list[OffsetRange] = field(default_factory=list)
+    cropped: OffsetRange | None = None
+    records_read: int = 0
+    rows_sent: int = 0
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class SyncReport:
+    """What one run did for one topic-partition (becomes Dagster metadata)."""
+
+    tp: TopicPartition
+    epoch: int
+    start: int
+    target_end: int
+    end: int = 0
+    batches: list[BatchReport] = field(default_factory=list)
+
+    @property
+    def records_read(self) -> int:
+        return sum(b.records_read for b in self.batches)
+
+    @property
+    def rows_sent(self) -> int:
+        return sum(b.rows_sent for b in self.batches)
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(b.dead_letters for b in self.batches)
+
+    @property
+    def cases(self) -> list[str]:
+        return [b.case for b in self.batches]
+
+
+def state_of(record: KeeperRecord | None) -> SinkState | None:
+    if record is None or not record.has_state:
+        return None
+    assert record.range_start is not None and record.range_end is not None
+    return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
+
+
+class ClickHousePartitionSync:
+    """Moves one topic-partition into one table, exactly once, as one writer with one lease."""
+
+    def __init__(
+        self,
+        spec: ClickHouseTableSpec,
+        kafka: KafkaSettings,
+        store: StateStore,
+        sink: ClickHouseSink,
+        dead_letters: DeadLetterWriter,
+        *,
+        writer: str | None = None,
+        fault: Callable[[str], None] = fault_point,
+    ) -> None:
+        self.spec = spec
+        self.kafka = kafka
+        self.store = store
+        self.sink = sink
+        self.dead_letters = dead_letters
+        self.writer = writer or default_writer_id()
+        self.fault = fault
+
+    # ------------------------------------------------------------------------------- entry points
+    def run(self, tp: TopicPartition, until: int | None = None) -> SyncReport:
+        """Catch ``tp`` up to ``until`` (default: its last stable offset, fixed now)."""
+        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
+        lease = self.store.acquire(key, writer=self.writer)
+        state = state_of(lease.record)
+        target = until if until is not None else end_offsets(self.kafka, tp.topic)[tp.partition]
+        start = self._next_start(tp, state, target)
+        report = SyncReport(tp=tp, epoch=lease.epoch, start=start, target_end=target, end=start)
+        log.info(
+            "%s: took partition at epoch %d; stored %s; catching up to offset %d",
+            tp,
+            lease.epoch,
+            state or "nothing",
+            target,
+        )
+        while True:
+            state = state_of(lease.record)
+            if state is not None and state.phase is Phase.BEFORE:
+                # Recover first: re-read exactly the range that was in flight.
+                wanted, limit = state.range, None
+            else:
+                begin = self._next_start(tp, state, target)
+                if begin >= target:
+                    break
+                wanted = OffsetRange(begin, min(target, begin + self.spec.max_records))
+                limit = self.spec.max_bytes
+            batch = read_range(self.kafka, tp, wanted, max_bytes=limit)
+            report.batches.append(self._process(lease, state, batch))
+            report.end = batch.range.end
+        final = state_of(lease.record)
+        report.end = final.range.end if final else report.end
+        log.info(
+            "%s: done at offset %d (%d records read, %d rows sent, %d dead letters)",
+            tp,
+            report.end,
+            report.records_read,
+            report.rows_sent,
+            report.dead_letters,
+        )
+        return report
+
+    def run_range(self, tp: TopicPartition, wanted: OffsetRange) -> BatchReport:
+        """Process one explicit range (a backfill or a replay); already-written data is skipped."""
+        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
+        # Decide on bounds before touching anything: a range below the stored start is refused
+        # without a read from Kafka, an insert, or a keeper write (not even the epoch bump).
+        stored = self.store.read(key)
+        decide(state_of(stored.record if stored else None), wanted, tp).raise_for_error()
+        lease = self.store.acquire(key, writer=self.writer)
+        return self._process(lease, state_of(lease.record), read_range(self.kafka, tp, wanted))
+
+    # ------------------------------------------------------------------------------- internals
+    def _next_start(self, tp: TopicPartition, state: SinkState | None, target: int) -> int:
+        if state is not None:
+            return state.range.start if state.phase is Phase.BEFORE else state.range.end
+        if self.spec.reset == "latest":
+            return target
+        return start_offsets(self.kafka, tp.topic)[tp.partition]
+
+    def _process(self, lease: Lease, state: SinkState | None, batch: KafkaBatch) -> BatchReport:
+        began = time.monotonic()
+        tp = batch.tp
+        decision = decide(state, batch.range, tp)
+        if decision.error is not None:
+            raise OffsetRegressionError(decision.error)
+        report = BatchReport(
+            case=decision.label,
+            batch=batch.range,
+            steps=list(decision.steps),
+            skipped=list(decision.skipped),
+            cropped=decision.cropped,
+            records_read=len(batch),
+        )
+        self._log_decision(tp, state, decision)
+        if decision.dead_letter is not None:
+            report.dead_letters += self._send_dead(
+                batch,
+                decision.dead_letter,
+                "UnrecoverableReplay",
+                f"range {decision.dead_letter} is part of {state} which cannot be re-sent "
+                "identically",
+            )
+        for step in decision.steps:
+            self.fault("before_keeper_before")
+            self.store.write(lease, step.start, step.end, Phase.BEFORE.value)
+            self.fault("after_keeper_before")
+            sent, dead = self._insert_step(batch, step)
+            report.rows_sent += sent
+            report.dead_letters += dead
+            self.fault("after_insert")
+            self.store.write(lease, step.start, step.end, Phase.AFTER.value)
+            self.fault("after_keeper_after")
+            log.info("%s: %s written (%d rows, %d dead letters)", tp, step, sent, dead)
+        report.seconds = time.monotonic() - began
+        return report
+
+    def _log_decision(self, tp: TopicPartition, state: SinkState | None, d: Decision) -> None:
+        log.info(
+            "%s: batch %s against %s -> %s; steps %s, skipped %s%s%s",
+            tp,
+            d.batch,
+            state or "no state",
+            d.label,
+            [str(s) for s in d.steps],
+            [str(s) for s in d.skipped],
+            f", cropped {d.cropped}" if d.cropped else "",
+            f", unconfirmed {d.unconfirmed}" if d.unconfirmed else "",
+        )
+
+    def _slice(self, batch: KafkaBatch, part: OffsetRange) -> range:
+        import bisect
+
+        lo = bisect.bisect_left(batch.offsets, part.start)
+        hi = bisect.bisect_left(batch.offsets, part.end)
+        return range(lo, hi)
+
+    def _send_dead(self, batch: KafkaBatch, part: OffsetRange, cls: str, message: str) -> int:
+        rows = self._slice(batch, part)
+        letters = [
+            DeadLetter(batch.offsets[i], batch.keys[i], batch.values[i], cls, message) for i in rows
+        ]
+        return self.dead_letters.send(batch.tp, letters)
+
+    def _insert_step(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
+        rows = self._slice(batch, step)
+        values = [batch.values[i] for i in rows]
+        decoded = decode_json(values, self.spec.schema)
+        dead = 0
+        if decoded.bad:
+            dead = self.dead_letters.send(
+                batch.tp,
+                [
+                    DeadLetter(
+                        batch.offsets[rows[b.index]],
+                        batch.keys[rows[b.index]],
+                        batch.values[rows[b.index]],
+                        b.error_class,
+                        b.message,
+                    )
+                    for b in decoded.bad
+                ],
+            )
+        if not decoded.index:
+            return 0, dead  # a range of markers, aborted or bad records: the position still moves
+        src = self.spec.schema.source
+        columns = dict(decoded.columns)
+        columns[src.topic] = [batch.tp.topic] * len(decoded.index)
+        columns[src.partition] = [batch.tp.partition] * len(decoded.index)
+        columns[src.offset] = [batch.offsets[rows[i]] for i in decoded.index]
+        if src.timestamp is not None:
+            columns[src.timestamp] = [
+                datetime.fromtimestamp(batch.timestamps_ms[rows[i]] / 1000, tz=UTC)
+                for i in decoded.index
+            ]
+        token = dedup_token(self.spec.pipeline, batch.tp, step)
+        sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
+        return sent, dead
