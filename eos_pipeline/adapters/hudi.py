@@ -1,0 +1,326 @@
+"""Hudi: one transaction = one Hudi commit carrying the Kafka checkpoint of the whole source.
+
+A Hudi commit is atomic: its data files become visible only once the completed instant is on the
+timeline. Putting the Kafka positions into that same commit's extra metadata makes "data written"
+and "position advanced" one event, so the latest *completed* commit is the source of truth for
+where the next run starts. Requested and inflight instants are never read; Hudi rolls a failed
+write back on the next write to the table (its default eager policy for a single writer).
+
+The checkpoint is stored as HoodieStreamer 1.x stores it (see :mod:`eos_pipeline.core.checkpoint`),
+so a table can be handed over between HoodieStreamer and this project in either direction.
+
+Commit metadata is read through Hudi's own Java API over py4j (``HoodieTableMetaClient``), not by
+parsing ``.hoodie/timeline``: in Hudi 1.x completed instants are Avro files named
+``<requested>_<completed>.<action>`` and the layout is versioned, which the API hides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+
+from eos_pipeline.adapters.spark import SOURCE_COLUMNS
+from eos_pipeline.core.checkpoint import (
+    CHECKPOINT_KEY_V1,
+    CHECKPOINT_KEY_V2,
+    Checkpoint,
+    CheckpointError,
+    checkpoint_from_metadata,
+    checkpoint_metadata,
+    validate_checkpoint,
+)
+from eos_pipeline.core.offsets import TopicPartition
+
+TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
+Operation = Literal["upsert", "insert", "bulk_insert"]
+
+#: Default record key: the Kafka coordinates, which identify a record uniquely and forever.
+SOURCE_KEY_FIELDS: Final = tuple(SOURCE_COLUMNS.values())
+DEFAULT_ORDERING_FIELD: Final = SOURCE_COLUMNS["offset"]
+
+# Only write options whose key starts with this prefix are copied into the commit's extra
+# metadata by Hudi's Spark datasource. It matches the V2 checkpoint key and nothing else.
+_COMMIT_META_PREFIX: Final = "streamer.checkpoint.key"
+_COMMIT_META_PREFIX_OPTION: Final = "hoodie.datasource.write.commitmeta.key.prefix"
+
+#: Settings that make small tables fast on a laptop or a 2-core CI runner. Not for production
+#: tables on object storage: the metadata table and timeline-server markers exist to cut
+#: listing calls there.
+SMALL_TABLE_OPTIONS: Final[Mapping[str, str]] = {
+    "hoodie.metadata.enable": "false",
+    "hoodie.embed.timeline.server": "false",
+    "hoodie.write.markers.type": "DIRECT",
+    "hoodie.upsert.shuffle.parallelism": "2",
+    "hoodie.insert.shuffle.parallelism": "2",
+    "hoodie.bulkinsert.shuffle.parallelism": "2",
+    "hoodie.delete.shuffle.parallelism": "2",
+}
+
+
+class HudiCommitError(RuntimeError):
+    """A Hudi transaction could not be committed, or not as asked."""
+
+
+class _Unchecked:
+    def __repr__(self) -> str:
+        return "UNCHECKED"
+
+
+#: Sentinel for :func:`write_transaction`'s ``expected_previous``: do not compare.
+UNCHECKED: Final = _Unchecked()
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A completed Hudi commit that carries a Kafka checkpoint."""
+
+    instant_time: str  # when the commit was requested: Hudi's name for the instant
+    completion_time: str | None
+    action: str  # commit, or deltacommit for log-file writes to a Merge-on-Read table
+    checkpoint: Checkpoint
+    extra_metadata: Mapping[str, str]
+
+
+def hudi_write_options(
+    table_name: str,
+    checkpoint: Mapping[TopicPartition, int],
+    *,
+    table_type: TableType = "COPY_ON_WRITE",
+    record_key_fields: Sequence[str] = SOURCE_KEY_FIELDS,
+    ordering_field: str | None = DEFAULT_ORDERING_FIELD,
+    partition_fields: Sequence[str] = (),
+    operation: Operation = "upsert",
+    partition_count: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Datasource options for one transactional write; ``options`` win except where unsafe.
+
+    ``upsert`` is the default because it makes a repeated write of the same records harmless
+    (same key, same row), which protects against a caller that re-sends a range; ``insert`` and
+    ``bulk_insert`` skip the index lookup and rely on the checkpoint alone.
+    """
+    if table_type not in ("COPY_ON_WRITE", "MERGE_ON_READ"):
+        raise ValueError(f"table_type must be COPY_ON_WRITE or MERGE_ON_READ, got {table_type!r}")
+    if operation not in ("upsert", "insert", "bulk_insert"):
+        raise ValueError(f"operation must be upsert, insert or bulk_insert, got {operation!r}")
+    if not record_key_fields:
+        raise ValueError("record_key_fields must name at least one column")
+    meta = checkpoint_metadata(checkpoint, partition_count)
+    result: dict[str, str] = {
+        "hoodie.table.name": table_name,
+        "hoodie.datasource.write.table.name": table_name,
+        "hoodie.datasource.write.table.type": table_type,
+        "hoodie.datasource.write.operation": operation,
+        "hoodie.datasource.write.recordkey.field": ",".join(record_key_fields),
+        "hoodie.datasource.write.partitionpath.field": ",".join(partition_fields),
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        # A range may hold no record (only transaction markers); its commit must still exist to
+        # move the checkpoint.
+        "hoodie.allow.empty.commit": "true",
+        "hoodie.datasource.meta.sync.enable": "false",
+        "hoodie.datasource.hive_sync.enable": "false",
+    }
+    if ordering_field:
+        result["hoodie.datasource.write.precombine.field"] = ordering_field
+    for key in (_COMMIT_META_PREFIX_OPTION, CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+        if options and key in options:
+            raise ValueError(f"option {key!r} is managed by write_transaction")
+    result.update(options or {})
+    result[_COMMIT_META_PREFIX_OPTION] = _COMMIT_META_PREFIX
+    result.update(meta)
+    return result
+
+
+def write_transaction(
+    df: DataFrame,
+    table_path: str,
+    table_name: str,
+    checkpoint: Mapping[TopicPartition, int],
+    *,
+    table_type: TableType = "COPY_ON_WRITE",
+    record_key_fields: Sequence[str] = SOURCE_KEY_FIELDS,
+    ordering_field: str | None = DEFAULT_ORDERING_FIELD,
+    partition_fields: Sequence[str] = (),
+    operation: Operation = "upsert",
+    partition_count: int | None = None,
+    expected_previous: Mapping[TopicPartition, int] | _Unchecked | None = UNCHECKED,
+    allow_rewind: bool = False,
+    options: Mapping[str, str] | None = None,
+) -> CommitInfo:
+    """Write ``df`` as ONE Hudi commit whose metadata holds ``checkpoint``; return that commit.
+
+    ``checkpoint`` is the next offset of *every* partition of the source topic after this
+    transaction (untouched partitions carried forward, see ``merge_checkpoint``). Before writing,
+    the table's latest checkpoint is read: the new one may not drop a partition or move one
+    backwards (unless ``allow_rewind``), and with ``expected_previous`` it must be exactly the
+    position this run started from, which catches a second writer that committed in between.
+    After writing, the latest completed commit must carry ``checkpoint``, or this raises.
+    """
+    spark = df.sparkSession
+    missing = [c for c in (*record_key_fields, *partition_fields) if c not in df.columns]
+    if ordering_field and ordering_field not in df.columns:
+        missing.append(ordering_field)
+    if missing:
+        raise HudiCommitError(f"columns {missing} are not in the data frame ({df.columns})")
+    validate_checkpoint(checkpoint, partition_count)
+    write_options = hudi_write_options(
+        table_name,
+        checkpoint,
+        table_type=table_type,
+        record_key_fields=record_key_fields,
+        ordering_field=ordering_field,
+        partition_fields=partition_fields,
+        operation=operation,
+        partition_count=partition_count,
+        options=options,
+    )
+    before = latest_commit(spark, table_path)
+    previous = before.checkpoint if before else None
+    if not isinstance(expected_previous, _Unchecked):
+        expected = dict(expected_previous) if expected_previous is not None else None
+        if previous != expected:
+            raise HudiCommitError(
+                f"{table_path}: the table's checkpoint is {previous}, this run started from "
+                f"{expected}; another writer committed in between. Nothing was written"
+            )
+    _check_progress(previous, checkpoint, allow_rewind)
+
+    df.write.format("hudi").options(**write_options).mode("append").save(table_path)
+
+    commit = latest_commit(spark, table_path)
+    is_new = commit is not None and (before is None or commit.instant_time != before.instant_time)
+    if commit is None or not is_new or commit.checkpoint != dict(checkpoint):
+        raise HudiCommitError(
+            f"{table_path}: the write returned but the latest completed commit "
+            f"({commit.instant_time if commit else None}) carries "
+            f"{commit.checkpoint if commit else None}, not a new commit with {dict(checkpoint)}"
+        )
+    return commit
+
+
+def _check_progress(
+    previous: Checkpoint | None, new: Mapping[TopicPartition, int], allow_rewind: bool
+) -> None:
+    if previous is None:
+        return
+    dropped = sorted(set(previous) - set(new))
+    if dropped:
+        raise CheckpointError(
+            f"checkpoint drops {', '.join(map(str, dropped))} held by the table's latest commit"
+        )
+    if allow_rewind:
+        return
+    back = [
+        f"{tp}: {previous[tp]} -> {new[tp]}" for tp in sorted(previous) if new[tp] < previous[tp]
+    ]
+    if back:
+        raise CheckpointError(f"checkpoint moves backwards ({'; '.join(back)})")
+
+
+# ----------------------------------------------------------------------------------- reading
+
+
+def _jvm(spark: SparkSession) -> Any:
+    return spark.sparkContext._jvm  # type: ignore[attr-defined]
+
+
+def _table_exists(spark: SparkSession, table_path: str) -> bool:
+    jvm = _jvm(spark)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    props = jvm.org.apache.hadoop.fs.Path(table_path.rstrip("/") + "/.hoodie/hoodie.properties")
+    return bool(props.getFileSystem(conf).exists(props))
+
+
+def _meta_client(spark: SparkSession, table_path: str) -> Any:
+    jvm = _jvm(spark)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    storage_conf = jvm.org.apache.hudi.hadoop.fs.HadoopFSUtils.getStorageConf(conf)
+    return (
+        jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder()
+        .setConf(storage_conf)
+        .setBasePath(table_path)
+        .build()
+    )
+
+
+def _completed_timeline(spark: SparkSession, table_path: str) -> Any | None:
+    # Only the commits timeline (commit, deltacommit, replacecommit) and only completed
+    # instants: a requested or inflight instant is an unfinished transaction and says nothing.
+    if not _table_exists(spark, table_path):
+        return None
+    return (
+        _meta_client(spark, table_path)
+        .getActiveTimeline()
+        .getCommitsTimeline()
+        .filterCompletedInstants()
+    )
+
+
+def _newest_first(timeline: Any) -> list[Any]:
+    return sorted(
+        timeline.getInstants(),
+        key=lambda i: (str(i.getCompletionTime() or ""), str(i.requestedTime())),
+        reverse=True,
+    )
+
+
+def completed_commits(spark: SparkSession, table_path: str) -> list[tuple[str, str, str]]:
+    """``(instant_time, completion_time, action)`` of the completed commits, newest first."""
+    timeline = _completed_timeline(spark, table_path)
+    if timeline is None:
+        return []
+    return [
+        (str(i.requestedTime()), str(i.getCompletionTime()), str(i.getAction()))
+        for i in _newest_first(timeline)
+    ]
+
+
+def latest_commit(spark: SparkSession, table_path: str) -> CommitInfo | None:
+    """The newest completed commit carrying a Kafka checkpoint, or None.
+
+    Like HoodieStreamer, commits without a checkpoint (Merge-on-Read compactions, clustering)
+    are passed over: they move files, not the source position.
+    """
+    timeline = _completed_timeline(spark, table_path)
+    if timeline is None:
+        return None
+    for instant in _newest_first(timeline):
+        if not instant.isCompleted():  # belt and braces: filterCompletedInstants did this
+            continue
+        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+        metadata = {str(k): str(v) for k, v in extra.items() if v is not None}
+        found = checkpoint_from_metadata(metadata)
+        if found is not None:
+            completion = instant.getCompletionTime()
+            return CommitInfo(
+                instant_time=str(instant.requestedTime()),
+                completion_time=str(completion) if completion else None,
+                action=str(instant.getAction()),
+                checkpoint=found,
+                extra_metadata=metadata,
+            )
+    return None
+
+
+def latest_checkpoint(spark: SparkSession, table_path: str) -> Checkpoint | None:
+    """Next offset per topic-partition after the latest completed commit; None for a new table."""
+    commit = latest_commit(spark, table_path)
+    return commit.checkpoint if commit else None
+
+
+__all__ = [
+    "DEFAULT_ORDERING_FIELD",
+    "SMALL_TABLE_OPTIONS",
+    "SOURCE_KEY_FIELDS",
+    "UNCHECKED",
+    "CommitInfo",
+    "HudiCommitError",
+    "completed_commits",
+    "hudi_write_options",
+    "latest_checkpoint",
+    "latest_commit",
+    "write_transaction",
+]

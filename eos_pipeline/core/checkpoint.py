@@ -1,0 +1,198 @@
+"""The Kafka checkpoint stored in a Hudi commit, in the exact form Hudi's own streamer uses.
+
+HoodieStreamer (formerly DeltaStreamer) keeps its Kafka position as one string per commit,
+``topic,partition:offset,partition:offset,...``, partitions in ascending order, each offset being
+the *next* offset to read (Kafka's exclusive end). Writing the same string under the same
+commit-metadata key is what lets a table move between HoodieStreamer and this project in either
+direction without losing or repeating a record.
+
+Hudi 1.x knows two keys. ``deltastreamer.checkpoint.key`` (V1) is the historical one;
+``streamer.checkpoint.key.v2`` (V2) is what HoodieStreamer 1.x writes for a Kafka source on a
+table of version 8 or later (all tables created by Hudi 1.x). For Kafka both hold the same string:
+the V1/V2 difference only changes meaning for Hudi-incremental sources, whose checkpoint is an
+instant time. Readers here follow Hudi's own rule: a non-empty V2 value wins, else V1.
+
+Pure: no I/O. Reading and writing the commit lives in ``eos_pipeline.adapters.hudi``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from eos_pipeline.core.offsets import TopicPartition
+
+#: Key HoodieStreamer 1.x writes for a Kafka source on a version >= 8 table.
+CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
+#: Historical key (HoodieStreamer before 1.0, and tables of version < 8); read as a fallback.
+CHECKPOINT_KEY_V1 = "deltastreamer.checkpoint.key"
+
+_DIGITS = re.compile(r"^[0-9]+$")
+# Same bound as Kafka's own offsets (a signed 64-bit long), so a parsed value always fits Java.
+_MAX_OFFSET = 2**63 - 1
+_MAX_PARTITION = 2**31 - 1
+
+Checkpoint = dict[TopicPartition, int]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint string or mapping is malformed or would lose or repeat records."""
+
+
+def _topic_of(positions: Mapping[TopicPartition, int]) -> str:
+    topics = {tp.topic for tp in positions}
+    if len(topics) != 1:
+        found = ", ".join(sorted(topics)) or "none"
+        raise CheckpointError(
+            f"a streamer checkpoint covers exactly one topic, got {len(topics)} ({found}); "
+            "keep one Hudi table per source topic"
+        )
+    return topics.pop()
+
+
+def validate_checkpoint(
+    positions: Mapping[TopicPartition, int], partition_count: int | None = None
+) -> None:
+    """Refuse a checkpoint that could not be handed to the next run as-is.
+
+    A checkpoint must name every partition of its topic: a partition missing from it would be
+    restarted from Kafka's reset policy by HoodieStreamer, i.e. re-read from the start or skipped.
+    Kafka numbers partitions 0..n-1, so the keys must be exactly that set; ``partition_count``
+    (the topic's current count) additionally catches partitions added since the caller looked.
+    """
+    topic = _topic_of(positions)
+    for tp, offset in positions.items():
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise CheckpointError(f"{tp}: offset must be an int, got {offset!r}")
+        if not 0 <= offset <= _MAX_OFFSET:
+            raise CheckpointError(f"{tp}: offset {offset} is outside 0..2^63-1")
+    partitions = sorted(tp.partition for tp in positions)
+    expected = list(range(partition_count if partition_count is not None else len(partitions)))
+    if partitions != expected:
+        missing = sorted(set(expected) - set(partitions))
+        extra = sorted(set(partitions) - set(expected))
+        raise CheckpointError(
+            f"checkpoint for {topic!r} must hold every partition 0..{len(expected) - 1}: "
+            f"missing {missing}, unexpected {extra}. Carry untouched partitions forward with "
+            "merge_checkpoint()"
+        )
+
+
+def format_checkpoint(
+    positions: Mapping[TopicPartition, int], partition_count: int | None = None
+) -> str:
+    """``topic,0:next,1:next,...`` with partitions ascending, as HoodieStreamer writes it."""
+    validate_checkpoint(positions, partition_count)
+    topic = _topic_of(positions)
+    parts = ",".join(f"{tp.partition}:{positions[tp]}" for tp in sorted(positions))
+    return f"{topic},{parts}"
+
+
+def parse_checkpoint(text: str) -> Checkpoint:
+    """Parse a HoodieStreamer Kafka checkpoint string, strictly.
+
+    Hudi's own parser accepts some junk (signs, a bare topic); here anything but the exact
+    format fails with a message naming the bad piece, since a misread position silently loses
+    or repeats data.
+    """
+    if not isinstance(text, str) or not text:
+        raise CheckpointError("empty checkpoint string; expected 'topic,partition:offset,...'")
+    topic, sep, rest = text.partition(",")
+    if not sep or not rest:
+        raise CheckpointError(
+            f"checkpoint {text!r} names no partition; expected 'topic,partition:offset,...' "
+            "(a V2 value that is an instant time belongs to a Hudi-incremental source, not Kafka)"
+        )
+    try:
+        TopicPartition(topic, 0)
+    except ValueError as exc:
+        raise CheckpointError(f"checkpoint {text!r}: {exc}") from None
+    result: Checkpoint = {}
+    for item in rest.split(","):
+        partition, colon, offset = item.partition(":")
+        if not colon or not _DIGITS.match(partition) or not _DIGITS.match(offset):
+            raise CheckpointError(
+                f"checkpoint {text!r}: bad entry {item!r}; expected 'partition:offset' with "
+                "non-negative integers"
+            )
+        p, o = int(partition), int(offset)
+        if p > _MAX_PARTITION or o > _MAX_OFFSET:
+            raise CheckpointError(f"checkpoint {text!r}: entry {item!r} is out of range")
+        tp = TopicPartition(topic, p)
+        if tp in result:
+            raise CheckpointError(f"checkpoint {text!r}: partition {p} appears twice")
+        result[tp] = o
+    return result
+
+
+def merge_checkpoint(
+    previous: Mapping[TopicPartition, int] | None,
+    advanced: Mapping[TopicPartition, int],
+    allow_rewind: bool = False,
+) -> Checkpoint:
+    """The checkpoint after a transaction that moved only the partitions in ``advanced``.
+
+    Partitions the transaction did not touch keep their previous position, so the commit still
+    names every partition. A position moving backwards would make the next run re-read records
+    already in the table, so it is refused unless ``allow_rewind`` (a deliberate reprocessing
+    whose duplicates the table's record key absorbs).
+    """
+    if not advanced:
+        raise CheckpointError("a transaction must advance at least one partition")
+    merged: Checkpoint = dict(previous or {})
+    if merged and _topic_of(merged) != _topic_of(advanced):
+        raise CheckpointError(
+            f"topic mismatch: table checkpoint is for {_topic_of(merged)!r}, "
+            f"transaction is for {_topic_of(advanced)!r}"
+        )
+    for tp, offset in advanced.items():
+        before = merged.get(tp)
+        if before is not None and offset < before and not allow_rewind:
+            raise CheckpointError(
+                f"{tp}: position would move back from {before} to {offset}; records in "
+                "between are already committed"
+            )
+        merged[tp] = offset
+    return merged
+
+
+def checkpoint_metadata(
+    positions: Mapping[TopicPartition, int], partition_count: int | None = None
+) -> dict[str, str]:
+    """Commit extra-metadata entries carrying ``positions``, as HoodieStreamer 1.x writes them."""
+    return {CHECKPOINT_KEY_V2: format_checkpoint(positions, partition_count)}
+
+
+def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | None:
+    """The Kafka position recorded in a commit's extra metadata, or None if it holds none.
+
+    Mirrors Hudi's choice: a non-empty V2 value first, then V1.
+    """
+    for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+        value = extra.get(key)
+        if value:
+            try:
+                return parse_checkpoint(value)
+            except CheckpointError as exc:
+                raise CheckpointError(f"commit metadata {key}: {exc}") from None
+    return None
+
+
+def positions_from_ends(topic: str, ends: Mapping[int, int]) -> Checkpoint:
+    """Turn ``{partition: next_offset}`` (as Kafka reports it) into a checkpoint mapping."""
+    return {TopicPartition(topic, p): o for p, o in ends.items()}
+
+
+__all__ = [
+    "CHECKPOINT_KEY_V1",
+    "CHECKPOINT_KEY_V2",
+    "Checkpoint",
+    "CheckpointError",
+    "checkpoint_from_metadata",
+    "checkpoint_metadata",
+    "format_checkpoint",
+    "merge_checkpoint",
+    "parse_checkpoint",
+    "positions_from_ends",
+    "validate_checkpoint",
+]
