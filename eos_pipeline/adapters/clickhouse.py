@@ -664,8 +664,12 @@ class ClickHouseSink:
     ) -> None:
         """Insert newline-separated JSON objects as one block, parsed by ClickHouse itself.
 
-        The fast path (no per-record Python work). Every line must be an object whose keys are
-        columns (or ``column_names``, when given); a bad line fails the whole insert.
+        The fast path: ClickHouse parses the bytes, Python only joins them. Each object carries
+        its source fields too (``_topic``, ``_partition``, ``_offset``, and ``_timestamp`` as
+        seconds with three decimals), e.g. spliced in front of the Kafka value's bytes. Unknown
+        keys are skipped and missing ones take column defaults (ClickHouse's defaults); one
+        unparseable object fails the whole insert, so nothing of the chunk lands. The caller
+        knows how many records it joined, so nothing is returned.
         """
         ref = _table_ref(database, table)
         names = validate_identifiers(column_names, "column name") if column_names else None

@@ -144,9 +144,9 @@ def kafka_source_options(
     ``client_options`` are Java Kafka client properties (``security.protocol``,
     ``sasl.jaas.config``...); the ``kafka.`` prefix Spark wants is added here.
     ``failOnDataLoss`` stays true: an offset that is no longer in the log (retention, topic
-    recreated) fails the read instead of being skipped silently. Gaps that belong to the log
-    itself (transaction markers, aborted records under read_committed) are not data loss to
-    Spark and read fine.
+    recreated), or not in it yet (beyond the end, or inside a still-open transaction), fails the
+    read instead of being skipped silently. Gaps that belong to the log itself (transaction
+    markers, aborted records under read_committed) are not data loss to Spark and read fine.
     """
     if not ranges:
         raise SparkKafkaError("no offset range to read")
@@ -172,6 +172,9 @@ def kafka_source_options(
             "endingOffsets": _offsets_json({tp: r.end for tp, r in ranges.items()}),
             "failOnDataLoss": "true",
             "includeHeaders": "false",
+            # Spark's default (spark.network.timeout, 120 s, tried twice) turns a range that
+            # reaches into an open transaction into a four-minute hang before the failure.
+            "kafkaConsumer.pollTimeoutMs": "30000",
         }
     )
     for key, value in (source_options or {}).items():
@@ -195,9 +198,10 @@ def read_kafka_ranges(
 
     Lazy, like any DataFrame: every action reads Kafka again, and gets the same records because
     the ranges are fixed. Empty ranges are left out (they hold no record but still count as
-    read: the caller advances its checkpoint over them). A range ending beyond the partition's
-    last stable offset makes the read wait for records that are not committed yet and fail
-    after ``kafkaConsumer.pollTimeoutMs``; ask Kafka for end offsets first.
+    read: the caller advances its checkpoint over them). A range ending beyond what the
+    partition holds fails the read (Spark reports it as possible data loss) rather than
+    returning fewer records, which would let a checkpoint jump over unread offsets; take range
+    ends from Kafka's committed end offsets.
     """
     wanted = {tp: r for tp, r in ranges.items() if not r.is_empty}
     if not wanted:

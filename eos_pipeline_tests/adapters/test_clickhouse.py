@@ -525,6 +525,18 @@ def test_json_each_row_fast_path_dedups(
     assert ts.result_rows == [(1_767_323_045_678,)]
 
 
+def test_a_bad_record_fails_the_whole_chunk_and_does_not_burn_its_token(
+    sink: ClickHouseSink, chdb_client: Client, db: str, table: str
+) -> None:
+    good = json_lines("t", 0, 0, 100).split(b"\n")
+    broken = b"\n".join([*good[:50], b'{"_offset": "not a number"}', *good[50:]])
+    with pytest.raises(ClickHouseSinkError, match="_offset"):
+        sink.insert_json_each_row(db, table, broken, token("t", 0, 0, 100))
+    assert offset_counts(chdb_client, db, table) == {}
+    sink.insert_json_each_row(db, table, b"\n".join(good), token("t", 0, 0, 100))
+    assert offset_counts(chdb_client, db, table) == {o: 1 for o in range(100)}
+
+
 def test_empty_chunk_sends_nothing(
     sink: ClickHouseSink, chdb_client: Client, db: str, table: str
 ) -> None:

@@ -555,6 +555,49 @@ def test_read_fails_instead_of_skipping_offsets_lost_to_retention(
     assert sorted(r["offset"] for r in rest.collect()) == [5, 6, 7, 8, 9]
 
 
+def test_read_fails_when_the_range_ends_beyond_the_log(
+    spark: SparkSession, kafka_settings: KafkaSettings, topic_name: str
+) -> None:
+    """Returning fewer records would let the checkpoint jump over records never read."""
+    create_topic(kafka_settings, topic_name, partitions=1)
+    produce_plain(kafka_settings, topic_name, _payloads(1, 0, 5, "x"))
+    df = read_kafka_ranges(
+        spark,
+        kafka_settings.bootstrap_servers,
+        {},
+        {TopicPartition(topic_name, 0): OffsetRange(0, 8)},
+        source_options={"kafkaConsumer.pollTimeoutMs": "5000"},
+    )
+    with pytest.raises(Py4JJavaError, match=r"(?s)Cannot fetch offset 5 .*data may have been lost"):
+        df.collect()
+
+
+def test_read_fails_when_the_range_ends_inside_an_open_transaction(
+    spark: SparkSession, kafka_settings: KafkaSettings, topic_name: str
+) -> None:
+    """Records past the last stable offset have no fate yet: the read must not pretend."""
+    create_topic(kafka_settings, topic_name, partitions=1)
+    produce_plain(kafka_settings, topic_name, _payloads(1, 0, 5, "x"))
+    producer = Producer(kafka_settings.config(**{"transactional.id": f"tx-{topic_name}"}))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    recorder = _Recorder()
+    _send(producer, topic_name, recorder, _payloads(1, 5, 3, "open"))
+    assert sorted(recorder.delivered) == [(0, 5), (0, 6), (0, 7)]
+    try:
+        df = read_kafka_ranges(
+            spark,
+            kafka_settings.bootstrap_servers,
+            {},
+            {TopicPartition(topic_name, 0): OffsetRange(0, 8)},
+            source_options={"kafkaConsumer.pollTimeoutMs": "1000"},
+        )
+        with pytest.raises(Py4JJavaError, match="Cannot fetch offset 5"):
+            df.collect()
+    finally:
+        producer.abort_transaction(30)
+
+
 def test_read_refuses_unsafe_client_options(spark: SparkSession) -> None:
     ranges = {TopicPartition("t", 0): OffsetRange(0, 1)}
     with pytest.raises(SparkKafkaError, match="read_committed"):
