@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetterWriter
+from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -36,6 +36,21 @@ PIPELINE = "demo"
 SCHEMA = TableSchema.from_mapping(
     {"event_id": "Int64", "user": "String", "action": "LowCardinality(String)", "amount": "Float64"}
 )
+
+# The same payload columns for Spark: non-nullable fields are required, as in ClickHouse.
+SPARK_SCHEMA_FIELDS = [
+    ("event_id", "long", False),
+    ("user", "string", False),
+    ("action", "string", False),
+    ("amount", "double", False),
+]
+
+
+def _spark_schema():  # type: ignore[no-untyped-def]
+    from pyspark.sql import types as T
+
+    kinds = {"long": T.LongType(), "string": T.StringType(), "double": T.DoubleType()}
+    return T.StructType([T.StructField(n, kinds[k], null) for n, k, null in SPARK_SCHEMA_FIELDS])
 
 
 def _events(count: int, seed: int) -> list[tuple[int | None, bytes | None, bytes | None]]:
@@ -67,7 +82,8 @@ def _hudi_step(
     from pyspark.sql import SparkSession
 
     from eos_pipeline.adapters.hudi import latest_checkpoint, write_transaction
-    from eos_pipeline.adapters.spark import read_kafka_ranges, spark_conf
+    from eos_pipeline.adapters.spark import ERROR_COLUMN as ERROR
+    from eos_pipeline.adapters.spark import decode_json, read_kafka_ranges, spark_conf
 
     say("starting Spark (local) with the Hudi bundle and Spark's Kafka connector ...")
     builder = SparkSession.builder
@@ -84,14 +100,36 @@ def _hudi_step(
         TopicPartition(TOPIC, p): OffsetRange(start[p], ends[p]) for p in ends if ends[p] > start[p]
     }
     if ranges:
-        df = read_kafka_ranges(spark, settings.bootstrap_servers, None, ranges)
+        raw = read_kafka_ranges(spark, settings.bootstrap_servers, None, ranges).persist()
+        good, bad = decode_json(raw, _spark_schema())
+        # Spark hands binary columns over as bytearray; the producer wants bytes.
+        letters = [
+            (
+                r["partition"],
+                DeadLetter(
+                    r["offset"],
+                    None if r["key"] is None else bytes(r["key"]),
+                    None if r["value"] is None else bytes(r["value"]),
+                    "DecodeError",
+                    r[ERROR],
+                ),
+            )
+            for r in bad.collect()
+        ]
+        dlq = DeadLetterWriter(settings, f"{TOPIC}.dlq", PIPELINE)
+        for p in sorted({p for p, _ in letters}):
+            dlq.send(TopicPartition(TOPIC, p), [d for q, d in letters if q == p])
         commit = write_transaction(
-            df,
+            good,
             table,
             "demo_events",
             {TopicPartition(TOPIC, p): e for p, e in ends.items()},
         )
-        say(f"hudi: committed {commit} covering {len(ranges)} partitions")
+        raw.unpersist()
+        say(
+            f"hudi: one commit {commit.instant_time} covering {len(ranges)} partitions, "
+            f"{len(letters)} bad records to the dead-letter topic"
+        )
     else:
         say("hudi: already caught up, nothing to commit")
     from pyspark.sql import functions as F
@@ -191,7 +229,7 @@ def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
             f"{p:>9} {ends[p]:>10} {rows:>8} {len(offsets):>12} {dups:>8} "
             f"{dlq_by_partition.get(p, 0):>5} {hudi[p][0]:>10} {hudi[p][1]:>14}"
         )
-    say(f"dead-letter topic {dlq_topic}: {sum(dlq_by_partition.values())} records in all")
+    say(f"dead-letter topic {dlq_topic}: {sum(dlq_by_partition.values())} distinct source records")
     say(
         f"done in {time.monotonic() - began:.0f}s. ClickHouse data: {work / 'chdb'}; "
         f"Hudi table: {work / 'hudi' / 'demo_events'}"

@@ -566,7 +566,7 @@ def test_read_fails_when_the_range_ends_beyond_the_log(
         kafka_settings.bootstrap_servers,
         {},
         {TopicPartition(topic_name, 0): OffsetRange(0, 8)},
-        source_options={"kafkaConsumer.pollTimeoutMs": "5000"},
+        source_options={"kafkaConsumer.pollTimeoutMs": "1000"},
     )
     with pytest.raises(Py4JJavaError, match=r"(?s)Cannot fetch offset 5 .*data may have been lost"):
         df.collect()
