@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
+from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter, read_dead_letters
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -147,33 +147,11 @@ def _hudi_step(
 
 def dead_letters_by_partition(settings: KafkaSettings, dlq_topic: str) -> dict[int, int]:
     """Distinct source offsets per source partition in the dead-letter topic."""
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
-
-    try:
-        ends = end_offsets(settings, dlq_topic)
-    except Exception:
-        return {}
-    seen: set[tuple[int, int]] = set()
-    consumer = Consumer(
-        settings.config(**{"group.id": "eos-demo-dlq", "enable.auto.commit": False})
-    )
-    try:
-        consumer.assign([KafkaTopicPartition(dlq_topic, p, 0) for p in ends])
-        remaining = sum(ends.values())
-        deadline = time.monotonic() + 30
-        while remaining > 0 and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=1.0):
-                if msg.error():
-                    continue
-                remaining -= 1
-                headers = {k: v.decode() for k, v in msg.headers() or []}
-                if headers.get("eos.source.topic") == TOPIC:
-                    seen.add(
-                        (int(headers["eos.source.partition"]), int(headers["eos.source.offset"]))
-                    )
-    finally:
-        consumer.close()
+    seen = {
+        (int(h["eos.source.partition"]), int(h["eos.source.offset"]))
+        for h in read_dead_letters(settings, dlq_topic)
+        if h.get("eos.source.topic") == TOPIC
+    }
     out: dict[int, int] = {}
     for partition, _ in seen:
         out[partition] = out.get(partition, 0) + 1

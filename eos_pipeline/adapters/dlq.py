@@ -81,3 +81,43 @@ class DeadLetterWriter:
                 f"errors: {failures[:3]}; the partition's position was not moved"
             )
         return len(letters)
+
+
+def read_dead_letters(
+    settings: KafkaSettings, topic: str, timeout: float = 30.0
+) -> list[dict[str, str]]:
+    """Headers of every record in dead-letter ``topic`` (empty if the topic does not exist).
+
+    Records sent twice (by a re-run, or by two sinks of one pipeline) are all returned; callers
+    de-duplicate on ``eos.source.topic/partition/offset``.
+    """
+    import time
+
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
+
+    try:
+        ends = end_offsets(settings, topic)
+    except KafkaReadError:
+        return []
+    remaining = sum(ends.values())
+    out: list[dict[str, str]] = []
+    consumer = Consumer(
+        settings.config(**{"group.id": "eos-dead-letter-reader", "enable.auto.commit": False})
+    )
+    try:
+        consumer.assign([KafkaTopicPartition(topic, p, 0) for p in ends])
+        deadline = time.monotonic() + timeout
+        while remaining > 0:
+            if time.monotonic() > deadline:
+                raise KafkaReadError(f"reading dead-letter topic {topic!r} timed out")
+            for msg in consumer.consume(1000, timeout=1.0):
+                if msg.error():
+                    continue
+                remaining -= 1
+                out.append({k: v.decode() for k, v in msg.headers() or []})
+    finally:
+        consumer.close()
+    return out

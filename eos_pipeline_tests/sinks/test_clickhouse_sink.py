@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import pytest
 from clickhouse_connect.driver.client import Client
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetterWriter
+from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -83,7 +83,7 @@ class Rig:
     def dlq_offsets(self, partition: int) -> list[int]:
         return [
             int(h["eos.source.offset"])
-            for h in read_dlq(self.kafka, self.dlq_topic)
+            for h in read_dead_letters(self.kafka, self.dlq_topic)
             if h["eos.source.topic"] == self.topic and int(h["eos.source.partition"]) == partition
         ]
 
@@ -97,35 +97,6 @@ class Rig:
             f"missing {sorted(expected - set(in_table))[:10]}, "
             f"unexpected {sorted(set(in_table) - expected)[:10]}"
         )
-
-
-def read_dlq(settings: KafkaSettings, topic: str) -> list[dict[str, str]]:
-    """Headers of every record in the dead-letter topic (empty if it does not exist yet)."""
-    try:
-        ends = end_offsets(settings, topic)
-    except Exception:
-        return []
-    out = []
-    for partition, end in ends.items():
-        batch_consumer = Consumer(
-            settings.config(**{"group.id": "dlq-reader", "enable.auto.commit": False})
-        )
-        try:
-            from confluent_kafka import TopicPartition as KTP
-
-            batch_consumer.assign([KTP(topic, partition, 0)])
-            seen = 0
-            while seen < end:
-                for msg in batch_consumer.consume(500, timeout=2.0):
-                    if msg.error():
-                        continue
-                    seen = msg.offset() + 1
-                    out.append({k: v.decode() for k, v in msg.headers() or []})
-                if seen == 0 and end == 0:
-                    break
-        finally:
-            batch_consumer.close()
-    return out
 
 
 @pytest.fixture
