@@ -7,13 +7,18 @@ temporary state directory, so tests never collide with a stack a developer has r
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import clickhouse_connect
+import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
+from dagster_pyspark import PySparkResource
+from pyspark.sql import SparkSession
 
 from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 
@@ -62,3 +67,22 @@ def chdb_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     )
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def spark_config() -> dict[str, str]:
+    return spark_conf("local[2]", quick_start=True)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
+    """The one Spark session of the test run, built through the Dagster resource."""
+    started = time.monotonic()
+    with dg.build_resources({"pyspark": PySparkResource(spark_config=spark_config)}) as res:
+        session: SparkSession = res.pyspark.spark_session
+        session.sparkContext.setLogLevel("ERROR")
+        print(f"[timing] spark session created in {time.monotonic() - started:.1f}s")
+        try:
+            yield session
+        finally:
+            session.stop()

@@ -278,6 +278,31 @@ def completed_commits(spark: SparkSession, table_path: str) -> list[tuple[str, s
     ]
 
 
+def _commit_info(timeline: Any, instant: Any) -> CommitInfo | None:
+    extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+    metadata = {str(k): str(v) for k, v in extra.items() if v is not None}
+    found = checkpoint_from_metadata(metadata)
+    if found is None:
+        return None
+    completion = instant.getCompletionTime()
+    return CommitInfo(
+        instant_time=str(instant.requestedTime()),
+        completion_time=str(completion) if completion else None,
+        action=str(instant.getAction()),
+        checkpoint=found,
+        extra_metadata=metadata,
+    )
+
+
+def checkpoint_history(spark: SparkSession, table_path: str) -> list[CommitInfo]:
+    """Every completed commit that carries a checkpoint, newest first (the table's audit trail)."""
+    timeline = _completed_timeline(spark, table_path)
+    if timeline is None:
+        return []
+    found = (_commit_info(timeline, i) for i in _newest_first(timeline) if i.isCompleted())
+    return [c for c in found if c is not None]
+
+
 def latest_commit(spark: SparkSession, table_path: str) -> CommitInfo | None:
     """The newest completed commit carrying a Kafka checkpoint, or None.
 
@@ -290,18 +315,9 @@ def latest_commit(spark: SparkSession, table_path: str) -> CommitInfo | None:
     for instant in _newest_first(timeline):
         if not instant.isCompleted():  # belt and braces: filterCompletedInstants did this
             continue
-        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
-        metadata = {str(k): str(v) for k, v in extra.items() if v is not None}
-        found = checkpoint_from_metadata(metadata)
-        if found is not None:
-            completion = instant.getCompletionTime()
-            return CommitInfo(
-                instant_time=str(instant.requestedTime()),
-                completion_time=str(completion) if completion else None,
-                action=str(instant.getAction()),
-                checkpoint=found,
-                extra_metadata=metadata,
-            )
+        commit = _commit_info(timeline, instant)
+        if commit is not None:
+            return commit
     return None
 
 
@@ -318,6 +334,7 @@ __all__ = [
     "UNCHECKED",
     "CommitInfo",
     "HudiCommitError",
+    "checkpoint_history",
     "completed_commits",
     "hudi_write_options",
     "latest_checkpoint",

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import TableSchema
 
 #: Columns of :func:`read_kafka_ranges`, as Spark's Kafka source names them.
 KAFKA_SCHEMA = T.StructType(
@@ -42,8 +43,10 @@ KAFKA_COLUMNS = tuple(KAFKA_SCHEMA.fieldNames())
 SOURCE_COLUMNS = {"topic": "_topic", "partition": "_partition", "offset": "_offset"}
 TIMESTAMP_COLUMN = "_kafka_timestamp"
 
-#: Column holding the reason a record could not be decoded (bad rows only).
+#: Columns holding why a record could not be decoded (bad rows only): a class, as the Python
+#: decoder names them (``Tombstone``, ``DecodeError``, ``MissingField``), and a message.
 ERROR_COLUMN = "error"
+ERROR_CLASS_COLUMN = "error_class"
 _CORRUPT = "_eos_corrupt_record"
 
 # Kafka client settings that would break exactness if a caller could change them.
@@ -220,21 +223,123 @@ def with_source_columns(df: DataFrame) -> DataFrame:
     )
 
 
-def _decode_error(value: Column, text: Column, parsed: Column, schema: T.StructType) -> Column:
+def _decode_error(
+    value: Column, text: Column, parsed: Column, schema: T.StructType
+) -> tuple[Column, Column]:
     required = [f.name for f in schema.fields if not f.nullable]
     missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required))
     trimmed = F.trim(text)
     is_object = trimmed.startswith("{")
-    return (
-        F.when(value.isNull(), F.lit("value is null (tombstone)"))
-        .when(F.encode(text, "UTF-8") != value, F.lit("value is not valid UTF-8"))
-        .when(parsed.isNull() | ~is_object, F.lit("value is not a JSON object"))
-        .when(
+    # (condition, class, message), checked in order; the first that holds names the problem.
+    rules = [
+        (value.isNull(), "Tombstone", F.lit("value is null (tombstone)")),
+        (F.encode(text, "UTF-8") != value, "DecodeError", F.lit("value is not valid UTF-8")),
+        (parsed.isNull() | ~is_object, "DecodeError", F.lit("value is not a JSON object")),
+        (
             parsed[_CORRUPT].isNotNull(),
+            "DecodeError",
             F.lit("malformed JSON object, or a field does not fit its declared type"),
-        )
-        .when(~trimmed.endswith("}"), F.lit("unexpected content after the JSON object"))
-        .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
+        ),
+        (~trimmed.endswith("}"), "DecodeError", F.lit("unexpected content after the JSON object")),
+        (
+            missing != "",
+            "MissingField",
+            F.concat(F.lit("missing required field(s): "), missing),
+        ),
+    ]
+    message = F.when(rules[0][0], rules[0][2])
+    error_class = F.when(rules[0][0], F.lit(rules[0][1]))
+    for condition, cls, text_ in rules[1:]:
+        message = message.when(condition, text_)
+        error_class = error_class.when(condition, F.lit(cls))
+    return message, error_class
+
+
+_SPARK_SCALARS: dict[str, T.DataType] = {
+    "Bool": T.BooleanType(),
+    "Int8": T.ByteType(),
+    "Int16": T.ShortType(),
+    "Int32": T.IntegerType(),
+    "Int64": T.LongType(),
+    "UInt8": T.ShortType(),
+    "UInt16": T.IntegerType(),
+    "UInt32": T.LongType(),
+    "UInt64": T.DecimalType(20, 0),
+    "Int128": T.DecimalType(38, 0),
+    "UInt128": T.DecimalType(38, 0),
+    "Float32": T.FloatType(),
+    "Float64": T.DoubleType(),
+    "BFloat16": T.FloatType(),
+    "String": T.StringType(),
+    "UUID": T.StringType(),
+    "IPv4": T.StringType(),
+    "IPv6": T.StringType(),
+    "JSON": T.StringType(),
+    "Date": T.DateType(),
+    "Date32": T.DateType(),
+}
+
+
+def _split_args(inner: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        current += ch
+    parts.append(current.strip())
+    return parts
+
+
+def spark_type(ch_type: str) -> T.DataType:
+    """The Spark type that holds a canonical ClickHouse type (see ``core.schema``) without loss.
+
+    Unsigned 64-bit and 128-bit integers become decimals, strings of every kind become strings,
+    and ``DateTime``/``DateTime64`` become timestamps (microseconds in Spark).
+    """
+    if ch_type in _SPARK_SCALARS:
+        return _SPARK_SCALARS[ch_type]
+    name, _, rest = ch_type.partition("(")
+    args = _split_args(rest[:-1]) if rest else []
+    if name in ("LowCardinality", "Nullable"):
+        return spark_type(args[0])
+    if name in ("FixedString", "Enum8", "Enum16", "Enum"):
+        return T.StringType()
+    if name in ("DateTime", "DateTime64"):
+        return T.TimestampType()
+    if name.startswith("Decimal"):
+        if name == "Decimal" and len(args) == 2:
+            precision, scale = int(args[0]), int(args[1])
+        else:  # Decimal32(S), Decimal64(S), Decimal128(S)
+            precision = {"Decimal32": 9, "Decimal64": 18, "Decimal128": 38}.get(name, 38)
+            scale = int(args[-1])
+        if precision > 38:
+            raise ValueError(f"{ch_type}: Spark decimals hold at most 38 digits")
+        return T.DecimalType(precision, scale)
+    if name == "Array":
+        return T.ArrayType(spark_type(args[0]), True)
+    if name == "Map":
+        return T.MapType(spark_type(args[0]), spark_type(args[1]), True)
+    raise ValueError(f"ClickHouse type {ch_type} has no Spark counterpart in this project yet")
+
+
+def spark_schema(schema: TableSchema) -> T.StructType:
+    """Payload fields of ``schema`` for :func:`decode_json`.
+
+    A field is required (non-nullable) unless the column is nullable or has a default, the same
+    rule as the ClickHouse decoder, so a record goes to the dead-letter topic from both sinks.
+    """
+    return T.StructType(
+        [
+            T.StructField(
+                c.name,
+                spark_type(c.ch_type),
+                c.nullable or c.default is not None or c.ch_type.startswith("Nullable("),
+            )
+            for c in schema.columns
+        ]
     )
 
 
@@ -243,11 +348,12 @@ def decode_json(df: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFra
 
     Good rows: the source coordinates (``_topic``, ``_partition``, ``_offset``,
     ``_kafka_timestamp``) followed by the fields of ``schema``. Bad rows: the raw Kafka columns
-    plus ``error``, ready for a dead-letter topic. A field declared non-nullable in ``schema``
-    is required: a JSON ``null`` or an absent key makes the record bad. Fields not in ``schema``
-    are ignored. Spark's JSON reader stops after the first complete value, so two objects
-    concatenated in one message would decode as the first one; a value that does not end with
-    ``}`` is refused, which catches most trailing garbage but not ``{...} {...}``.
+    plus ``error_class`` and ``error``, ready for a dead-letter topic. A field declared
+    non-nullable in ``schema`` is required: a JSON ``null`` or an absent key makes it bad.
+    Fields not in ``schema`` are ignored. Spark's JSON reader stops after the first complete
+    value, so two objects concatenated in one message would decode as the first one; a value
+    that does not end with ``}`` is refused, which catches most trailing garbage but not
+    ``{...} {...}``.
 
     Both frames derive from ``df``: persist it first if reading the source twice is costly.
     """
@@ -262,20 +368,25 @@ def decode_json(df: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFra
     parsed = F.from_json(
         text, parse_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
     )
-    tagged = df.select(
-        *KAFKA_COLUMNS,
-        parsed.alias("_eos_parsed"),
-    ).withColumn(ERROR_COLUMN, _decode_error(F.col("value"), text, F.col("_eos_parsed"), schema))
+    message, error_class = _decode_error(F.col("value"), text, F.col("_eos_parsed"), schema)
+    tagged = (
+        df.select(*KAFKA_COLUMNS, parsed.alias("_eos_parsed"))
+        .withColumn(ERROR_COLUMN, message)
+        .withColumn(ERROR_CLASS_COLUMN, error_class)
+    )
     good = tagged.where(F.col(ERROR_COLUMN).isNull()).select(
         *(F.col(src).alias(dst) for src, dst in SOURCE_COLUMNS.items()),
         F.col("timestamp").alias(TIMESTAMP_COLUMN),
         *(F.col("_eos_parsed")[f.name].alias(f.name) for f in schema.fields),
     )
-    bad = tagged.where(F.col(ERROR_COLUMN).isNotNull()).select(*KAFKA_COLUMNS, ERROR_COLUMN)
+    bad = tagged.where(F.col(ERROR_COLUMN).isNotNull()).select(
+        *KAFKA_COLUMNS, ERROR_CLASS_COLUMN, ERROR_COLUMN
+    )
     return good, bad
 
 
 __all__ = [
+    "ERROR_CLASS_COLUMN",
     "ERROR_COLUMN",
     "HUDI_SPARK_CONF",
     "KAFKA_COLUMNS",
@@ -288,5 +399,7 @@ __all__ = [
     "kafka_source_options",
     "read_kafka_ranges",
     "spark_conf",
+    "spark_schema",
+    "spark_type",
     "with_source_columns",
 ]

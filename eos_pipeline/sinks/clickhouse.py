@@ -23,10 +23,7 @@ named step boundary, so fault tests reach each boundary deterministically.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -47,23 +44,9 @@ from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.core.tokens import dedup_token
+from eos_pipeline.sinks.faults import FaultHook, fault_point
 
 log = logging.getLogger(__name__)
-
-FAULT_ENV = "EOS_FAULT_STEP"
-STEPS = (
-    "before_keeper_before",
-    "after_keeper_before",
-    "after_insert",
-    "after_keeper_after",
-)
-
-
-def fault_point(step: str) -> None:
-    """Test-only: SIGKILL this process at ``step`` when ``EOS_FAULT_STEP`` names it."""
-    if os.environ.get(FAULT_ENV) == step:
-        log.warning("fault injection: killing the process at step %s", step)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -140,7 +123,7 @@ class ClickHousePartitionSync:
         dead_letters: DeadLetterWriter,
         *,
         writer: str | None = None,
-        fault: Callable[[str], None] = fault_point,
+        fault: FaultHook = fault_point,
     ) -> None:
         self.spec = spec
         self.kafka = kafka

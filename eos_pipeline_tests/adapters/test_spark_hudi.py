@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,25 +55,6 @@ Delivered = dict[tuple[int, int], bytes]  # (partition, offset) -> value
 
 
 # ------------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="session")
-def spark_config() -> dict[str, str]:
-    return spark_conf("local[2]", quick_start=True)
-
-
-@pytest.fixture(scope="session")
-def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
-    """The one Spark session of the test run, built through the Dagster resource."""
-    started = time.monotonic()
-    with dg.build_resources({"pyspark": PySparkResource(spark_config=spark_config)}) as res:
-        session: SparkSession = res.pyspark.spark_session
-        session.sparkContext.setLogLevel("ERROR")
-        print(f"[timing] spark session created in {time.monotonic() - started:.1f}s")
-        try:
-            yield session
-        finally:
-            session.stop()
 
 
 # ------------------------------------------------------------------------------------- helpers

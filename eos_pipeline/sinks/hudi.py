@@ -1,0 +1,360 @@
+"""The exactly-once transaction of one Kafka topic into one Hudi table.
+
+One transaction is one Hudi commit, and the commit is the only place the position is kept:
+
+1. plan: read the checkpoint of the table's latest *completed* commit (a crashed write is only
+   ``requested``/``inflight`` and is never read; Hudi rolls it back on the next write), fix the
+   end offsets now (last stable offset, one request for the topic) and derive one offset range
+   per chosen partition, capped by the batch limit. Partitions the table has never seen start
+   from the reset policy. Offsets the table still needs but Kafka no longer holds (retention, a
+   recreated topic) stop the plan with an error instead of being skipped;
+2. read exactly those ranges with Spark's Kafka source, decode with the declared schema, send
+   the records that do not decode to the dead-letter topic;
+3. write the good rows in one Hudi write whose commit metadata carries the next offset of
+   *every* partition of the topic (the ones not in this transaction carried forward).
+
+If anything fails before the commit completes, the table and its checkpoint are as they were
+and a retry plans the same ranges again (pass the same ``until`` to get exactly the same ends).
+If the process dies after the commit completed, the next plan starts from the new checkpoint:
+nothing is written twice. Dead letters sent by an attempt that did not commit are sent again by
+the retry with the same source coordinates, which is what readers de-duplicate on.
+
+Hudi tables take one writer at a time: runs are serialized per table by Dagster (see
+``dagster.yaml``) and, as a second line, the write refuses to commit if the table's checkpoint
+is no longer the one the plan started from.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
+from eos_pipeline.adapters.hudi import (
+    DEFAULT_ORDERING_FIELD,
+    SOURCE_KEY_FIELDS,
+    CommitInfo,
+    Operation,
+    TableType,
+    latest_commit,
+    write_transaction,
+)
+from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets
+from eos_pipeline.adapters.spark import (
+    ERROR_CLASS_COLUMN,
+    ERROR_COLUMN,
+    TIMESTAMP_COLUMN,
+    decode_json,
+    read_kafka_ranges,
+    spark_schema,
+)
+from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.sinks.faults import FaultHook, fault_point, kill_when_hudi_write_starts
+
+log = logging.getLogger(__name__)
+
+
+class HudiSinkError(RuntimeError):
+    """A transaction cannot be planned or committed without losing or repeating records."""
+
+
+@dataclass(frozen=True)
+class HudiTableSpec:
+    """Where one pipeline writes in Hudi, how the table is keyed, and how big a transaction gets."""
+
+    pipeline: str
+    topic: str
+    table_path: str
+    table_name: str
+    schema: TableSchema
+    table_type: TableType = "COPY_ON_WRITE"
+    record_key_fields: tuple[str, ...] = SOURCE_KEY_FIELDS
+    ordering_field: str | None = DEFAULT_ORDERING_FIELD
+    partition_fields: tuple[str, ...] = ()
+    operation: Operation = "upsert"
+    max_records_per_partition: int = 1_000_000
+    reset: Literal["earliest", "latest"] = "earliest"
+    hudi_options: Mapping[str, str] = field(default_factory=dict)
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_records_per_partition < 1:
+            raise ValueError("max_records_per_partition must be at least 1")
+        if self.reset not in ("earliest", "latest"):
+            raise ValueError(f"reset must be 'earliest' or 'latest', got {self.reset!r}")
+
+
+@dataclass(frozen=True)
+class HudiPlan:
+    """One transaction, fixed before anything is read: ranges in, checkpoint out."""
+
+    previous: CommitInfo | None
+    start: Checkpoint  # position of every partition before (stored, or from the reset policy)
+    ranges: dict[TopicPartition, OffsetRange]  # the partitions of this transaction
+    checkpoint: Checkpoint  # position of every partition after the commit
+    end_offsets: Checkpoint  # Kafka's last stable offsets when the plan was made
+
+    @property
+    def has_work(self) -> bool:
+        """A commit is due if records are to be read or a position is recorded for the first time.
+
+        The second case matters for ``reset="latest"``: the first commit pins where the table
+        starts, otherwise every run would start at the then-latest offset and skip the records
+        produced in between.
+        """
+        stored = self.previous.checkpoint if self.previous else {}
+        return any(not r.is_empty for r in self.ranges.values()) or self.checkpoint != stored
+
+
+@dataclass
+class HudiReport:
+    """What one transaction did (becomes Dagster metadata)."""
+
+    instant_time: str | None
+    ranges: dict[TopicPartition, OffsetRange]
+    checkpoint_before: Checkpoint | None
+    checkpoint_after: Checkpoint
+    end_offsets: Checkpoint
+    records_read: dict[TopicPartition, int] = field(default_factory=dict)
+    rows_written: dict[TopicPartition, int] = field(default_factory=dict)
+    dead_letters: dict[TopicPartition, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def total_records_read(self) -> int:
+        return sum(self.records_read.values())
+
+    @property
+    def total_rows_written(self) -> int:
+        return sum(self.rows_written.values())
+
+    @property
+    def total_dead_letters(self) -> int:
+        return sum(self.dead_letters.values())
+
+    @property
+    def lag_after(self) -> dict[TopicPartition, int]:
+        return {tp: end - self.checkpoint_after[tp] for tp, end in self.end_offsets.items()}
+
+
+class HudiTableSync:
+    """Moves a Kafka topic into a Hudi table, one atomic commit per transaction."""
+
+    def __init__(
+        self,
+        spec: HudiTableSpec,
+        kafka: KafkaSettings,
+        spark: SparkSession,
+        dead_letters: DeadLetterWriter,
+        *,
+        fault: FaultHook = fault_point,
+    ) -> None:
+        self.spec = spec
+        self.kafka = kafka
+        self.spark = spark
+        self.dead_letters = dead_letters
+        self.fault = fault
+
+    # ------------------------------------------------------------------------------- reading
+    def positions(self) -> Checkpoint | None:
+        """Next offset per partition after the latest completed commit; None for a new table."""
+        commit = latest_commit(self.spark, self.spec.table_path)
+        return commit.checkpoint if commit else None
+
+    def plan(
+        self,
+        partitions: Collection[int] | None = None,
+        until: Mapping[int, int] | None = None,
+    ) -> HudiPlan:
+        """Fix the next transaction without side effects; ``partitions`` default to all."""
+        topic = self.spec.topic
+        previous = latest_commit(self.spark, self.spec.table_path)
+        stored = previous.checkpoint if previous else {}
+        ends = end_offsets(self.kafka, topic)
+        lows = start_offsets(self.kafka, topic)
+        foreign = sorted({tp.topic for tp in stored} - {topic})
+        if foreign:
+            raise HudiSinkError(
+                f"{self.spec.table_path}: the table's checkpoint is for topic(s) {foreign}, "
+                f"not {topic!r}; one Hudi table follows one topic"
+            )
+        start: Checkpoint = {}
+        for p in sorted(ends):
+            tp = TopicPartition(topic, p)
+            if tp in stored:
+                start[tp] = stored[tp]
+            else:
+                start[tp] = lows[p] if self.spec.reset == "earliest" else ends[p]
+        gone = sorted(tp.partition for tp in stored if tp.partition not in ends)
+        if gone:
+            raise HudiSinkError(
+                f"topic {topic!r} has {len(ends)} partitions but the table's checkpoint names "
+                f"partition(s) {gone}: the topic was deleted and recreated with fewer "
+                "partitions. Nothing was read; point the pipeline at a new table"
+            )
+        chosen = sorted(ends) if partitions is None else sorted(set(partitions))
+        unknown = [p for p in chosen if p not in ends]
+        if unknown:
+            raise HudiSinkError(
+                f"partition(s) {unknown} do not exist in topic {topic!r} "
+                f"(it has {len(ends)}: 0..{len(ends) - 1})"
+            )
+        ranges: dict[TopicPartition, OffsetRange] = {}
+        for p in chosen:
+            tp = TopicPartition(topic, p)
+            begin = start[tp]
+            if begin > ends[p]:
+                raise HudiSinkError(
+                    f"{tp}: the table has read up to offset {begin} but Kafka's log ends at "
+                    f"{ends[p]}: the topic was recreated or truncated. Nothing was read; the "
+                    "offsets of the new log would not match the table's"
+                )
+            if begin < lows[p]:
+                raise HudiSinkError(
+                    f"{tp}: offsets [{begin}, {lows[p]}) were deleted from Kafka (retention "
+                    "or compaction) before this table read them. Nothing was read. Raise the "
+                    "topic's retention, or accept the loss explicitly by committing a moved "
+                    "checkpoint"
+                )
+            end = min(ends[p], begin + self.spec.max_records_per_partition)
+            if until is not None and p in until:
+                end = max(begin, min(end, until[p]))
+            ranges[tp] = OffsetRange(begin, end)
+        checkpoint = dict(start)
+        checkpoint.update({tp: r.end for tp, r in ranges.items()})
+        return HudiPlan(
+            previous,
+            start,
+            ranges,
+            checkpoint,
+            {TopicPartition(topic, p): e for p, e in ends.items()},
+        )
+
+    # ------------------------------------------------------------------------------- writing
+    def run(
+        self,
+        partitions: Collection[int] | None = None,
+        until: Mapping[int, int] | None = None,
+    ) -> HudiReport:
+        """Plan and commit one transaction; return what it did (no commit if nothing to do)."""
+        return self.run_plan(self.plan(partitions, until))
+
+    def run_plan(self, plan: HudiPlan) -> HudiReport:
+        began = time.monotonic()
+        spec = self.spec
+        report = HudiReport(
+            instant_time=None,
+            ranges=dict(plan.ranges),
+            checkpoint_before=plan.previous.checkpoint if plan.previous else None,
+            checkpoint_after=plan.checkpoint if plan.has_work else dict(plan.start),
+            end_offsets=dict(plan.end_offsets),
+        )
+        self._log_plan(plan)
+        if not plan.has_work:
+            log.info("%s: caught up, nothing to commit", spec.table_name)
+            return report
+        wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
+        raw = read_kafka_ranges(
+            self.spark, self.kafka.bootstrap_servers, spec.kafka_options, wanted
+        ).persist()
+        try:
+            report.records_read = {tp: 0 for tp in plan.ranges}
+            for row in raw.groupBy("partition").count().collect():
+                report.records_read[TopicPartition(spec.topic, row["partition"])] = row["count"]
+            good, bad = decode_json(raw, spark_schema(spec.schema))
+            report.dead_letters = self._send_dead_letters(bad, plan)
+            report.rows_written = {
+                tp: report.records_read[tp] - report.dead_letters.get(tp, 0) for tp in plan.ranges
+            }
+            self.fault("before_hudi_write")
+            stop_watcher = kill_when_hudi_write_starts(spec.table_path)
+            commit = write_transaction(
+                self._to_table(good),
+                spec.table_path,
+                spec.table_name,
+                plan.checkpoint,
+                table_type=spec.table_type,
+                record_key_fields=spec.record_key_fields,
+                ordering_field=spec.ordering_field,
+                partition_fields=spec.partition_fields,
+                operation=spec.operation,
+                partition_count=len(plan.end_offsets),
+                expected_previous=plan.previous.checkpoint if plan.previous else None,
+                options=spec.hudi_options,
+            )
+            if stop_watcher is not None:
+                stop_watcher.set()
+            self.fault("after_hudi_commit")
+        finally:
+            raw.unpersist()
+        report.instant_time = commit.instant_time
+        report.seconds = time.monotonic() - began
+        log.info(
+            "%s: commit %s: %d records read, %d rows written, %d dead letters, in %.1f s",
+            spec.table_name,
+            commit.instant_time,
+            report.total_records_read,
+            report.total_rows_written,
+            report.total_dead_letters,
+            report.seconds,
+        )
+        return report
+
+    # ------------------------------------------------------------------------------- internals
+    def _to_table(self, good: DataFrame) -> DataFrame:
+        """Decoded rows in the table's column names, with declared defaults filled in."""
+        source = self.spec.schema.source
+        columns = [
+            F.col("_topic").alias(source.topic),
+            F.col("_partition").alias(source.partition),
+            F.col("_offset").alias(source.offset),
+        ]
+        if source.timestamp is not None:
+            columns.append(F.col(TIMESTAMP_COLUMN).alias(source.timestamp))
+        for col in self.spec.schema.columns:
+            value = F.col(col.name)
+            if col.default is not None:
+                value = F.coalesce(value, F.lit(col.default).cast(good.schema[col.name].dataType))
+            columns.append(value.alias(col.name))
+        return good.select(*columns)
+
+    def _send_dead_letters(self, bad: DataFrame, plan: HudiPlan) -> dict[TopicPartition, int]:
+        letters: dict[TopicPartition, list[DeadLetter]] = {}
+        for row in bad.orderBy("partition", "offset").toLocalIterator():
+            tp = TopicPartition(self.spec.topic, row["partition"])
+            # Spark hands binary columns over as bytearray; the producer wants bytes.
+            letters.setdefault(tp, []).append(
+                DeadLetter(
+                    row["offset"],
+                    None if row["key"] is None else bytes(row["key"]),
+                    None if row["value"] is None else bytes(row["value"]),
+                    row[ERROR_CLASS_COLUMN],
+                    row[ERROR_COLUMN],
+                )
+            )
+        sent = {tp: self.dead_letters.send(tp, batch) for tp, batch in sorted(letters.items())}
+        for tp, count in sent.items():
+            log.warning(
+                "%s: %d records sent to dead-letter topic %s", tp, count, self.dead_letters.topic
+            )
+        return {tp: sent.get(tp, 0) for tp in plan.ranges}
+
+    def _log_plan(self, plan: HudiPlan) -> None:
+        log.info(
+            "%s: %s; transaction over %d partition(s): %s",
+            self.spec.table_name,
+            f"latest commit {plan.previous.instant_time}" if plan.previous else "new table",
+            len(plan.ranges),
+            ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items())) or "none",
+        )
+
+
+__all__ = ["HudiPlan", "HudiReport", "HudiSinkError", "HudiTableSpec", "HudiTableSync"]
