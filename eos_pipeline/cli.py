@@ -18,12 +18,14 @@ environment variables (flags win over them):
   EOS_KAFKA_CONTROLLER_PORT  Kafka KRaft controller port (default: 9093)
   EOS_ARTIFACT_CACHE         where fetched JVM jars are kept (default: ./.cache/jvm)
   EOS_MAVEN_REPOSITORY       Maven Central mirror to fetch from
+  EOS_PIPELINES_FILE         pipelines file of the Dagster code location (default: ./pipelines.yaml)
 
 examples:
   eos-pipeline stack up                  start ZooKeeper and Kafka, wait until both answer
   eos-pipeline stack status              show what runs where
   eos-pipeline stack down                stop both, leaving no process behind
-  eos-pipeline demo                      run the main job end to end
+  eos-pipeline demo                      run the main job end to end (Dagster drives it)
+  eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
 """
 
 
@@ -62,14 +64,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="run the main job end to end on the local stack",
-        description="Bring the local stack up, produce sample events, move them into ClickHouse "
-        "and Hudi, and print what landed next to the Kafka offsets.",
+        help="run the main job end to end on the local stack, driven by Dagster",
+        description="Bring the local stack up, produce sample events (a few malformed), start "
+        "`dagster dev` (UI URL printed) and let its sensors move the events into ClickHouse and "
+        "Hudi; when both are caught up, print per partition what landed next to the Kafka "
+        "offsets, then stop Dagster (or keep the UI with --keep-ui).",
     )
     _add_stack_options(demo)
     demo.add_argument("--work-dir", type=Path, default=Path(".state/demo"), help="demo outputs")
     demo.add_argument("--records", type=int, default=1000, help="records to produce")
     demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic")
+    demo.add_argument("--keep-ui", action="store_true", help="keep Dagster running at the end")
+    demo.add_argument(
+        "--dagster-home", type=Path, default=Path(".dagster_home"), help="DAGSTER_HOME to use"
+    )
+    demo.add_argument("--port", type=int, help="Dagster UI port (default: a free one)")
+    demo.add_argument(
+        "--pipelines-file",
+        type=Path,
+        help="pipelines file (default: EOS_PIPELINES_FILE or ./pipelines.yaml)",
+    )
+    demo.add_argument(
+        "--sensor-interval", type=int, default=3, help="seconds between sensor evaluations"
+    )
+    demo.add_argument(
+        "--timeout", type=float, default=900.0, help="give up if not caught up after this long"
+    )
     demo.add_argument("--down", action="store_true", help="stop the stack when done")
     return parser
 

@@ -1,23 +1,40 @@
 """The main job, end to end on the local stack (``eos-pipeline demo`` / ``make demo``).
 
-Brings the stack up, produces sample events (a few of them malformed) into a demo topic, moves
-them exactly once into ClickHouse (embedded chDB) through the keeper-backed state machine and
-into a Hudi table through Spark (one commit, offsets in the commit), then prints, per partition,
-the Kafka offsets next to what each table holds. Running it again produces more events and moves
-only those: the counts show every offset once.
+1. bring the stack up, create the demo topic, produce sample events (a few malformed);
+2. start ``dagster dev`` on the project's ``workspace.yaml`` with ``DAGSTER_HOME=.dagster_home``
+   (the project's ``dagster.yaml``), and print the UI's URL;
+3. let the sensors drive: the partitions sensor adds one partition per Kafka partition, the lag
+   sensors request ClickHouse runs (one per partition, serialized on the chDB path) and one Hudi
+   run over all lagging partitions (one commit);
+4. when both tables are caught up with the end offsets fixed after producing (and no run is in
+   flight), print per partition: Kafka's end offset, ClickHouse rows and distinct offsets, Hudi
+   rows and distinct offsets, and dead letters. Kafka's end equals rows plus dead letters, with
+   no duplicate.
+
+Without ``--keep-ui`` the command then stops Dagster and ends; with it the UI stays up until
+Ctrl-C. Running it again produces more events and moves only those.
+
+The tables are counted in a child process: chDB allows one process per data path, and the runs
+Dagster launches must be able to open it afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter, read_dead_letters
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -25,32 +42,10 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     produce_all,
 )
-from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.stack.services import Stack, StackConfig
+from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
-TOPIC = "demo-events"
+REPO = Path(__file__).resolve().parents[1]
 PIPELINE = "demo"
-SCHEMA = TableSchema.from_mapping(
-    {"event_id": "Int64", "user": "String", "action": "LowCardinality(String)", "amount": "Float64"}
-)
-
-# The same payload columns for Spark: non-nullable fields are required, as in ClickHouse.
-SPARK_SCHEMA_FIELDS = [
-    ("event_id", "long", False),
-    ("user", "string", False),
-    ("action", "string", False),
-    ("amount", "double", False),
-]
-
-
-def _spark_schema():  # type: ignore[no-untyped-def]
-    from pyspark.sql import types as T
-
-    kinds = {"long": T.LongType(), "string": T.StringType(), "double": T.DoubleType()}
-    return T.StructType([T.StructField(n, kinds[k], null) for n, k, null in SPARK_SCHEMA_FIELDS])
 
 
 def _events(count: int, seed: int) -> list[tuple[int | None, bytes | None, bytes | None]]:
@@ -75,145 +70,257 @@ def _events(count: int, seed: int) -> list[tuple[int | None, bytes | None, bytes
     return out
 
 
-def _hudi_step(
-    settings: KafkaSettings, work: Path, ends: dict[int, int], say: Callable[[str], None]
-) -> dict[int, tuple[int, int]]:
-    """Kafka -> Hudi with Spark: one commit from the table's checkpoint to ``ends``."""
-    from pyspark.sql import SparkSession
+# ----------------------------------------------------------------------------- counting
 
-    from eos_pipeline.adapters.hudi import latest_checkpoint, write_transaction
-    from eos_pipeline.adapters.spark import ERROR_COLUMN as ERROR
-    from eos_pipeline.adapters.spark import decode_json, read_kafka_ranges, spark_conf
 
-    say("starting Spark (local) with the Hudi bundle and Spark's Kafka connector ...")
-    builder = SparkSession.builder
-    for key, value in spark_conf(quick_start=True).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    table = str(work / "hudi" / "demo_events")
-    previous = latest_checkpoint(spark, table)
-    start = {p: 0 for p in ends}
-    if previous is not None:
-        start.update({tp.partition: off for tp, off in previous.items() if tp.topic == TOPIC})
-    ranges = {
-        TopicPartition(TOPIC, p): OffsetRange(start[p], ends[p]) for p in ends if ends[p] > start[p]
-    }
-    if ranges:
-        raw = read_kafka_ranges(spark, settings.bootstrap_servers, None, ranges).persist()
-        good, bad = decode_json(raw, _spark_schema())
-        # Spark hands binary columns over as bytearray; the producer wants bytes.
-        letters = [
-            (
-                r["partition"],
-                DeadLetter(
-                    r["offset"],
-                    None if r["key"] is None else bytes(r["key"]),
-                    None if r["value"] is None else bytes(r["value"]),
-                    "DecodeError",
-                    r[ERROR],
-                ),
-            )
-            for r in bad.collect()
-        ]
-        dlq = DeadLetterWriter(settings, f"{TOPIC}.dlq", PIPELINE)
-        for p in sorted({p for p, _ in letters}):
-            dlq.send(TopicPartition(TOPIC, p), [d for q, d in letters if q == p])
-        commit = write_transaction(
-            good,
-            table,
-            "demo_events",
-            {TopicPartition(TOPIC, p): e for p, e in ends.items()},
+def count_tables(request: dict[str, Any]) -> dict[str, Any]:
+    """Rows and distinct offsets per partition in ClickHouse and Hudi (run in a child process)."""
+    from eos_pipeline.adapters.clickhouse import ClickHouseSink
+
+    topic, partitions = request["topic"], request["partitions"]
+    out: dict[str, Any] = {"clickhouse": {}, "hudi": {}}
+    if request.get("clickhouse_url"):
+        with ClickHouseSink.connect(request["clickhouse_url"]) as sink:
+            for p in partitions:
+                offsets = sink.offsets_in_table(request["database"], request["table"], topic, p)
+                out["clickhouse"][p] = [sum(n for _, n in offsets), len(offsets)]
+    if request.get("hudi_path"):
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+
+        from eos_pipeline.adapters.spark import spark_conf
+
+        builder = SparkSession.builder
+        for key, value in spark_conf(quick_start=True).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        rows = (
+            spark.read.format("hudi")
+            .load(request["hudi_path"])
+            .groupBy("_partition")
+            .agg(F.count("*").alias("rows"), F.countDistinct("_offset").alias("distinct"))
+            .collect()
         )
-        raw.unpersist()
-        say(
-            f"hudi: one commit {commit.instant_time} covering {len(ranges)} partitions, "
-            f"{len(letters)} bad records to the dead-letter topic"
-        )
-    else:
-        say("hudi: already caught up, nothing to commit")
-    from pyspark.sql import functions as F
-
-    rows = spark.read.format("hudi").load(table)
-    counts = {
-        r["_partition"]: (r["rows"], r["distinct"])
-        for r in rows.groupBy("_partition")
-        .agg(F.count("*").alias("rows"), F.countDistinct("_offset").alias("distinct"))
-        .collect()
-    }
-    spark.stop()
-    return {p: counts.get(p, (0, 0)) for p in ends}
-
-
-def dead_letters_by_partition(settings: KafkaSettings, dlq_topic: str) -> dict[int, int]:
-    """Distinct source offsets per source partition in the dead-letter topic."""
-    seen = {
-        (int(h["eos.source.partition"]), int(h["eos.source.offset"]))
-        for h in read_dead_letters(settings, dlq_topic)
-        if h.get("eos.source.topic") == TOPIC
-    }
-    out: dict[int, int] = {}
-    for partition, _ in seen:
-        out[partition] = out.get(partition, 0) + 1
+        out["hudi"] = {r["_partition"]: [r["rows"], r["distinct"]] for r in rows}
+        spark.stop()
     return out
 
 
+def _count_in_child(request: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "eos_pipeline.demo", json.dumps(request)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"counting the tables failed:\n{done.stderr[-3000:]}")
+    raw = json.loads(done.stdout.strip().splitlines()[-1])
+    return {k: {int(p): v for p, v in d.items()} for k, d in raw.items()}
+
+
+# ----------------------------------------------------------------------------- dagster
+
+
+def prepare_dagster_home(home: Path) -> Path:
+    """``DAGSTER_HOME`` with the project's ``dagster.yaml`` (concurrency rules included)."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    return home
+
+
+def start_dagster(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``dagster dev`` in its own process group (so stopping it stops its daemon and runs)."""
+    exe = Path(sys.executable).with_name("dagster")
+    command = [str(exe) if exe.exists() else "dagster", "dev", "-w", str(REPO / "workspace.yaml")]
+    command += ["-h", "127.0.0.1", "-p", str(port)]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop_dagster(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """SIGTERM to the group dagster dev leads, then SIGKILL if it does not end in time."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tuple[bool, str]:
+    """Whether both sinks reached ``ends`` with no run in flight, and a one-line status."""
+    import dagster as dg
+
+    from eos_pipeline.core.dedup import Phase
+    from eos_pipeline.defs.assets import (
+        CLICKHOUSE_SINK,
+        checkpoint_from_materialization,
+        hudi_key,
+    )
+    from eos_pipeline.sinks.clickhouse import state_of
+
+    pipeline = config.pipeline(PIPELINE)
+    topic = pipeline.kafka.topics[0]
+    done = True
+    parts = []
+    if pipeline.clickhouse is not None:
+        records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
+        at = 0
+        for p, end in ends.items():
+            state = state_of(records[p].record) if p in records else None
+            if state is not None and state.phase is Phase.AFTER and state.range.end >= end:
+                at += 1
+        done &= at == len(ends)
+        parts.append(f"clickhouse {at}/{len(ends)} partitions caught up")
+    if pipeline.hudi is not None:
+        event = instance.get_latest_materialization_event(hudi_key(pipeline))
+        checkpoint = checkpoint_from_materialization(event, topic) or {}
+        at = sum(1 for tp, off in checkpoint.items() if off >= ends.get(tp.partition, 0))
+        done &= at == len(ends)
+        parts.append(f"hudi {at}/{len(ends)}")
+    in_flight = instance.get_runs_count(
+        dg.RunsFilter(
+            statuses=[
+                dg.DagsterRunStatus.QUEUED,
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ]
+        )
+    )
+    failed = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    parts.append(f"{in_flight} runs in flight, {failed} failed")
+    return done and in_flight == 0, ", ".join(parts)
+
+
+# ----------------------------------------------------------------------------- the job
+
+
 def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
-    say = print
+    say: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
+    began = time.monotonic()
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
+    home = prepare_dagster_home(Path(args.dagster_home).resolve())
 
     stack = Stack(config)
     stack.up()
-    settings = KafkaSettings(config.kafka_bootstrap)
-    create_topic(settings, TOPIC, args.partitions)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "EOS_KAFKA_BOOTSTRAP": config.kafka_bootstrap,
+        "EOS_ZOOKEEPER_HOSTS": config.zookeeper_hosts,
+        "EOS_DEMO_DIR": str(work),
+        "EOS_SENSOR_INTERVAL_SECONDS": str(args.sensor_interval),
+    }
+    if args.pipelines_file:
+        env["EOS_PIPELINES_FILE"] = str(Path(args.pipelines_file).resolve())
+    if not getattr(args, "verbose", False):
+        logging.getLogger().setLevel(logging.WARNING)
 
+    from eos_pipeline.defs.config import load_config
+
+    pipelines = load_config(environ=env)  # what the code location will load, same variables
+    pipeline = pipelines.pipeline(PIPELINE)
+    topic = pipeline.kafka.topics[0]
+    kafka = KafkaSettings(pipeline.kafka.bootstrap_servers)
+    create_topic(kafka, topic, args.partitions)
     seed = int(time.time())
-    delivered = produce_all(idempotent_producer(settings), TOPIC, _events(args.records, seed))
-    say(f"produced {len(delivered)} events to {TOPIC} ({args.partitions} partitions)")
-    ends = end_offsets(settings, TOPIC)
+    delivered = produce_all(idempotent_producer(kafka), topic, _events(args.records, seed))
+    ends = end_offsets(kafka, topic)
+    say(f"produced {len(delivered)} events to {topic} ({len(ends)} partitions); ends {ends}")
 
-    # ClickHouse, exactly once per partition.
-    sink = ClickHouseSink.connect(f"chdb://{work / 'chdb'}")
-    sink.ensure_table("demo", "events", SCHEMA)
-    spec = ClickHouseTableSpec(PIPELINE, "demo", "events", SCHEMA, max_records=2000)
-    dlq_topic = f"{TOPIC}.dlq"
-    with KeeperStateStore(KeeperSettings(hosts=config.zookeeper_hosts)) as store:
-        sync = ClickHousePartitionSync(
-            spec, settings, store, sink, DeadLetterWriter(settings, dlq_topic, PIPELINE)
+    import dagster as dg
+
+    port = args.port or free_port()
+    log = work / "dagster.log"
+    process = start_dagster(env, port, log)
+    say(f"dagster dev started (pid {process.pid}, log {log})")
+    say(f"Dagster UI: http://127.0.0.1:{port}")
+    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    store = KeeperStateStore(KeeperSettings(pipelines.keeper.hosts, pipelines.keeper.root))
+    deadline = time.monotonic() + args.timeout
+    last = ""
+    ok = False
+    try:
+        store.start()
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                say(f"dagster dev exited with code {process.returncode}; see {log}")
+                return 1
+            ok, status = progress(instance, pipelines, store, ends)
+            if status != last:
+                say(f"[{time.monotonic() - began:5.0f}s] {status}")
+                last = status
+            if ok:
+                break
+            time.sleep(2)
+        if not ok:
+            say(f"not caught up within {args.timeout:.0f}s ({last}); see {log} and the UI")
+            return 1
+        say("both tables caught up; counting rows per partition ...")
+        counts = _count_in_child(
+            {
+                "topic": topic,
+                "partitions": sorted(ends),
+                "clickhouse_url": pipelines.clickhouse.url if pipeline.clickhouse else None,
+                "database": pipeline.clickhouse.database if pipeline.clickhouse else None,
+                "table": pipeline.clickhouse.table if pipeline.clickhouse else None,
+                "hudi_path": pipeline.hudi.path if pipeline.hudi else None,
+            }
         )
-        for p in sorted(ends):
-            report = sync.run(TopicPartition(TOPIC, p), until=ends[p])
-            say(
-                f"clickhouse: {TOPIC}[{p}] {report.start} -> {report.end}: "
-                f"{report.records_read} read, {report.rows_sent} sent, "
-                f"{report.dead_letters} to {dlq_topic}, cases {report.cases or ['(caught up)']}"
-            )
+        print_table(say, kafka, pipeline, ends, counts)
+        say(f"done in {time.monotonic() - began:.0f}s.")
+        if args.keep_ui:
+            say(f"the UI stays up at http://127.0.0.1:{port}; Ctrl-C stops it")
+            with contextlib.suppress(KeyboardInterrupt):
+                process.wait()
+    finally:
+        store.close()
+        instance.dispose()
+        stop_dagster(process)
+        say("dagster stopped")
+        if args.down:
+            stack.down()
+        else:
+            say("the stack is still running; stop it with: eos-pipeline stack down")
+    return 0
 
-    hudi = _hudi_step(settings, work, ends, say)
 
+def print_table(
+    say: Callable[[str], None],
+    kafka: KafkaSettings,
+    pipeline: Any,
+    ends: dict[int, int],
+    counts: dict[str, dict[int, list[int]]],
+) -> None:
+    from eos_pipeline.core.offsets import TopicPartition
+    from eos_pipeline.defs.proof import dead_letter_offsets
+
+    topic = pipeline.kafka.topics[0]
+    dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
     say("")
     say(
-        f"{'partition':>9} {'kafka end':>10} {'ch rows':>8} {'ch distinct':>12} {'ch dups':>8} "
-        f"{'dlq':>5} {'hudi rows':>10} {'hudi distinct':>14}"
+        f"{'partition':>9} {'kafka end':>10} {'ch rows':>8} {'ch distinct':>12} "
+        f"{'hudi rows':>10} {'hudi distinct':>14} {'dlq':>5}"
     )
-    dlq_by_partition = dead_letters_by_partition(settings, dlq_topic)
     for p in sorted(ends):
-        offsets = sink.offsets_in_table("demo", "events", TOPIC, p)
-        rows = sum(n for _, n in offsets)
-        dups = sum(1 for _, n in offsets if n > 1)
-        say(
-            f"{p:>9} {ends[p]:>10} {rows:>8} {len(offsets):>12} {dups:>8} "
-            f"{dlq_by_partition.get(p, 0):>5} {hudi[p][0]:>10} {hudi[p][1]:>14}"
-        )
-    say(f"dead-letter topic {dlq_topic}: {sum(dlq_by_partition.values())} distinct source records")
-    say(
-        f"done in {time.monotonic() - began:.0f}s. ClickHouse data: {work / 'chdb'}; "
-        f"Hudi table: {work / 'hudi' / 'demo_events'}"
-    )
-    if args.down:
-        stack.down()
-    else:
-        say("the stack is still running; stop it with: eos-pipeline stack down")
-    return 0
+        ch = counts["clickhouse"].get(p, [0, 0])
+        hu = counts["hudi"].get(p, [0, 0])
+        dlq = len(dead.get(TopicPartition(topic, p), set()))
+        say(f"{p:>9} {ends[p]:>10} {ch[0]:>8} {ch[1]:>12} {hu[0]:>10} {hu[1]:>14} {dlq:>5}")
+    total = sum(len(v) for v in dead.values())
+    say(f"dead-letter topic {pipeline.dead_letter_topic}: {total} distinct source records")
+
+
+if __name__ == "__main__":
+    # Child process of the demo: count the tables, print one JSON line.
+    print(json.dumps(count_tables(json.loads(sys.argv[1]))))

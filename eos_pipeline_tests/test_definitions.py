@@ -1,6 +1,11 @@
-"""The Dagster code location loads, and a materialization moves one partition exactly once."""
+"""The Dagster code location: it loads from the repository's pipelines file and validates."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -9,11 +14,53 @@ from eos_pipeline import definitions
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.definitions import parse_partition_key, partition_key
 
+REPO = Path(__file__).resolve().parents[1]
 
-def test_code_location_loads() -> None:
+
+def test_code_location_loads_the_demo_pipeline() -> None:
     dg.Definitions.validate_loadable(definitions.defs)
-    keys = definitions.demo_partitions.get_partition_keys()
-    assert keys[0] == "demo-events__p0000"
+    repo = definitions.defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert keys == {"clickhouse/demo/events", "hudi/demo_events"}
+    assert {s.name for s in repo.sensor_defs} == {
+        "demo_partitions",
+        "demo_clickhouse_lag",
+        "demo_hudi_lag",
+    }
+    hudi = repo.assets_defs_by_key[dg.AssetKey(["hudi", "demo_events"])]
+    assert hudi.backfill_policy == dg.BackfillPolicy.single_run()
+    assert isinstance(hudi.partitions_def, dg.DynamicPartitionsDefinition)
+
+
+def test_dagster_definitions_validate_passes_on_the_workspace() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    result = subprocess.run(
+        [dagster, "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Validation successful" in result.stdout + result.stderr
+
+
+def test_a_bad_pipelines_file_stops_the_code_location_with_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "pipelines.yaml"
+    bad.write_text((REPO / "pipelines.yaml").read_text().replace("table: events", "table: ev-ents"))
+    result = subprocess.run(
+        [sys.executable, "-c", "import eos_pipeline.definitions"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EOS_PIPELINES_FILE": str(bad)},
+        check=False,
+    )
+    assert result.returncode != 0
+    assert f"{bad}: pipelines[0].clickhouse.table: invalid name 'ev-ents'" in result.stderr
 
 
 @pytest.mark.parametrize("tp", [TopicPartition("orders", 7), TopicPartition("a.b-c_d", 1234)])

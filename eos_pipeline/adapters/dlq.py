@@ -113,7 +113,7 @@ def read_dead_letters(
         while remaining > 0:
             if time.monotonic() > deadline:
                 raise KafkaReadError(f"reading dead-letter topic {topic!r} timed out")
-            for msg in consumer.consume(1000, timeout=1.0):
+            for msg in consumer.consume(min(1000, remaining), timeout=1.0):
                 if msg.error():
                     continue
                 remaining -= 1

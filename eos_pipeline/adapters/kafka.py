@@ -183,9 +183,13 @@ def read_range(
         consumer.assign([ktp])
         deadline = time.monotonic() + timeout
         end = wanted.end
+        position = wanted.start
         done = False
         while not done:
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+            # consume() waits until it has num_messages or the timeout passed: never ask for more
+            # than the range can still hold, or every short batch costs the whole timeout.
+            wanted_now = max(1, min(10_000, end - position))
+            for msg in consumer.consume(num_messages=wanted_now, timeout=0.5):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -201,6 +205,7 @@ def read_range(
                         )
                     raise KafkaReadError(f"{tp}: error while reading {wanted}: {err.str()}")
                 offset = msg.offset()
+                position = offset + 1
                 if offset >= end:
                     done = True
                     break

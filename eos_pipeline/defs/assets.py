@@ -1,0 +1,482 @@
+"""Assets (one per target table) and their exactly-once checks, built from pipeline config.
+
+* ClickHouse: each partition of a run is caught up by :class:`ClickHousePartitionSync`: from
+  the keeper's position to the end offset fixed at the start of that partition's sync, capped
+  by the batch limits. Runs of one partition at a time are the norm (the sensor asks for them);
+  a multi-partition run handles its partitions one after the other.
+* Hudi: all partitions of a run go into ONE Hudi commit (:class:`HudiTableSync`), and the asset
+  uses ``BackfillPolicy.single_run()`` so a backfill over many partitions is one commit too.
+
+Both record what happened as materialization metadata (offset ranges, records read, rows
+inserted, offsets skipped and cropped by the state machine, dead letters, the state-machine
+case, lag after the run) and as a markdown table. In a multi-partition run Dagster records the
+same metadata for every partition of the run, so the per-partition numbers are in the table.
+
+The checks compare, per partition, the offsets in the table with the offsets Kafka holds in the
+sink's committed range minus the dead letters (:mod:`eos_pipeline.defs.proof`).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the real annotation types.
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from eos_pipeline.adapters.dlq import DeadLetterWriter
+from eos_pipeline.adapters.kafka import start_offsets
+from eos_pipeline.adapters.keeper import default_writer_id
+from eos_pipeline.core.dedup import Phase
+from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.defs.config import Pipeline
+from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
+from eos_pipeline.defs.proof import (
+    PartitionProof,
+    compare,
+    dead_letter_offsets,
+    kafka_offsets,
+    markdown_table,
+)
+from eos_pipeline.defs.resources import kafka_resource_key
+from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, state_of
+from eos_pipeline.sinks.faults import fault_point
+
+CLICKHOUSE_SINK = "clickhouse"
+CHECK_NAME = "exactly_once"
+#: Metadata key under which the Hudi asset records the table's checkpoint after its run; the
+#: lag sensor reads it instead of starting a JVM (see ``sensors.py``).
+HUDI_CHECKPOINT_KEY = "checkpoint_after"
+
+
+def clickhouse_key(pipeline: Pipeline) -> dg.AssetKey:
+    assert pipeline.clickhouse is not None
+    return dg.AssetKey(["clickhouse", pipeline.clickhouse.database, pipeline.clickhouse.table])
+
+
+def hudi_key(pipeline: Pipeline) -> dg.AssetKey:
+    assert pipeline.hudi is not None
+    return dg.AssetKey(["hudi", pipeline.hudi.table])
+
+
+def clickhouse_spec(pipeline: Pipeline) -> ClickHouseTableSpec:
+    assert pipeline.clickhouse is not None
+    return ClickHouseTableSpec(
+        pipeline=pipeline.name,
+        database=pipeline.clickhouse.database,
+        table=pipeline.clickhouse.table,
+        schema=pipeline.table_schema,
+        sink=CLICKHOUSE_SINK,
+        max_records=pipeline.batch.max_records,
+        max_bytes=pipeline.batch.max_bytes,
+        reset=pipeline.reset,
+    )
+
+
+def hudi_spec(pipeline: Pipeline, kafka_options: dict[str, str]) -> Any:
+    from eos_pipeline.sinks.hudi import HudiTableSpec
+
+    hudi = pipeline.hudi
+    assert hudi is not None
+    return HudiTableSpec(
+        pipeline=pipeline.name,
+        topic=pipeline.kafka.topics[0],
+        table_path=hudi.path,
+        table_name=hudi.table,
+        schema=pipeline.table_schema,
+        table_type=hudi.table_type,
+        record_key_fields=tuple(hudi.record_key),
+        ordering_field=hudi.ordering_field,
+        partition_fields=tuple(hudi.partition_fields),
+        operation=hudi.operation,
+        max_records_per_partition=pipeline.batch.max_records,
+        reset=pipeline.reset,
+        hudi_options=dict(hudi.options),
+        kafka_options=kafka_options,
+    )
+
+
+def _width(ranges: list[OffsetRange]) -> int:
+    return sum(r.width for r in ranges)
+
+
+# ------------------------------------------------------------------------------- ClickHouse
+
+
+def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinition:
+    kafka_key = kafka_resource_key(pipeline.name)
+    spec = clickhouse_spec(pipeline)
+
+    @dg.asset(
+        key=clickhouse_key(pipeline),
+        partitions_def=pipeline_partitions(pipeline.name),
+        group_name=pipeline.name,
+        required_resource_keys={kafka_key, "keeper", "clickhouse"},
+        pool=pool,
+        kinds={"clickhouse", "kafka"},
+        description=(
+            f"Topic(s) {', '.join(pipeline.kafka.topics)} in ClickHouse table "
+            f"{spec.database}.{spec.table}, exactly once per Kafka offset (keeper state machine "
+            "+ insert deduplication tokens). One partition per Kafka topic-partition."
+        ),
+        metadata={"pipeline": pipeline.name, "dead_letter_topic": pipeline.dead_letter_topic},
+    )
+    def _clickhouse(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        kafka = getattr(context.resources, kafka_key).settings()
+        dlq = DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name)
+        reports = []
+        with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
+            sink.ensure_table(spec.database, spec.table, spec.schema)
+            sync = ClickHousePartitionSync(
+                spec, kafka, st, sink, dlq, writer=default_writer_id(context.run.run_id)
+            )
+            for key in sorted(context.partition_keys):
+                report = sync.run(parse_partition_key(key))
+                reports.append(report)
+                context.log.info(
+                    f"{key}: [{report.start}, {report.end}) {report.records_read} read, "
+                    f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
+                )
+        rows = []
+        for r in reports:
+            skipped = sum(_width(b.skipped) for b in r.batches)
+            cropped = sum(b.cropped.width for b in r.batches if b.cropped is not None)
+            rows.append(
+                [
+                    partition_key(r.tp),
+                    f"[{r.start}, {r.end})",
+                    r.records_read,
+                    r.rows_sent,
+                    skipped,
+                    cropped,
+                    r.dead_letters,
+                    ", ".join(r.cases) or "caught up",
+                    r.target_end - r.end,
+                    r.epoch,
+                ]
+            )
+        header = [
+            "partition",
+            "offset range",
+            "read",
+            "inserted",
+            "skipped",
+            "cropped",
+            "DLQ",
+            "case",
+            "lag after",
+            "epoch",
+        ]
+        metadata: dict[str, Any] = {
+            "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
+            "records_read": sum(r.records_read for r in reports),
+            "inserted": sum(r.rows_sent for r in reports),
+            "skipped": sum(row[4] for row in rows),
+            "cropped": sum(row[5] for row in rows),
+            "dead_letters": sum(r.dead_letters for r in reports),
+            "case": "; ".join(f"{row[0]}: {row[7]}" for row in rows),
+            "lag_after": sum(row[8] for row in rows),
+            "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
+        }
+        fault_point("before_materialization_event")
+        return dg.MaterializeResult(metadata=metadata)
+
+    return _clickhouse
+
+
+def _clickhouse_committed(store: Any, pipeline: Pipeline, tp: TopicPartition) -> int | None:
+    """The next offset the ClickHouse sink will write: everything below it is committed."""
+    stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, tp))
+    state = state_of(stored.record if stored else None)
+    if state is None:
+        return None
+    return state.range.start if state.phase is Phase.BEFORE else state.range.end
+
+
+def _check_result(proofs: list[PartitionProof], asset_key: dg.AssetKey) -> dg.AssetCheckResult:
+    passed = all(p.passed for p in proofs)
+    header = ["partition", "committed", "kafka", "DLQ", "rows", "distinct", "dups", "gaps", "extra"]
+    rows = [
+        [
+            partition_key(p.tp),
+            str(p.committed),
+            p.kafka_records,
+            p.dead_letters,
+            p.table_rows,
+            p.distinct_offsets,
+            len(p.duplicates),
+            len(p.gaps),
+            len(p.unexpected),
+        ]
+        for p in proofs
+    ]
+    metadata: dict[str, Any] = {"partitions": dg.MetadataValue.md(markdown_table(header, rows))}
+    if len(proofs) == 1:
+        metadata.update(proofs[0].metadata())
+    else:
+        for name in ("duplicates", "gaps", "unexpected"):
+            metadata[name] = sum(len(getattr(p, name)) for p in proofs)
+    metadata["summary"] = "; ".join(p.summary() for p in proofs)
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=CHECK_NAME,
+        passed=passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata=metadata,
+        description=metadata["summary"],
+    )
+
+
+def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefinition:
+    kafka_key = kafka_resource_key(pipeline.name)
+    spec = clickhouse_spec(pipeline)
+    key = clickhouse_key(pipeline)
+
+    @dg.asset_check(
+        asset=key,
+        name=CHECK_NAME,
+        partitions_def=pipeline_partitions(pipeline.name),
+        required_resource_keys={kafka_key, "keeper", "clickhouse"},
+        pool=pool,
+        description="Per partition: the offsets in the table equal Kafka's offsets in the "
+        "committed range minus dead letters, each exactly once (duplicates and gaps counted).",
+        blocking=False,
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        kafka = getattr(context.resources, kafka_key).settings()
+        dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
+        proofs = []
+        with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
+            for pk in sorted(context.partition_keys):
+                tp = parse_partition_key(pk)
+                position = _clickhouse_committed(st, pipeline, tp) or 0
+                table = dict(
+                    sink.offsets_in_table(
+                        spec.database,
+                        spec.table,
+                        tp.topic,
+                        tp.partition,
+                        source=spec.schema.source,
+                    )
+                )
+                low = _low_bound(kafka, tp, pipeline, table, dead.get(tp, set()), position)
+                committed = OffsetRange(low, max(low, position))
+                proofs.append(
+                    compare(
+                        tp,
+                        committed,
+                        kafka_offsets(kafka, tp, committed),
+                        dead.get(tp, set()),
+                        # rows beyond the position belong to a step in flight (phase BEFORE);
+                        # rows below the low bound were deleted from Kafka and cannot be compared
+                        {o: n for o, n in table.items() if o < position},
+                    )
+                )
+        return _check_result(proofs, key)
+
+    return _check
+
+
+def _low_bound(
+    kafka: Any,
+    tp: TopicPartition,
+    pipeline: Pipeline,
+    table: dict[int, int],
+    dead: set[int],
+    position: int,
+) -> int:
+    """Where the comparable committed range starts.
+
+    With ``reset: earliest`` it is Kafka's first offset still held (older offsets may have been
+    deleted by retention). With ``reset: latest`` the sink started wherever the end was when it
+    first saw the partition, which is not recorded, so the first offset stored (in the table or
+    the dead-letter topic) stands in for it: a gap at the very start cannot be seen then.
+    """
+    low = start_offsets(kafka, tp.topic)[tp.partition]
+    if pipeline.reset == "latest":
+        seen = [o for o in (*table.keys(), *dead) if o < position]
+        low = max(low, min(seen)) if seen else position
+    return low
+
+
+# ------------------------------------------------------------------------------- Hudi
+
+
+def hudi_asset(pipeline: Pipeline, pool: str) -> dg.AssetsDefinition:
+    kafka_key = kafka_resource_key(pipeline.name)
+    hudi = pipeline.hudi
+    assert hudi is not None
+    topic = pipeline.kafka.topics[0]
+
+    @dg.asset(
+        key=hudi_key(pipeline),
+        partitions_def=pipeline_partitions(pipeline.name),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        group_name=pipeline.name,
+        required_resource_keys={kafka_key, "spark"},
+        pool=pool,
+        kinds={"hudi", "spark", "kafka"},
+        description=(
+            f"Topic {topic} in Hudi table {hudi.table} ({hudi.table_type}) at {hudi.path}. All "
+            "partitions of a run are ONE Hudi commit whose metadata carries the Kafka checkpoint."
+        ),
+        metadata={"pipeline": pipeline.name, "table_path": hudi.path},
+    )
+    def _hudi(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        from eos_pipeline.sinks.hudi import HudiTableSync
+
+        resource = getattr(context.resources, kafka_key)
+        kafka = resource.settings()
+        spark = context.resources.spark.spark_session
+        sync = HudiTableSync(
+            hudi_spec(pipeline, resource.spark_kafka_options()),
+            kafka,
+            spark,
+            DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name),
+        )
+        tps = [parse_partition_key(k) for k in context.partition_keys]
+        foreign = sorted({tp.topic for tp in tps} - {topic})
+        if foreign:
+            raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
+        report = sync.run(partitions=sorted(tp.partition for tp in tps))
+        context.log.info(
+            f"hudi {hudi.table}: commit {report.instant_time or '(none: caught up)'} over "
+            f"{len(report.ranges)} partition(s), {report.total_records_read} read, "
+            f"{report.total_rows_written} written, {report.total_dead_letters} dead letters"
+        )
+        before = report.checkpoint_before or {}
+        lag = report.lag_after
+        rows = [
+            [
+                partition_key(tp),
+                str(r),
+                report.records_read.get(tp, 0),
+                report.rows_written.get(tp, 0),
+                report.dead_letters.get(tp, 0),
+                before.get(tp, "new"),
+                report.checkpoint_after.get(tp),
+                lag.get(tp, 0),
+            ]
+            for tp, r in sorted(report.ranges.items())
+        ]
+        header = ["partition", "offset range", "read", "written", "DLQ", "from", "to", "lag after"]
+        if report.instant_time is None:
+            case = "caught up: no commit"
+        elif report.checkpoint_before is None:
+            case = f"new table: first commit {report.instant_time}"
+        else:
+            case = f"commit {report.instant_time} on top of the table's last checkpoint"
+        metadata: dict[str, Any] = {
+            "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
+            "records_read": report.total_records_read,
+            "inserted": report.total_rows_written,
+            "skipped": 0,  # the checkpoint decides the start: nothing already written is read
+            "cropped": sum(
+                max(0, report.end_offsets[tp] - r.end)
+                for tp, r in report.ranges.items()
+                if tp in report.end_offsets
+            ),
+            "dead_letters": report.total_dead_letters,
+            "case": case,
+            "instant_time": report.instant_time or "",
+            "lag_after": sum(lag.values()),
+            "seconds": round(report.seconds, 2),
+            HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
+                {str(tp.partition): off for tp, off in sorted(report.checkpoint_after.items())}
+            ),
+            "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
+        }
+        fault_point("before_materialization_event")
+        return dg.MaterializeResult(metadata=metadata)
+
+    return _hudi
+
+
+def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
+    kafka_key = kafka_resource_key(pipeline.name)
+    hudi = pipeline.hudi
+    assert hudi is not None
+    key = hudi_key(pipeline)
+    source = pipeline.table_schema.source
+
+    @dg.asset_check(
+        asset=key,
+        name=CHECK_NAME,
+        partitions_def=pipeline_partitions(pipeline.name),
+        required_resource_keys={kafka_key, "spark"},
+        pool=pool,
+        description="Per partition: the offsets in the Hudi table equal Kafka's offsets below "
+        "the latest commit's checkpoint minus dead letters, each exactly once.",
+        blocking=False,
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        from pyspark.sql import functions as F
+
+        from eos_pipeline.adapters.hudi import latest_checkpoint
+
+        kafka = getattr(context.resources, kafka_key).settings()
+        spark = context.resources.spark.spark_session
+        tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
+        checkpoint = latest_checkpoint(spark, hudi.path) or {}
+        counts: dict[int, dict[int, int]] = {tp.partition: {} for tp in tps}
+        if checkpoint:
+            table = spark.read.format("hudi").load(hudi.path)
+            grouped = (
+                table.where(F.col(source.partition).isin([tp.partition for tp in tps]))
+                .groupBy(source.partition, source.offset)
+                .count()
+                .collect()
+            )
+            for row in grouped:
+                counts[row[0]][row[1]] = row[2]
+        dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
+        proofs = []
+        for tp in tps:
+            position = checkpoint.get(tp, 0)
+            low = _low_bound(
+                kafka, tp, pipeline, counts[tp.partition], dead.get(tp, set()), position
+            )
+            committed = OffsetRange(min(low, position), position)
+            proofs.append(
+                compare(
+                    tp,
+                    committed,
+                    kafka_offsets(kafka, tp, committed),
+                    dead.get(tp, set()),
+                    counts[tp.partition],
+                )
+            )
+        return _check_result(proofs, key)
+
+    return _check
+
+
+def checkpoint_from_materialization(
+    event: dg.EventLogEntry | None, topic: str
+) -> dict[TopicPartition, int] | None:
+    """The Hudi checkpoint recorded by the asset's latest materialization, if any."""
+    if event is None or event.asset_materialization is None:
+        return None
+    value = event.asset_materialization.metadata.get(HUDI_CHECKPOINT_KEY)
+    if value is None:
+        return None
+    data = value.value if isinstance(value, dg.JsonMetadataValue) else json.loads(str(value))
+    return {TopicPartition(topic, int(p)): int(o) for p, o in dict(data).items()}
+
+
+def iter_pipeline_assets(
+    pipeline: Pipeline, clickhouse_pool: str | None
+) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
+    if pipeline.clickhouse is not None:
+        yield clickhouse_asset(pipeline, clickhouse_pool)
+        yield clickhouse_check(pipeline, clickhouse_pool)
+    if pipeline.hudi is not None:
+        pool = hudi_pool(pipeline)
+        yield hudi_asset(pipeline, pool)
+        yield hudi_check(pipeline, pool)
+
+
+def hudi_pool(pipeline: Pipeline) -> str:
+    """One writer per Hudi table: a pool of its own (``dagster.yaml`` gives pools 1 slot)."""
+    assert pipeline.hudi is not None
+    return f"hudi_{pipeline.hudi.table}"

@@ -1,0 +1,365 @@
+"""Pipelines from a YAML file: what to read, how to decode it, where to write it.
+
+Adding a pipeline is editing this file, never code. Two ways to take values from the
+environment, for two different purposes:
+
+* ``${NAME}`` / ``${NAME:-default}`` inside any string is replaced when the file is loaded. Use
+  it for deployment settings that may be shown in the UI (endpoints, data paths, ports).
+* ``{env: NAME}`` as a value marks a secret. It is never read at load time: it becomes a Dagster
+  ``EnvVar`` (or, inside Kafka client settings, a variable name resolved in the run's process),
+  so the secret is neither stored in the instance nor shown in the UI.
+
+A bad file fails at load with the file, the field path and what is wrong, e.g.
+``pipelines.yaml: pipelines[0].clickhouse.table: 'my-table' is not a valid identifier``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from eos_pipeline.core.keeper_record import validate_root, validate_topic
+from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
+
+PIPELINES_FILE_ENV = "EOS_PIPELINES_FILE"
+#: The repository's own file, used when ``EOS_PIPELINES_FILE`` is not set.
+DEFAULT_PIPELINES_FILE = Path(__file__).resolve().parents[2] / "pipelines.yaml"
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_PIPELINE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+class ConfigError(ValueError):
+    """The pipelines file cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    # A misspelt key is an error, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EnvRef(_Strict):
+    """``{env: NAME}``: a secret read from the environment of the process that uses it."""
+
+    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+Secret = str | EnvRef
+
+
+class KafkaSource(_Strict):
+    bootstrap_servers: Annotated[str, Field(min_length=1)]
+    topics: Annotated[list[str], Field(min_length=1)]
+    #: librdkafka settings (security.protocol, sasl.*, ssl.*), values may be ``{env: NAME}``.
+    client: dict[str, str | int | bool | EnvRef] = Field(default_factory=dict)
+    #: Java client properties for Spark's Kafka source (without the ``kafka.`` prefix).
+    spark_client: dict[str, str | EnvRef] = Field(default_factory=dict)
+    dead_letter_topic: str | None = None
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, topics: list[str]) -> list[str]:
+        for topic in topics:
+            validate_topic(topic)
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"topics are listed twice: {topics}")
+        return topics
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _dlq(cls, topic: str | None) -> str | None:
+        return None if topic is None else validate_topic(topic)
+
+    @field_validator("client")
+    @classmethod
+    def _client(cls, client: dict[str, Any]) -> dict[str, Any]:
+        forbidden = {"isolation.level", "enable.auto.commit", "group.id"} & set(client)
+        if forbidden:
+            raise ValueError(
+                f"{sorted(forbidden)} are set by the pipeline itself (read_committed, explicit "
+                "assignment, no committed group offsets) and cannot be overridden"
+            )
+        return client
+
+
+class Batch(_Strict):
+    """Per topic-partition and transaction: the most records (and bytes, ClickHouse) in one go."""
+
+    max_records: Annotated[int, Field(gt=0)] = 100_000
+    max_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
+
+
+class ClickHouseTarget(_Strict):
+    database: str
+    table: str
+
+    @field_validator("database", "table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        from eos_pipeline.core.schema import validate_identifier
+
+        return validate_identifier(value, "name")
+
+
+class HudiTarget(_Strict):
+    path: Annotated[str, Field(min_length=1)]
+    table: str
+    table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = "COPY_ON_WRITE"
+    record_key: Annotated[list[str], Field(min_length=1)] = ["_topic", "_partition", "_offset"]
+    ordering_field: str | None = "_offset"
+    partition_fields: list[str] = Field(default_factory=list)
+    operation: Literal["upsert", "insert", "bulk_insert"] = "upsert"
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        from eos_pipeline.core.schema import validate_identifier
+
+        return validate_identifier(value, "name")
+
+
+class Pipeline(_Strict):
+    name: str
+    kafka: KafkaSource
+    format: Literal["json"] = "json"
+    #: Payload columns, ``name: ClickHouse type``, in order. Source columns are added.
+    schema_: Annotated[dict[str, str], Field(alias="schema", min_length=1)]
+    reset: Literal["earliest", "latest"] = "earliest"
+    batch: Batch = Field(default_factory=Batch)
+    clickhouse: ClickHouseTarget | None = None
+    hudi: HudiTarget | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _PIPELINE_NAME.match(name):
+            raise ValueError(
+                f"{name!r} is not a valid pipeline name: use a letter then up to 63 of "
+                "[A-Za-z0-9_] (it becomes part of Dagster names and keeper paths)"
+            )
+        return name
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, columns: dict[str, str]) -> dict[str, str]:
+        for name, ch_type in columns.items():
+            if not isinstance(ch_type, str):
+                raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
+            try:
+                Column(name, ch_type)
+            except SchemaError as exc:
+                raise ValueError(str(exc)) from None
+        try:
+            TableSchema.from_mapping(columns)
+        except SchemaError as exc:
+            raise ValueError(str(exc)) from None
+        return columns
+
+    @model_validator(mode="after")
+    def _targets(self) -> Pipeline:
+        if self.clickhouse is None and self.hudi is None:
+            raise ValueError("a pipeline needs at least one target: 'clickhouse' and/or 'hudi'")
+        if self.hudi is not None:
+            if len(self.kafka.topics) != 1:
+                raise ValueError(
+                    "hudi: a Hudi table's checkpoint covers exactly one topic; this pipeline "
+                    f"reads {len(self.kafka.topics)} ({self.kafka.topics}): split it into one "
+                    "pipeline per topic"
+                )
+            known = set(self.table_schema.column_names)
+            for what, names in (
+                ("record_key", self.hudi.record_key),
+                ("partition_fields", self.hudi.partition_fields),
+                ("ordering_field", [self.hudi.ordering_field] if self.hudi.ordering_field else []),
+            ):
+                unknown = [n for n in names if n not in known]
+                if unknown:
+                    raise ValueError(
+                        f"hudi.{what}: {unknown} not among the table's columns {sorted(known)}"
+                    )
+        return self
+
+    @property
+    def table_schema(self) -> TableSchema:
+        # Hudi has no separate timestamp type for Kafka's: both targets carry the same columns.
+        return TableSchema.from_mapping(self.schema_, SourceColumns())
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return self.kafka.dead_letter_topic or f"{self.kafka.topics[0]}.dlq"
+
+
+class KeeperConfig(_Strict):
+    hosts: Annotated[str, Field(min_length=1)] = "127.0.0.1:2181"
+    root: str = "/eos_pipeline"
+    username: str | None = None
+    password: Secret | None = None
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, root: str) -> str:
+        return validate_root(root)
+
+
+class ClickHouseConfig(_Strict):
+    #: ``chdb:///path`` (embedded, one process per path) or ``http(s)://user:pass@host:port/db``.
+    url: Secret = "chdb://.state/demo/chdb"
+
+
+class SparkConfig(_Strict):
+    master: str = "local[2]"
+    #: Faster JVM start for short local runs (see ``adapters.spark.spark_conf``).
+    quick_start: bool = False
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PipelinesFile(_Strict):
+    keeper: KeeperConfig = Field(default_factory=KeeperConfig)
+    clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    pipelines: Annotated[list[Pipeline], Field(min_length=1)]
+    #: How often the sensors look at Kafka (``EOS_SENSOR_INTERVAL_SECONDS`` overrides).
+    sensor_interval_seconds: Annotated[int, Field(ge=1)] = 30
+    #: Where the file came from (for messages); not read from the file.
+    source: str = Field(default="<config>", exclude=True)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PipelinesFile:
+        seen: dict[str, str] = {}
+        for p in self.pipelines:
+            if p.name in seen:
+                raise ValueError(f"pipeline name {p.name!r} is used twice")
+            seen[p.name] = p.name
+        tables: dict[tuple[str, ...], str] = {}
+        for p in self.pipelines:
+            keys = []
+            if p.clickhouse:
+                keys.append(("clickhouse", p.clickhouse.database, p.clickhouse.table))
+            if p.hudi:
+                keys.append(("hudi", p.hudi.table))
+            for key in keys:
+                if key in tables:
+                    raise ValueError(
+                        f"pipelines {tables[key]!r} and {p.name!r} both write {'.'.join(key)}"
+                    )
+                tables[key] = p.name
+        return self
+
+    def pipeline(self, name: str) -> Pipeline:
+        for p in self.pipelines:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+def interpolate(value: Any, environ: Mapping[str, str]) -> Any:
+    """Replace ``${NAME}`` / ``${NAME:-default}`` in every string of a parsed YAML tree."""
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in environ and environ[name] != "":
+                return environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"environment variable {name} is not set and has no default")
+
+        return _INTERPOLATION.sub(sub, value)
+    if isinstance(value, list):
+        return [interpolate(v, environ) for v in value]
+    if isinstance(value, dict):
+        return {k: interpolate(v, environ) for k, v in value.items()}
+    return value
+
+
+_UNION_TAGS = frozenset({"str", "int", "bool", "EnvRef"})
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _explain(source: str, exc: ValidationError) -> ConfigError:
+    lines = []
+    errors = exc.errors(include_url=False)
+    scalar = {"string_type", "int_type", "int_parsing", "bool_type", "bool_parsing"}
+    if len(errors) > 1:
+        # A `{env: ...}` mapping with a typo also fails the plain-value branches of the union;
+        # those complaints ("should be a valid string") say nothing useful, keep the others.
+        errors = [e for e in errors if not (e["type"] in scalar and isinstance(e["input"], dict))]
+    for err in errors:
+        # Unions report every branch; the first is the informative one for our types.
+        loc = tuple(p for p in err["loc"] if p not in _UNION_TAGS)
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field (misspelt?)"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        lines.append(f"{source}: {_loc(loc).replace('schema_', 'schema')}: {message}")
+    unique = list(dict.fromkeys(lines))
+    return ConfigError("\n".join(unique))
+
+
+def parse_config(
+    text: str, source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> PipelinesFile:
+    """Parse and validate a pipelines file's text; raise :class:`ConfigError` on any problem."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with a 'pipelines' list at the top")
+    try:
+        raw = interpolate(raw, os.environ if environ is None else environ)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    try:
+        return PipelinesFile.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        raise _explain(source, exc) from None
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)
+
+
+def load_config(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> PipelinesFile:
+    """Load ``EOS_PIPELINES_FILE``, else the repository's ``pipelines.yaml``."""
+    file = Path(path) if path is not None else config_path(environ)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the pipelines file {file}: {exc.strerror or exc} (set "
+            f"{PIPELINES_FILE_ENV} to its path)"
+        ) from None
+    return parse_config(text, source=str(file), environ=environ)

@@ -1,0 +1,182 @@
+"""Dagster resources: Kafka (one per pipeline), the keeper, ClickHouse and Spark.
+
+Resources hold settings only; connections are opened inside a run, by the code that uses them.
+That matters for chDB (one process per data path: the code server and the sensor daemon must
+never open it) and for Spark (a JVM per run, started only by the Hudi steps).
+
+Secrets come from ``{env: NAME}`` in the pipelines file: top-level resource fields become
+``dg.EnvVar`` (Dagster resolves them in the run's process and shows only the variable name);
+Kafka client settings keep the variable *name* in ``client_secrets`` and read it when the client
+is built.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the real annotation types.
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+from eos_pipeline.adapters.clickhouse import ClickHouseSink, parse_url
+from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.defs.config import EnvRef, KafkaSource, PipelinesFile, Secret
+
+
+class MissingSecretError(RuntimeError):
+    """A setting refers to an environment variable that is not set in this process."""
+
+
+def _read_env(name: str, what: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise MissingSecretError(f"{what} comes from environment variable {name}, which is unset")
+    return value
+
+
+class KafkaResource(dg.ConfigurableResource):
+    """One Kafka cluster: bootstrap servers plus librdkafka and Spark (Java) client settings."""
+
+    bootstrap_servers: str
+    client_config: dict[str, str] = Field(default_factory=dict)
+    #: librdkafka setting -> environment variable holding its value (secrets).
+    client_secrets: dict[str, str] = Field(default_factory=dict)
+    #: Java client properties for Spark's Kafka source, plain and from the environment.
+    spark_options: dict[str, str] = Field(default_factory=dict)
+    spark_secrets: dict[str, str] = Field(default_factory=dict)
+
+    def settings(self) -> KafkaSettings:
+        config: dict[str, Any] = dict(self.client_config)
+        for key, env in self.client_secrets.items():
+            config[key] = _read_env(env, f"Kafka client setting {key!r}")
+        return KafkaSettings(self.bootstrap_servers, config)
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        options = dict(self.spark_options)
+        for key, env in self.spark_secrets.items():
+            options[key] = _read_env(env, f"Spark Kafka option {key!r}")
+        return options
+
+    @classmethod
+    def from_source(cls, source: KafkaSource) -> "KafkaResource":
+        def split(values: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+            plain = {k: _plain(v) for k, v in values.items() if not isinstance(v, EnvRef)}
+            secret = {k: v.env for k, v in values.items() if isinstance(v, EnvRef)}
+            return plain, secret
+
+        client, client_secrets = split(source.client)
+        spark, spark_secrets = split(source.spark_client)
+        return cls(
+            bootstrap_servers=source.bootstrap_servers,
+            client_config=client,
+            client_secrets=client_secrets,
+            spark_options=spark,
+            spark_secrets=spark_secrets,
+        )
+
+
+def _plain(value: Any) -> str:
+    # librdkafka takes every setting as a string; YAML may have parsed true/1 as bool/int.
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class KeeperResource(dg.ConfigurableResource):
+    """The ZooKeeper / ClickHouse Keeper ensemble holding the ClickHouse sink's positions."""
+
+    hosts: str = "127.0.0.1:2181"
+    root: str = "/eos_pipeline"
+    username: str | None = None
+    password: str | None = None
+
+    def settings(self) -> KeeperSettings:
+        auth = (self.username, self.password) if self.username and self.password else None
+        return KeeperSettings(hosts=self.hosts, root=self.root, auth=auth)
+
+    @contextmanager
+    def store(self) -> Iterator[KeeperStateStore]:
+        with KeeperStateStore(self.settings()) as store:
+            yield store
+
+
+class ClickHouseResource(dg.ConfigurableResource):
+    """``chdb:///path`` (embedded, the default) or ``http(s)://user:password@host:port/db``."""
+
+    url: str = "chdb://.state/demo/chdb"
+
+    @contextmanager
+    def sink(self) -> Iterator[ClickHouseSink]:
+        sink = ClickHouseSink.connect(self.url)
+        try:
+            yield sink
+        finally:
+            sink.close()
+
+
+class SparkResource(PySparkResource):
+    """dagster-pyspark's resource, with the project's session settings filled in at run time.
+
+    ``spark_config`` holds only what the pipelines file adds; the jars and Hudi settings of
+    :func:`eos_pipeline.adapters.spark.spark_conf` are resolved when the session is first used,
+    so loading the code location never checks or fetches jars, and a step (or a sensor built
+    with every resource) that never touches Spark never starts a JVM.
+    """
+
+    master: str = "local[2]"
+    quick_start: bool = False
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        pass  # the session starts on first use
+
+    @property
+    def spark_session(self) -> Any:
+        if self._spark_session is None:
+            from dagster_pyspark.resources import spark_session_from_config
+
+            from eos_pipeline.adapters.spark import spark_conf
+
+            conf = spark_conf(self.master, self.spark_config, quick_start=self.quick_start)
+            self._spark_session = spark_session_from_config(conf)
+        return self._spark_session
+
+
+def _secret(value: Secret | None) -> Any:
+    if isinstance(value, EnvRef):
+        return dg.EnvVar(value.env)
+    return value
+
+
+def chdb_path(url: str) -> str | None:
+    """The data path of an embedded chDB URL (runs on one path must be serialized), else None."""
+    try:
+        target = parse_url(url)
+    except Exception:
+        return None
+    return target.path if target.embedded else None
+
+
+def build_resources(config: PipelinesFile) -> dict[str, Any]:
+    """Resource instances for a pipelines file; Kafka resources are keyed ``kafka_<pipeline>``."""
+    resources: dict[str, Any] = {
+        "keeper": KeeperResource(
+            hosts=config.keeper.hosts,
+            root=config.keeper.root,
+            username=config.keeper.username,
+            password=_secret(config.keeper.password),
+        ),
+        "clickhouse": ClickHouseResource(url=_secret(config.clickhouse.url)),
+        "spark": SparkResource(
+            spark_config=dict(config.spark.conf),
+            master=config.spark.master,
+            quick_start=config.spark.quick_start,
+        ),
+    }
+    for pipeline in config.pipelines:
+        resources[kafka_resource_key(pipeline.name)] = KafkaResource.from_source(pipeline.kafka)
+    return resources
+
+
+def kafka_resource_key(pipeline: str) -> str:
+    return f"kafka_{pipeline}"

@@ -1,0 +1,93 @@
+"""The pipelines file: a good one loads; a bad one fails at load, naming the field and the fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eos_pipeline.defs.config import ConfigError, load_config, parse_config
+from eos_pipeline.defs.resources import KafkaResource, MissingSecretError, build_resources
+
+GOOD = """
+keeper: {hosts: "${ZK:-127.0.0.1:2181}"}
+pipelines:
+  - name: orders
+    kafka:
+      bootstrap_servers: "${BOOT:-127.0.0.1:9092}"
+      topics: [orders]
+      client: {security.protocol: SASL_SSL, sasl.password: {env: ORDERS_KAFKA_PASSWORD}}
+    schema: {id: Int64, note: Nullable(String)}
+    batch: {max_records: 500}
+    clickhouse: {database: shop, table: orders}
+    hudi: {path: /data/orders, table: orders, partition_fields: [id]}
+"""
+
+
+def test_good_file_loads_with_defaults_and_interpolation() -> None:
+    config = parse_config(GOOD, "p.yaml", environ={"BOOT": "kafka:9093"})
+    pipeline = config.pipeline("orders")
+    assert pipeline.kafka.bootstrap_servers == "kafka:9093"
+    assert config.keeper.hosts == "127.0.0.1:2181"  # the default after ':-'
+    assert pipeline.dead_letter_topic == "orders.dlq"
+    assert pipeline.table_schema.column_names[-2:] == ("id", "note")
+    assert pipeline.hudi is not None and pipeline.hudi.table_type == "COPY_ON_WRITE"
+
+
+def test_secrets_are_read_from_the_environment_only_when_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = parse_config(GOOD, "p.yaml", environ={})
+    kafka: KafkaResource = build_resources(config)["kafka_orders"]
+    assert kafka.client_config == {"security.protocol": "SASL_SSL"}
+    assert kafka.client_secrets == {"sasl.password": "ORDERS_KAFKA_PASSWORD"}
+    monkeypatch.delenv("ORDERS_KAFKA_PASSWORD", raising=False)
+    with pytest.raises(MissingSecretError, match="ORDERS_KAFKA_PASSWORD"):
+        kafka.settings()
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", "s3cret")
+    assert kafka.settings().config()["sasl.password"] == "s3cret"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("table: orders}", "table: or-ders}"), "pipelines[0].clickhouse.table: invalid name"),
+        (("Int64", "Int65"), "pipelines[0].schema: invalid type of column 'id' 'Int65'"),
+        (("topics: [orders]", "topics: []"), "pipelines[0].kafka.topics: List should have at"),
+        (("topics: [orders]", "topics: [or/ders]"), "pipelines[0].kafka.topics: "),
+        (("bootstrap_servers", "bootstrap"), "pipelines[0].kafka.bootstrap: unknown field"),
+        (("bootstrap_servers", "bootstrap"), "pipelines[0].kafka.bootstrap_servers: required"),
+        (("[id]", "[nope]"), "pipelines[0]: hudi.partition_fields: ['nope'] not among"),
+        (("name: orders", "name: 9orders"), "pipelines[0].name: '9orders' is not a valid"),
+        (("{env: ORDERS", "{envv: ORDERS"), "kafka.client.sasl.password.envv: unknown field"),
+        (("max_records: 500", "max_records: 0"), "pipelines[0].batch.max_records: Input should"),
+        (("topics: [orders]", "topics: [a, b]"), "a Hudi table's checkpoint covers exactly one"),
+        (("security.protocol", "isolation.level"), "set by the pipeline itself"),
+        (
+            ("partition_fields: [id]", "table_type: CoW"),
+            "pipelines[0].hudi.table_type: Input should be 'COPY_ON_WRITE' or 'MERGE_ON_READ'",
+        ),
+    ],
+)
+def test_bad_field_is_named_with_what_is_wrong(change: tuple[str, str], message: str) -> None:
+    text = GOOD.replace(*change)
+    assert text != GOOD
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "p.yaml")
+    assert message in str(err.value)
+    assert str(err.value).startswith("p.yaml: ")
+
+
+def test_two_pipelines_writing_one_table_are_refused() -> None:
+    second = GOOD.split("pipelines:\n")[1].replace("name: orders", "name: orders2")
+    with pytest.raises(ConfigError, match=r"both write clickhouse\.shop\.orders"):
+        parse_config(GOOD + second, "p.yaml")
+
+
+def test_missing_variable_without_default_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="environment variable NOPE is not set"):
+        parse_config(GOOD.replace("${ZK:-127.0.0.1:2181}", "${NOPE}"), "p.yaml", environ={})
+    with pytest.raises(ConfigError, match="EOS_PIPELINES_FILE"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_config("pipelines: [", "p.yaml")

@@ -1,0 +1,118 @@
+"""The Hudi asset: a run over all partitions is ONE commit; its sensor asks for one such run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.partitions.context import partition_loading_context
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from eos_pipeline.adapters.hudi import completed_commits
+from eos_pipeline.adapters.kafka import end_offsets
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.defs.assets import hudi_key
+from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.partitions import keys_for, partitions_name
+from eos_pipeline.defs.proof import dead_letter_offsets
+from eos_pipeline.defs.sensors import HUDI_TABLE_TAG
+
+from .conftest import Rig
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
+    sensor = defs.get_repository_def().get_sensor_def(name)
+    with (
+        dg.build_sensor_context(instance=instance, resources=defs.resources) as context,
+        partition_loading_context(dynamic_partitions_store=instance),
+    ):
+        return sensor.evaluate_tick(context)
+
+
+def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
+    make_rig: Callable[..., Rig], spark: SparkSession
+) -> None:
+    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
+    rig.produce({0: 12, 1: 9}, bad_every=5)
+    defs = build_definitions(rig.config)
+    pipeline = rig.config.pipelines[0]
+    keys = keys_for(rig.topic, 2)
+    sensor = f"{rig.pipeline}_hudi_lag"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
+        # The sensor asks for ONE run covering both lagging partitions, as a key range.
+        (request,) = _tick(defs, sensor, instance).run_requests
+        assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
+        assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[1]
+        assert request.tags[HUDI_TABLE_TAG] == rig.hudi_path
+
+        def run() -> dg.ExecuteInProcessResult:
+            return dg.materialize(
+                [*defs.assets, *defs.asset_checks],
+                selection=dg.AssetSelection.assets(hudi_key(pipeline)),
+                tags=request.tags,
+                instance=instance,
+                resources=defs.resources,
+            )
+
+        first = run()
+        events = first.get_asset_materialization_events()
+        # one materialization per partition of the range, all from the same single commit
+        assert sorted(e.materialization.partition for e in events) == keys
+        meta = events[0].materialization.metadata
+        assert meta["records_read"].value == 21 and meta["lag_after"].value == 0
+        assert len(completed_commits(spark, rig.hudi_path)) == 1
+        assert [c.passed for c in first.get_asset_check_evaluations()] == [True]
+
+        # Nothing new: the sensor is quiet, and a forced re-run (a backfill) commits nothing.
+        assert not _tick(defs, sensor, instance).run_requests
+        again = run()
+        meta = again.get_asset_materialization_events()[0].materialization.metadata
+        assert (meta["records_read"].value, meta["case"].value) == (0, "caught up: no commit")
+        assert len(completed_commits(spark, rig.hudi_path)) == 1
+
+        # On the data: every Kafka offset once, except the dead letters.
+        dead = dead_letter_offsets(rig.kafka, pipeline.dead_letter_topic, rig.pipeline)
+        rows = (
+            spark.read.format("hudi")
+            .load(rig.hudi_path)
+            .groupBy("_partition", "_offset")
+            .count()
+            .collect()
+        )
+        counts = {(r[0], r[1]): r[2] for r in rows}
+        ends = end_offsets(rig.kafka, rig.topic)
+        expected = {
+            (p, o): 1
+            for p in ends
+            for o in range(ends[p])
+            if o not in dead.get(TopicPartition(rig.topic, p), set())
+        }
+        assert counts == expected and len(dead) == 2
+
+        # A duplicate written by hand (same key, plain insert): the check fails and says so.
+        dup = spark.read.format("hudi").load(rig.hudi_path).where(F.col("_partition") == 0)
+        dup = dup.select(*[c for c in dup.columns if not c.startswith("_hoodie")]).limit(1)
+        dup.write.format("hudi").option("hoodie.table.name", pipeline.hudi.table).option(
+            "hoodie.datasource.write.operation", "bulk_insert"
+        ).option("hoodie.datasource.write.recordkey.field", "_topic,_partition,_offset").option(
+            "hoodie.metadata.enable", "false"
+        ).mode("append").save(rig.hudi_path)
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=dg.AssetSelection.checks_for_assets(hudi_key(pipeline)),
+            tags={"dagster/partition": keys[0]},
+            instance=instance,
+            resources=defs.resources,
+            raise_on_error=False,
+        )
+        (evaluation,) = result.get_asset_check_evaluations()
+        assert not evaluation.passed and evaluation.metadata["duplicates"].value == 1
