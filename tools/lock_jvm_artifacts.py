@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 REPOSITORY = "https://repo1.maven.org/maven2"
@@ -59,16 +60,65 @@ BUNDLES: dict[str, dict] = {
         "exclude": ["slf4j-api", "hive-storage-api"],  # both ship with PySpark
         "about": "Apache Hudi Spark bundle (self-contained)",
     },
+    "hoodie-streamer": {
+        # Hudi's own streamer, the peer for hand-over tests and benchmarks. The reachable Maven
+        # Central holds no hudi-utilities(-slim)-bundle and no hudi-utilities newer than 0.14.0,
+        # so the plain hudi-utilities jar runs on top of the 0.14.0 Spark bundle; the adapter
+        # relocates its references to the bundle's shaded packages, as Hudi's utilities bundle
+        # build does (eos_pipeline/adapters/hoodie_streamer.py).
+        "roots": [
+            "org.apache.hudi:hudi-utilities_2.12:0.14.0",
+            "org.apache.hudi:hudi-spark3.4-bundle_2.12:0.14.0",
+            # 3.5.7 is not on the mirror; 3.5.5 is the nearest patch release of the same line.
+            "org.apache.spark:spark-streaming-kafka-0-10_2.12:3.5.5",
+            "com.twitter:bijection-avro_2.12:0.9.7",
+            "com.google.protobuf:protobuf-java:3.21.7",
+        ],
+        # Their poms pull Spark 3.4, Hive, AWS and GCP clients: the bundle already holds what
+        # the streamer needs from those, PySpark the rest.
+        "intransitive": [
+            "org.apache.hudi:hudi-utilities_2.12:0.14.0",
+            "org.apache.hudi:hudi-spark3.4-bundle_2.12:0.14.0",
+        ],
+        "exclude": [
+            "scala-library",
+            "scala-reflect",
+            "slf4j-api",
+            "lz4-java",
+            "snappy-java",
+            "zstd-jni",
+            "jsr305",
+            "spark-tags",
+            "avro",
+            "unused",
+            # Avro 1.7's and Hadoop's own jars, which PySpark ships in newer versions.
+            "hadoop-client",
+            "paranamer",
+            "commons-logging",
+            "commons-compress",
+            "jackson-core-asl",
+            "jackson-mapper-asl",
+            "xz",
+        ],
+        "about": "HoodieStreamer 0.14.0 (hudi-utilities) with its Spark bundle and Kafka DStream",
+    },
 }
 
 
-def _pom(roots: list[str]) -> str:
+def _pom(roots: list[str], intransitive: Collection[str] = ()) -> str:
     deps = []
     for coords in roots:
         group, artifact, version = coords.split(":")
+        # A root listed as intransitive comes alone, without anything its pom depends on.
+        exclusions = (
+            "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion>"
+            "</exclusions>"
+            if coords in intransitive
+            else ""
+        )
         deps.append(
             f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-            f"<version>{version}</version></dependency>"
+            f"<version>{version}</version>{exclusions}</dependency>"
         )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
@@ -79,7 +129,7 @@ def _pom(roots: list[str]) -> str:
 
 def resolve(name: str, spec: dict) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "pom.xml").write_text(_pom(spec["roots"]))
+        Path(tmp, "pom.xml").write_text(_pom(spec["roots"], spec.get("intransitive", ())))
         out = Path(tmp, "deps.txt")
         subprocess.run(
             [

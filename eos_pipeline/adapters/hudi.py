@@ -41,10 +41,10 @@ Operation = Literal["upsert", "insert", "bulk_insert"]
 SOURCE_KEY_FIELDS: Final = tuple(SOURCE_COLUMNS.values())
 DEFAULT_ORDERING_FIELD: Final = SOURCE_COLUMNS["offset"]
 
-# Only write options whose key starts with this prefix are copied into the commit's extra
-# metadata by Hudi's Spark datasource. It matches the V2 checkpoint key and nothing else.
-_COMMIT_META_PREFIX: Final = "streamer.checkpoint.key"
+# Hudi's Spark datasource copies into the commit's extra metadata only the write options whose
+# key starts with this option's value; it is set to the one checkpoint key being written.
 _COMMIT_META_PREFIX_OPTION: Final = "hoodie.datasource.write.commitmeta.key.prefix"
+_WRITE_TABLE_VERSION_OPTION: Final = "hoodie.write.table.version"
 
 #: Settings that make small tables fast on a laptop or a 2-core CI runner. Not for production
 #: tables on object storage: the metadata table and timeline-server markers exist to cut
@@ -108,7 +108,8 @@ def hudi_write_options(
         raise ValueError(f"operation must be upsert, insert or bulk_insert, got {operation!r}")
     if not record_key_fields:
         raise ValueError("record_key_fields must name at least one column")
-    meta = checkpoint_metadata(checkpoint, partition_count)
+    version = (options or {}).get(_WRITE_TABLE_VERSION_OPTION)
+    meta = checkpoint_metadata(checkpoint, partition_count, int(version) if version else None)
     result: dict[str, str] = {
         "hoodie.table.name": table_name,
         "hoodie.datasource.write.table.name": table_name,
@@ -129,7 +130,8 @@ def hudi_write_options(
         if options and key in options:
             raise ValueError(f"option {key!r} is managed by write_transaction")
     result.update(options or {})
-    result[_COMMIT_META_PREFIX_OPTION] = _COMMIT_META_PREFIX
+    # The datasource copies options starting with this prefix into the commit metadata.
+    result[_COMMIT_META_PREFIX_OPTION] = next(iter(meta))
     result.update(meta)
     return result
 

@@ -156,11 +156,28 @@ def merge_checkpoint(
     return merged
 
 
+#: First Hudi table version whose streamer checkpoint is V2 (Hudi's ``targetCheckpointV2``).
+FIRST_V2_TABLE_VERSION = 8
+
+
+def checkpoint_key(table_version: int | None = None) -> str:
+    """The key HoodieStreamer 1.x writes for a table of ``table_version`` (None: current, V2).
+
+    Tables of version 6 (Hudi 0.14/0.15, or Hudi 1.x with ``hoodie.write.table.version=6``)
+    carry V1, the only key HoodieStreamer 0.x reads.
+    """
+    if table_version is not None and table_version < FIRST_V2_TABLE_VERSION:
+        return CHECKPOINT_KEY_V1
+    return CHECKPOINT_KEY_V2
+
+
 def checkpoint_metadata(
-    positions: Mapping[TopicPartition, int], partition_count: int | None = None
+    positions: Mapping[TopicPartition, int],
+    partition_count: int | None = None,
+    table_version: int | None = None,
 ) -> dict[str, str]:
     """Commit extra-metadata entries carrying ``positions``, as HoodieStreamer 1.x writes them."""
-    return {CHECKPOINT_KEY_V2: format_checkpoint(positions, partition_count)}
+    return {checkpoint_key(table_version): format_checkpoint(positions, partition_count)}
 
 
 def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | None:

@@ -140,6 +140,11 @@ class ClickHousePartitionSync:
         lease = self.store.acquire(key, writer=self.writer)
         state = state_of(lease.record)
         target = until if until is not None else end_offsets(self.kafka, tp.topic)[tp.partition]
+        if state is None and self.spec.reset == "latest":
+            # Pin where the partition starts: without a stored position every later run would
+            # start at the then-latest offset and skip the records produced in between.
+            self.store.write(lease, target, target, Phase.AFTER.value)
+            state = state_of(lease.record)
         start = self._next_start(tp, state, target)
         report = SyncReport(tp=tp, epoch=lease.epoch, start=start, target_end=target, end=start)
         log.info(

@@ -135,6 +135,23 @@ def test_metadata_written_under_v2_and_read_back() -> None:
     assert checkpoint_from_metadata(extra) == positions
 
 
+@pytest.mark.parametrize(
+    ("table_version", "key"),
+    [
+        (None, CHECKPOINT_KEY_V2),
+        (9, CHECKPOINT_KEY_V2),
+        (8, CHECKPOINT_KEY_V2),
+        (6, CHECKPOINT_KEY_V1),
+    ],
+)
+def test_metadata_key_follows_the_table_version_as_hudi_streamer_does(
+    table_version: int | None, key: str
+) -> None:
+    # Version-6 tables (Hudi 0.14/0.15) carry V1, the only key a 0.x streamer reads.
+    positions = positions_from_ends("orders", {0: 5})
+    assert checkpoint_metadata(positions, table_version=table_version) == {key: "orders,0:5"}
+
+
 def test_metadata_v1_only_is_read_as_written_by_older_streamers() -> None:
     extra = {CHECKPOINT_KEY_V1: "orders,0:11,1:12", "schema": "{}"}
     assert checkpoint_from_metadata(extra) == {tp(0): 11, tp(1): 12}

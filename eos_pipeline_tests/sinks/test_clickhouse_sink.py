@@ -283,3 +283,17 @@ def test_aborted_transactions_are_filtered_and_marker_only_ranges_advance(rig: R
     assert r0.end == 18
     record = rig.store.read(KeeperKey.of(rig.pipeline, "clickhouse", TopicPartition(rig.topic, 1)))
     assert (record.record.phase, record.record.range_end) == ("AFTER", 6)
+
+
+def test_reset_latest_pins_the_start_then_reads_only_newer_records(rig: Rig) -> None:
+    produce_events(rig, per_partition=5, partitions=1)
+    tp = TopicPartition(rig.topic, 0)
+    sync = rig.sync(reset="latest")
+
+    first = sync.run(tp)
+
+    assert first.batches == [] and first.end == 5
+    produce_events(rig, per_partition=7, partitions=1)
+    second = sync.run(tp)
+    assert (second.start, second.end) == (5, 12)
+    assert rig.table_offsets(0) == {o: 1 for o in range(5, 12)}
