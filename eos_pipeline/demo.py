@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -141,6 +142,15 @@ def start_dagster(env: dict[str, str], port: int, log: Path) -> subprocess.Popen
         )
 
 
+def _code_location_failed(log: Path) -> bool:
+    """Whether ``dagster dev`` logged that loading the code location failed (it keeps running)."""
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+    return re.search(r"dagster\.code_server - (\x1b\[[0-9;]*m)?ERROR", text) is not None
+
+
 def stop_dagster(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     """SIGTERM to the group dagster dev leads, then SIGKILL if it does not end in time."""
     if process.poll() is not None:
@@ -240,12 +250,16 @@ def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
 
     port = args.port or free_port()
     log = work / "dagster.log"
+    # Create and migrate the instance's storage before `dagster dev` starts: its webserver,
+    # daemon and code server would otherwise race to initialize the same fresh SQLite files
+    # (seen as alembic "more than one head" in the code server, which then never loads).
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.upgrade(print_fn=lambda _msg: None)
     process = start_dagster(env, port, log)
     say(f"dagster dev started (pid {process.pid}, log {log})")
     say(f"Dagster UI: http://127.0.0.1:{port}")
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 
-    instance = dg.DagsterInstance.from_config(str(home))
     store = KeeperStateStore(KeeperSettings(pipelines.keeper.hosts, pipelines.keeper.root))
     deadline = time.monotonic() + args.timeout
     last = ""
@@ -255,6 +269,9 @@ def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 say(f"dagster dev exited with code {process.returncode}; see {log}")
+                return 1
+            if _code_location_failed(log):
+                say(f"Dagster could not load the code location; the error is in {log}")
                 return 1
             ok, status = progress(instance, pipelines, store, ends)
             if status != last:
