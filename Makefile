@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint stack-up stack-down stack-status fetch clean
+.PHONY: demo test lint bench stack-up stack-down stack-status fetch clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -25,6 +25,10 @@ demo: fetch
 test: fetch
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest
+
+# Benchmarks (README, "Performance"): starts its own stack on free ports, about 10 minutes.
+bench: fetch
+	$(BIN)/python -m benchmarks --spark --hudi
 
 lint: $(STAMP)
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools

@@ -80,6 +80,11 @@ from eos_pipeline.core.schema import (
     validate_identifiers,
 )
 
+try:  # the embedded engine's client class; absent if clickhouse-connect drops its chDB backend
+    from clickhouse_connect.driver._chdbclient import ChdbClient as _ChdbClient
+except ImportError:  # pragma: no cover
+    _ChdbClient = None
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_DEDUP_WINDOW = 1000
@@ -629,7 +634,7 @@ class ClickHouseSink:
                 return 0
             with self._errors(f"inserting into {ref}", database, table):
                 # One record batch, so the server sees one source block.
-                self._client.insert_arrow(ref, columns.combine_chunks(), settings=settings)
+                self._insert_arrow(ref, columns.combine_chunks(), settings)
             return rows
         names = validate_identifiers(columns.keys(), "column name")
         if not names:
@@ -652,6 +657,20 @@ class ClickHouseSink:
             context.data = data
             self._client.insert(context=context)
         return rows
+
+    def _insert_arrow(self, ref: str, table: pa.Table, settings: dict[str, Any]) -> None:
+        if _ChdbClient is None or not isinstance(self._client, _ChdbClient):
+            self._client.insert_arrow(ref, table, settings=settings)
+            return
+        # chDB reads inserts from a file, and its backend copies an Arrow buffer into Python
+        # bytes before writing it there (``to_pybytes``); a memoryview of the same Arrow file
+        # is written as it is, one copy of the chunk fewer on the hot path.
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        self._client.raw_insert(
+            ref, table.column_names, memoryview(sink.getvalue()), settings=settings, fmt="Arrow"
+        )
 
     def insert_json_each_row(
         self,

@@ -15,6 +15,12 @@ from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_
 from eos_pipeline.core.offsets import TopicPartition
 
 HEADER_PREFIX = "eos."
+#: Largest key + value a dead letter carries. Kafka refuses records above ``message.max.bytes``
+#: (1 MB by default, producer and broker), and a source topic may allow larger ones: such a
+#: record, if bad, would otherwise fail the send on every retry and wedge its partition. Above
+#: this size the letter goes out without the value (header ``eos.value.omitted.bytes`` gives its
+#: size; the source coordinates still point at the original in the source topic).
+DLQ_MAX_VALUE_BYTES = 900_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,7 @@ class DeadLetterWriter:
                 failures.append(err.str())
 
         for letter in letters:
+            key, value, omitted = _fit(letter.key, letter.value)
             headers = [
                 (f"{HEADER_PREFIX}pipeline", self.pipeline.encode()),
                 (f"{HEADER_PREFIX}source.topic", source.topic.encode()),
@@ -61,13 +68,14 @@ class DeadLetterWriter:
                 (f"{HEADER_PREFIX}source.offset", str(letter.offset).encode()),
                 (f"{HEADER_PREFIX}error.class", letter.error_class.encode()),
                 (f"{HEADER_PREFIX}error.message", letter.message[:1000].encode()),
+                *omitted,
             ]
             while True:
                 try:
                     self._producer.produce(
                         self.topic,
-                        key=letter.key,
-                        value=letter.value,
+                        key=key,
+                        value=value,
                         headers=headers,
                         on_delivery=on_delivery,
                     )
@@ -81,6 +89,21 @@ class DeadLetterWriter:
                 f"errors: {failures[:3]}; the partition's position was not moved"
             )
         return len(letters)
+
+
+def _fit(
+    key: bytes | None, value: bytes | None
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """Key and value as sent, dropping what would make the record too big for Kafka."""
+    omitted: list[tuple[str, bytes]] = []
+    key_size, value_size = len(key or b""), len(value or b"")
+    if key_size + value_size <= DLQ_MAX_VALUE_BYTES:
+        return key, value, omitted
+    omitted.append((f"{HEADER_PREFIX}value.omitted.bytes", str(value_size).encode()))
+    if key_size > DLQ_MAX_VALUE_BYTES:
+        omitted.append((f"{HEADER_PREFIX}key.omitted.bytes", str(key_size).encode()))
+        key = None
+    return key, None, omitted
 
 
 def read_dead_letters(

@@ -9,6 +9,7 @@ whose start was deleted by retention fails loudly instead of silently jumping ah
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,25 @@ class KafkaSettings:
 
     def config(self, **extra: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers, **self.client_config, **extra}
+
+    def redacted_config(self) -> dict[str, Any]:
+        """The client settings safe to show: secret values (passwords, JAAS, keys) masked."""
+        return {k: "***" if is_secret_setting(k) else v for k, v in self.client_config.items()}
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print sasl.password & co. into logs, tracebacks and metadata.
+        return (
+            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"client_config={self.redacted_config()!r})"
+        )
+
+
+_SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
+
+
+def is_secret_setting(name: str) -> bool:
+    """True for client settings whose value is a secret (``sasl.password``, ``ssl.key.pem``...)."""
+    return bool(_SECRET_SETTING.search(name)) and not name.endswith(".location")
 
 
 @dataclass
@@ -304,6 +324,7 @@ __all__ = [
     "create_topic",
     "end_offsets",
     "idempotent_producer",
+    "is_secret_setting",
     "partition_count",
     "produce_all",
     "read_range",

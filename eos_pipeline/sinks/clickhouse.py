@@ -22,6 +22,7 @@ named step boundary, so fault tests reach each boundary deterministically.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -32,13 +33,14 @@ from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
 from eos_pipeline.adapters.kafka import (
     KafkaBatch,
+    KafkaReadError,
     KafkaSettings,
     end_offsets,
     read_range,
     start_offsets,
 )
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
-from eos_pipeline.core.decode import decode_json
+from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
@@ -139,7 +141,8 @@ class ClickHousePartitionSync:
         key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
         lease = self.store.acquire(key, writer=self.writer)
         state = state_of(lease.record)
-        target = until if until is not None else end_offsets(self.kafka, tp.topic)[tp.partition]
+        log_end = self._log_end(tp, state)
+        target = until if until is not None else log_end
         if state is None and self.spec.reset == "latest":
             # Pin where the partition starts: without a stored position every later run would
             # start at the then-latest offset and skip the records produced in between.
@@ -191,6 +194,29 @@ class ClickHousePartitionSync:
         return self._process(lease, state_of(lease.record), read_range(self.kafka, tp, wanted))
 
     # ------------------------------------------------------------------------------- internals
+    def _log_end(self, tp: TopicPartition, state: SinkState | None) -> int:
+        """Kafka's last stable offset of ``tp``, refusing a log that is behind the stored state.
+
+        A stored position never runs ahead of the log it was read from, so a log ending before
+        it is a different log: the topic was deleted and recreated (or truncated). Going on
+        would skip the new log's first offsets silently, or mix two logs' offsets in one table.
+        """
+        ends = end_offsets(self.kafka, tp.topic)
+        if tp.partition not in ends:
+            raise KafkaReadError(
+                f"{tp}: topic {tp.topic!r} has only {len(ends)} partitions now; it was recreated "
+                "with fewer. Nothing was read or written"
+            )
+        end = ends[tp.partition]
+        if state is not None and state.range.end > end:
+            raise KafkaReadError(
+                f"{tp}: the keeper says offsets up to {state.range.end} were taken ({state}), "
+                f"but Kafka's log ends at {end}: the topic was deleted and recreated (or "
+                "truncated). Nothing was read or written. Point the pipeline at a new table or "
+                "reset this partition's keeper record deliberately"
+            )
+        return end
+
     def _next_start(self, tp: TopicPartition, state: SinkState | None, target: int) -> int:
         if state is not None:
             return state.range.start if state.phase is Phase.BEFORE else state.range.end
@@ -249,10 +275,9 @@ class ClickHousePartitionSync:
         )
 
     def _slice(self, batch: KafkaBatch, part: OffsetRange) -> range:
-        import bisect
-
+        """Positions in ``batch`` of the records inside ``part`` (offsets are sorted)."""
         lo = bisect.bisect_left(batch.offsets, part.start)
-        hi = bisect.bisect_left(batch.offsets, part.end)
+        hi = bisect.bisect_left(batch.offsets, part.end, lo)
         return range(lo, hi)
 
     def _send_dead(self, batch: KafkaBatch, part: OffsetRange, cls: str, message: str) -> int:
@@ -263,8 +288,26 @@ class ClickHousePartitionSync:
         return self.dead_letters.send(batch.tp, letters)
 
     def _insert_step(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
+        """Insert the step's good records as one block under the step's token; DLQ the rest.
+
+        The rows are a pure function of the step's bytes, so a retried step sends exactly the
+        block it sent the first time. Arrow decodes the common case in bulk; when it cannot vouch
+        for every record, the per-record decoder judges the chunk and names the dead letters.
+        """
         rows = self._slice(batch, step)
-        values = [batch.values[i] for i in rows]
+        lo, hi = rows.start, rows.stop
+        token = dedup_token(self.spec.pipeline, batch.tp, step)
+        payload = decode_json_arrow(batch.values[lo:hi], self.spec.schema)
+        if payload is not None:
+            table = add_source_columns(
+                payload,
+                self.spec.schema.source,
+                batch.tp,
+                batch.offsets[lo:hi],
+                batch.timestamps_ms[lo:hi],
+            )
+            return self.sink.insert_chunk(self.spec.database, self.spec.table, table, token), 0
+        values = batch.values[lo:hi]
         decoded = decode_json(values, self.spec.schema)
         dead = 0
         if decoded.bad:
@@ -272,9 +315,9 @@ class ClickHousePartitionSync:
                 batch.tp,
                 [
                     DeadLetter(
-                        batch.offsets[rows[b.index]],
-                        batch.keys[rows[b.index]],
-                        batch.values[rows[b.index]],
+                        batch.offsets[lo + b.index],
+                        batch.keys[lo + b.index],
+                        values[b.index],
                         b.error_class,
                         b.message,
                     )
@@ -287,12 +330,11 @@ class ClickHousePartitionSync:
         columns = dict(decoded.columns)
         columns[src.topic] = [batch.tp.topic] * len(decoded.index)
         columns[src.partition] = [batch.tp.partition] * len(decoded.index)
-        columns[src.offset] = [batch.offsets[rows[i]] for i in decoded.index]
+        columns[src.offset] = [batch.offsets[lo + i] for i in decoded.index]
         if src.timestamp is not None:
             columns[src.timestamp] = [
-                datetime.fromtimestamp(batch.timestamps_ms[rows[i]] / 1000, tz=UTC)
+                datetime.fromtimestamp(batch.timestamps_ms[lo + i] / 1000, tz=UTC)
                 for i in decoded.index
             ]
-        token = dedup_token(self.spec.pipeline, batch.tp, step)
         sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
         return sent, dead

@@ -1,0 +1,83 @@
+"""The benchmark harness runs end to end on a few records and writes what it promises.
+
+No timing is asserted (CI machines are noisy); what is checked is that every measurement ran,
+that each exactly-once run left every Kafka offset in its table exactly once, and that the JSON
+and the SVG were written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eos_pipeline.adapters.kafka import KafkaSettings
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_smoke_run_measures_everything_and_writes_json_and_svg(
+    kafka_settings: KafkaSettings, zookeeper_hosts: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "results"
+    # A separate process: the harness opens its own chDB engine (one data path per process).
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--smoke",
+            "--kafka-bootstrap",
+            kafka_settings.bootstrap_servers,
+            "--zookeeper-hosts",
+            zookeeper_hosts,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((out / "latest.json").read_text())
+    figures = {f["name"]: f for f in doc["figures"]}
+    for name in (
+        "raw Kafka read, 2 partitions",
+        "project range reader only",
+        "raw chDB insert (pre-built Arrow)",
+        "naive at-least-once",
+        "exactly-once ClickHouse, batch 100",
+        "exactly-once, per-record decoder (before)",
+        "exactly-once via dg.materialize",
+        "exactly-once, batch 50",
+        "exactly-once, 1 partitions",
+    ):
+        assert name in figures, f"missing {name!r} in {sorted(figures)}"
+        assert figures[name]["records"] == 400 and figures[name]["seconds"] > 0
+    assert figures["exactly-once ClickHouse, batch 100"]["ratio"] is not None
+    # Every exactly-once run was checked on the data, and every check passed.
+    assert {
+        "naive at-least-once",
+        "exactly-once ClickHouse, batch 100",
+        "exactly-once, per-record decoder (before)",
+        "exactly-once via Dagster",
+        "memory probe batch 100",
+    } <= set(doc["checks"])
+    assert all(doc["checks"].values()), doc["checks"]
+    overheads = doc["overheads"]
+    assert overheads["batches"] == 4 and overheads["keeper_write_ms_p50"] > 0
+    assert overheads["empty_run_ms_p50"] > 0 and "dagster_empty_materialization_ms" in overheads
+    assert doc["memory"]["100"]["rss_peak_mb"] > 0
+    assert {"eos_vs_raw_kafka_read", "eos_vs_naive", "speedup_vs_per_record_decoder"} <= set(
+        doc["ratios"]
+    )
+    assert (out / "latest.svg").read_text().startswith("<svg")
+    assert len(list(out.glob("bench-*.json"))) == 1
+    assert "| measurement |" in done.stdout and "exactly-once checks: all passed" in done.stdout
