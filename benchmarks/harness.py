@@ -49,6 +49,7 @@ from eos_pipeline.adapters.kafka import (
     end_offsets,
     idempotent_producer,
     produce_all,
+    range_consumer,
     read_range,
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
@@ -82,6 +83,11 @@ class Options:
     rounds: int = 3
     memory_batches: tuple[int, ...] = ()
     hudi_records: int = 10_000
+    hudi_rounds: int = 3
+    latency: bool = False
+    latency_seconds: float = 60.0
+    latency_rate: float = 20.0
+    latency_interval: int = 2
     dagster: bool = True
     memory: bool = True
     spark: bool = False
@@ -117,6 +123,29 @@ def timed() -> Iterator[Timer]:
     yield box
     box.seconds = time.perf_counter() - wall
     box.cpu_seconds = time.process_time() - cpu
+
+
+FRESH_CLIENTS = "exactly-once, new Kafka clients per call (before)"
+
+
+@contextlib.contextmanager
+def _fresh_kafka_clients(active: bool) -> Iterator[None]:
+    """The Kafka adapter as it was before its clients were reused (for a same-run before)."""
+    if not active:
+        yield
+        return
+    from eos_pipeline.adapters import kafka
+
+    @contextlib.contextmanager
+    def no_shared_consumer(_settings: Any) -> Iterator[None]:
+        yield None  # read_range then makes and closes a consumer per batch
+
+    with (
+        mock.patch.object(kafka, "shared_admin", kafka.admin_client),
+        mock.patch.object(kafka, "_gc_paused", contextlib.nullcontext),
+        mock.patch("eos_pipeline.sinks.clickhouse.range_consumer", no_shared_consumer),
+    ):
+        yield
 
 
 @contextlib.contextmanager
@@ -310,16 +339,18 @@ class Bench:
         with timed() as t:
             for p, end in topic.ends.items():
                 start = 0
-                while start < end:
-                    got = read_range(
-                        self.kafka,
-                        TopicPartition(topic.name, p),
-                        OffsetRange(start, min(end, start + batch)),
-                        max_bytes=64 * 1024 * 1024,
-                    )
-                    records += len(got)
-                    size += got.value_bytes
-                    start = got.range.end
+                with range_consumer(self.kafka) as consumer:  # one per partition run
+                    while start < end:
+                        got = read_range(
+                            self.kafka,
+                            TopicPartition(topic.name, p),
+                            OffsetRange(start, min(end, start + batch)),
+                            max_bytes=64 * 1024 * 1024,
+                            consumer=consumer,
+                        )
+                        records += len(got)
+                        size += got.value_bytes
+                        start = got.range.end
         return self.add(
             Figure(
                 "project range reader only",
@@ -391,22 +422,26 @@ class Bench:
                 end = end_offsets(self.kafka, topic.name)[p]
                 committed = group.committed([KafkaTopicPartition(topic.name, p)], timeout=10)
                 start = max(0, committed[0].offset)
-                while start < end:
-                    got = read_range(self.kafka, tp, OffsetRange(start, min(end, start + batch)))
-                    payload = decode_json_arrow(got.values, SCHEMA)
-                    if payload is None:  # never with this data; kept for an honest baseline
-                        decoded = decode_json(got.values, SCHEMA)
-                        payload = pa.Table.from_pydict(decoded.columns)
-                    self.client.insert_arrow(
-                        ref,
-                        add_source_columns(
-                            payload, SCHEMA.source, tp, got.offsets, got.timestamps_ms
-                        ),
-                    )
-                    start = got.range.end
-                    group.commit(
-                        offsets=[KafkaTopicPartition(topic.name, p, start)], asynchronous=False
-                    )
+                # One consumer per partition run, as the exactly-once sink reads.
+                with range_consumer(self.kafka) as consumer:
+                    while start < end:
+                        wanted = OffsetRange(start, min(end, start + batch))
+                        got = read_range(self.kafka, tp, wanted, consumer=consumer)
+                        payload = decode_json_arrow(got.values, SCHEMA)
+                        if payload is None:  # never with this data; kept for an honest baseline
+                            decoded = decode_json(got.values, SCHEMA)
+                            payload = pa.Table.from_pydict(decoded.columns)
+                        self.client.insert_arrow(
+                            ref,
+                            add_source_columns(
+                                payload, SCHEMA.source, tp, got.offsets, got.timestamps_ms
+                            ),
+                        )
+                        start = got.range.end
+                        group.commit(
+                            offsets=[KafkaTopicPartition(topic.name, p, start)],
+                            asynchronous=False,
+                        )
         group.close()
         self.verify("naive at-least-once", table, topic)
         self.drop(table)
@@ -452,6 +487,7 @@ class Bench:
         baseline: str,
         *,
         reference_decoder: bool = False,
+        fresh_clients: bool = False,
         keep: bool = False,
         profile: Path | None = None,
     ) -> tuple[Figure, TimedStore, Any]:
@@ -463,7 +499,7 @@ class Bench:
             if reference_decoder
             else contextlib.nullcontext()
         )
-        with patch, profiled(profile), timed() as t:
+        with patch, _fresh_kafka_clients(fresh_clients), profiled(profile), timed() as t:
             for p in topic.ends:
                 sync.run(TopicPartition(topic.name, p))
         self.verify(name, table, topic)
@@ -533,6 +569,40 @@ class Bench:
             )
         )
 
+    # ---- produce-to-visible latency through the sensor path -------------------------------------
+    def latency(self) -> dict[str, Any]:
+        """Real Dagster (daemon, sensors, run launcher) in a fresh process tree; see
+        ``benchmarks/latency_phase.py``. Its chDB path is its own, so this process's engine
+        does not block the runs."""
+        cmd = [
+            *(sys.executable, "-m", "benchmarks.latency_phase"),
+            *("--kafka-bootstrap", self.kafka.bootstrap_servers),
+            *("--zookeeper-hosts", self.zookeeper_hosts),
+            *("--workdir", str(self.workdir / "latency")),
+            *("--partitions", str(self.opts.partitions)),
+            *("--seconds", str(self.opts.latency_seconds)),
+            *("--rate", str(self.opts.latency_rate)),
+            *("--interval", str(self.opts.latency_interval)),
+            *("--record-bytes", str(self.opts.record_bytes)),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"latency phase failed: {done.stderr[-3000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        self.checks["latency via sensor: every offset once"] = bool(result.pop("exact"))
+        lat, split = result["latency_s"], result["split_s"]
+        self.overheads.update(
+            sensor_latency_s_p50=lat["p50"],
+            sensor_latency_s_p95=lat["p95"],
+            sensor_latency_split_p50_s=(
+                f"until run requested {split['until_run_requested']['p50']}, "
+                f"queued {split['run_queued']['p50']}, "
+                f"run process start {split['run_process_start']['p50']}, "
+                f"run until commit {split['run_until_commit']['p50']}"
+            ),
+        )
+        return result
+
     # ---- memory ---------------------------------------------------------------------------------
     def memory(self, topic: Topic, batch: int) -> dict[str, Any]:
         """Peak memory of a catch-up in a fresh process (RSS high-water marks never go down)."""
@@ -567,10 +637,11 @@ class Bench:
 
 
 def spark_and_hudi(bench: Bench, topic: Topic, baseline: str) -> None:
-    from benchmarks.spark_phase import run_spark_phase
+    from benchmarks.spark_phase import hudi_ratios, run_spark_phase
 
     for fig in run_spark_phase(bench, topic, baseline):
         bench.add(fig)
+    hudi_ratios(bench)
 
 
 # ---- the run ------------------------------------------------------------------------------------
@@ -589,8 +660,8 @@ def stack_for(opts: Options, workdir: Path) -> Iterator[tuple[str, str]]:
         controller_port=free_port(),
     )
     stack = Stack(config, say=lambda line: opts.say(f"[stack] {line}"))
-    stack.up()
     try:
+        stack.up()  # inside: a half-started stack is stopped too
         yield config.kafka_bootstrap, config.zookeeper_hosts
     finally:
         stack.down()
@@ -643,6 +714,9 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         bench.eos(
             main, opts.batch, before_name, eos_name, reference_decoder=True, profile=before_profile
         )
+        # The same with Kafka clients as before they were reused: a new admin client per offset
+        # lookup, a new consumer per batch, the collector running while a batch is consumed.
+        bench.eos(main, opts.batch, FRESH_CLIENTS, eos_name, fresh_clients=True)
     naive = next(f for f in bench.figures if f.name == "naive at-least-once")
     if opts.dagster:
         say("through Dagster")
@@ -682,6 +756,13 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         small_raw = f"raw Kafka read, {small.records:,} records"
         bench.raw_kafka_read(small, small_raw)
         spark_and_hudi(bench, small, small_raw)
+    latency: dict[str, Any] = {}
+    if opts.latency:
+        say(
+            f"produce-to-visible latency through the sensor path ({opts.latency_rate:g} "
+            f"records/s for {opts.latency_seconds:g} s, sensor interval {opts.latency_interval} s)"
+        )
+        latency = bench.latency()
 
     apply_ratios(bench.figures)
     eos_fig = next(f for f in bench.figures if f.name == eos_name)
@@ -706,9 +787,10 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         "overheads": bench.overheads,
         "memory": memory,
         "checks": bench.checks,
-        "not_measured": {
-            "end_to_end_latency_via_sensor": "no sensor in the Dagster layer yet",
-        },
+        "latency_via_sensor": latency,
+        "not_measured": {}
+        if latency
+        else {"end_to_end_latency_via_sensor": "run with --latency (starts real Dagster)"},
     }
     doc["table"] = render_table(bench.figures)
     doc["overheads_table"] = latency_table(
@@ -739,6 +821,9 @@ def _headline(bench: Bench, eos: Figure, naive: Figure, raw: str) -> dict[str, A
     }
     if before is not None:
         out["speedup_vs_per_record_decoder"] = round(eos.records_per_s / before.records_per_s, 2)
+    fresh = by_name.get(FRESH_CLIENTS)
+    if fresh is not None:
+        out["speedup_vs_fresh_kafka_clients"] = round(eos.records_per_s / fresh.records_per_s, 3)
     dag = by_name.get("exactly-once via dg.materialize")
     if dag is not None:
         out["dagster_vs_eos"] = round(dag.records_per_s / eos.records_per_s, 3)

@@ -55,6 +55,7 @@ def test_smoke_run_measures_everything_and_writes_json_and_svg(
         "naive at-least-once",
         "exactly-once ClickHouse, batch 100",
         "exactly-once, per-record decoder (before)",
+        "exactly-once, new Kafka clients per call (before)",
         "exactly-once via dg.materialize",
         "exactly-once, batch 50",
         "exactly-once, 1 partitions",
@@ -77,6 +78,10 @@ def test_smoke_run_measures_everything_and_writes_json_and_svg(
     assert doc["memory"]["100"]["rss_peak_mb"] > 0
     assert {"eos_vs_raw_kafka_read", "eos_vs_naive", "speedup_vs_per_record_decoder"} <= set(
         doc["ratios"]
+    )
+    # Latency through real Dagster is opt-in (--latency): said so, not silently missing.
+    assert (
+        doc["latency_via_sensor"] == {} and "end_to_end_latency_via_sensor" in doc["not_measured"]
     )
     assert (out / "latest.svg").read_text().startswith("<svg")
     assert len(list(out.glob("bench-*.json"))) == 1

@@ -16,13 +16,20 @@ parsing ``.hoodie/timeline``: in Hudi 1.x completed instants are Avro files name
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 
 from pyspark.sql import DataFrame, SparkSession
 
-from eos_pipeline.adapters.spark import SOURCE_COLUMNS
+from eos_pipeline.adapters.spark import (
+    FENCING_EXPECTED_OPTION,
+    FENCING_JAR_STEM,
+    FENCING_STRATEGY_CLASS,
+    SOURCE_COLUMNS,
+)
 from eos_pipeline.core.checkpoint import (
     CHECKPOINT_KEY_V1,
     CHECKPOINT_KEY_V2,
@@ -33,6 +40,9 @@ from eos_pipeline.core.checkpoint import (
     validate_checkpoint,
 )
 from eos_pipeline.core.offsets import TopicPartition
+
+if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
+    from typing_extensions import Unpack
 
 TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
 Operation = Literal["upsert", "insert", "bulk_insert"]
@@ -45,6 +55,40 @@ DEFAULT_ORDERING_FIELD: Final = SOURCE_COLUMNS["offset"]
 # key starts with this option's value; it is set to the one checkpoint key being written.
 _COMMIT_META_PREFIX_OPTION: Final = "hoodie.datasource.write.commitmeta.key.prefix"
 _WRITE_TABLE_VERSION_OPTION: Final = "hoodie.write.table.version"
+
+#: Kafka's topic id is stored next to the checkpoint under ``<checkpoint key>`` + this suffix:
+#: the datasource copies into the commit metadata only options starting with ONE prefix (the
+#: checkpoint key), and HoodieStreamer reads its key exactly, so the extra key is invisible to it.
+TOPIC_ID_SUFFIX: Final = ".eos.kafka.topic.id"
+
+#: Multi-writer safety is Hudi's own optimistic concurrency control: a commit happens under a
+#: lock, after a conflict check (ours adds the checkpoint fence, see ``adapters.spark``), and a
+#: writer never rolls back another writer's inflight instant (failed writes are cleaned lazily,
+#: once their heartbeat expired). The file-system lock suits local and HDFS tables; point
+#: ``hoodie.write.lock.provider`` at ZooKeeper (``ZookeeperBasedLockProvider``) or another
+#: provider in ``options`` for object stores.
+_CONCURRENCY_OPTIONS: Final[Mapping[str, str]] = {
+    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
+    "hoodie.clean.failed.writes.policy": "LAZY",
+}
+_DEFAULT_LOCK_OPTIONS: Final[Mapping[str, str]] = {
+    "hoodie.write.lock.provider": (
+        "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
+    ),
+    # Minutes after which a lock left by a killed writer is broken (0 would mean never).
+    "hoodie.write.lock.filesystem.expire": "1",
+}
+_CONFLICT_STRATEGY_OPTION: Final = "hoodie.write.lock.conflict.resolution.strategy"
+_MANAGED_OPTIONS: Final = (
+    _COMMIT_META_PREFIX_OPTION,
+    CHECKPOINT_KEY_V2,
+    CHECKPOINT_KEY_V1,
+    *_CONCURRENCY_OPTIONS,
+    _CONFLICT_STRATEGY_OPTION,
+    FENCING_EXPECTED_OPTION,
+)
+
+log = logging.getLogger(__name__)
 
 #: Settings that make small tables fast on a laptop or a 2-core CI runner. Not for production
 #: tables on object storage: the metadata table and timeline-server markers exist to cut
@@ -62,6 +106,10 @@ SMALL_TABLE_OPTIONS: Final[Mapping[str, str]] = {
 
 class HudiCommitError(RuntimeError):
     """A Hudi transaction could not be committed, or not as asked."""
+
+
+class HudiFencedError(HudiCommitError):
+    """Another writer moved the table's checkpoint after this transaction started: fenced."""
 
 
 class _Unchecked:
@@ -83,6 +131,29 @@ class CommitInfo:
     checkpoint: Checkpoint
     extra_metadata: Mapping[str, str]
 
+    @property
+    def topic_id(self) -> str | None:
+        """Kafka's id of the topic the checkpoint is for; None if the writer did not record it."""
+        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+            value = self.extra_metadata.get(key + TOPIC_ID_SUFFIX)
+            if value:
+                return value
+        return None
+
+
+class WriteSettings(TypedDict, total=False):
+    """How a transaction is written: shared by :func:`hudi_write_options` and
+    :func:`write_transaction` so the two keyword lists cannot drift apart."""
+
+    table_type: TableType
+    record_key_fields: Sequence[str]
+    ordering_field: str | None
+    partition_fields: Sequence[str]
+    operation: Operation
+    partition_count: int | None
+    topic_id: str | None
+    options: Mapping[str, str] | None
+
 
 def hudi_write_options(
     table_name: str,
@@ -94,13 +165,17 @@ def hudi_write_options(
     partition_fields: Sequence[str] = (),
     operation: Operation = "upsert",
     partition_count: int | None = None,
+    topic_id: str | None = None,
+    fence_after: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Datasource options for one transactional write; ``options`` win except where unsafe.
 
     ``upsert`` is the default because it makes a repeated write of the same records harmless
     (same key, same row), which protects against a caller that re-sends a range; ``insert`` and
-    ``bulk_insert`` skip the index lookup and rely on the checkpoint alone.
+    ``bulk_insert`` skip the index lookup and rely on the checkpoint alone. ``topic_id`` is
+    stored next to the checkpoint. ``fence_after`` (completion time of the commit the write
+    started from, "" for a new table) turns on the checkpoint fence; None leaves it off.
     """
     if table_type not in ("COPY_ON_WRITE", "MERGE_ON_READ"):
         raise ValueError(f"table_type must be COPY_ON_WRITE or MERGE_ON_READ, got {table_type!r}")
@@ -126,13 +201,21 @@ def hudi_write_options(
     }
     if ordering_field:
         result["hoodie.datasource.write.precombine.field"] = ordering_field
-    for key in (_COMMIT_META_PREFIX_OPTION, CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+    for key in _MANAGED_OPTIONS:
         if options and key in options:
             raise ValueError(f"option {key!r} is managed by write_transaction")
+    result.update(_DEFAULT_LOCK_OPTIONS)
     result.update(options or {})
+    result.update(_CONCURRENCY_OPTIONS)
+    if fence_after is not None:
+        result[_CONFLICT_STRATEGY_OPTION] = FENCING_STRATEGY_CLASS
+        result[FENCING_EXPECTED_OPTION] = fence_after
     # The datasource copies options starting with this prefix into the commit metadata.
-    result[_COMMIT_META_PREFIX_OPTION] = next(iter(meta))
+    key = next(iter(meta))
+    result[_COMMIT_META_PREFIX_OPTION] = key
     result.update(meta)
+    if topic_id:
+        result[key + TOPIC_ID_SUFFIX] = topic_id
     return result
 
 
@@ -142,15 +225,9 @@ def write_transaction(
     table_name: str,
     checkpoint: Mapping[TopicPartition, int],
     *,
-    table_type: TableType = "COPY_ON_WRITE",
-    record_key_fields: Sequence[str] = SOURCE_KEY_FIELDS,
-    ordering_field: str | None = DEFAULT_ORDERING_FIELD,
-    partition_fields: Sequence[str] = (),
-    operation: Operation = "upsert",
-    partition_count: int | None = None,
     expected_previous: Mapping[TopicPartition, int] | _Unchecked | None = UNCHECKED,
     allow_rewind: bool = False,
-    options: Mapping[str, str] | None = None,
+    **settings: Unpack[WriteSettings],
 ) -> CommitInfo:
     """Write ``df`` as ONE Hudi commit whose metadata holds ``checkpoint``; return that commit.
 
@@ -159,38 +236,47 @@ def write_transaction(
     the table's latest checkpoint is read: the new one may not drop a partition or move one
     backwards (unless ``allow_rewind``), and with ``expected_previous`` it must be exactly the
     position this run started from, which catches a second writer that committed in between.
+    That early check is not atomic with the commit; the fence is: Hudi's optimistic concurrency
+    control runs our conflict strategy under its commit lock, and it refuses the commit if any
+    checkpoint-carrying commit completed after the one read here (:class:`HudiFencedError`).
     After writing, the latest completed commit must carry ``checkpoint``, or this raises.
+    ``settings`` are those of :func:`hudi_write_options` but ``fence_after``, which is set here.
     """
     spark = df.sparkSession
-    missing = [c for c in (*record_key_fields, *partition_fields) if c not in df.columns]
+    keys = settings.get("record_key_fields", SOURCE_KEY_FIELDS)
+    ordering_field = settings.get("ordering_field", DEFAULT_ORDERING_FIELD)
+    missing = [c for c in (*keys, *settings.get("partition_fields", ())) if c not in df.columns]
     if ordering_field and ordering_field not in df.columns:
         missing.append(ordering_field)
     if missing:
         raise HudiCommitError(f"columns {missing} are not in the data frame ({df.columns})")
-    validate_checkpoint(checkpoint, partition_count)
-    write_options = hudi_write_options(
-        table_name,
-        checkpoint,
-        table_type=table_type,
-        record_key_fields=record_key_fields,
-        ordering_field=ordering_field,
-        partition_fields=partition_fields,
-        operation=operation,
-        partition_count=partition_count,
-        options=options,
-    )
+    validate_checkpoint(checkpoint, settings.get("partition_count"))
+    hudi_write_options(table_name, checkpoint, **settings)  # refuse bad settings before reading
     before = latest_commit(spark, table_path)
     previous = before.checkpoint if before else None
     if not isinstance(expected_previous, _Unchecked):
         expected = dict(expected_previous) if expected_previous is not None else None
         if previous != expected:
-            raise HudiCommitError(
-                f"{table_path}: the table's checkpoint is {previous}, this run started from "
-                f"{expected}; another writer committed in between. Nothing was written"
+            raise HudiFencedError(
+                f"{table_path}: fenced: the table's checkpoint is {previous}, this run started "
+                f"from {expected}; another writer committed in between. Nothing was written"
             )
     _check_progress(previous, checkpoint, allow_rewind)
+    fence: str | None = None
+    if _fencing_available(spark):
+        fence = (before.completion_time or before.instant_time) if before else ""
+    write_options = hudi_write_options(table_name, checkpoint, **settings, fence_after=fence)
 
-    df.write.format("hudi").options(**write_options).mode("append").save(table_path)
+    try:
+        df.write.format("hudi").options(**write_options).mode("append").save(table_path)
+    except Exception as exc:
+        reason = _conflict(exc)
+        if reason is None:
+            raise
+        raise HudiFencedError(
+            f"{table_path}: fenced: {reason}. Nothing was committed; the table's checkpoint is "
+            "the other writer's, and the next run plans from it"
+        ) from None
 
     commit = latest_commit(spark, table_path)
     is_new = commit is not None and (before is None or commit.instant_time != before.instant_time)
@@ -201,6 +287,30 @@ def write_transaction(
             f"{commit.checkpoint if commit else None}, not a new commit with {dict(checkpoint)}"
         )
     return commit
+
+
+_FENCED = re.compile(r"eos-fenced: ([^\n]+)")
+_WRITE_CONFLICT = re.compile(r"HoodieWriteConflictException: ([^\n]+)")
+
+
+def _conflict(exc: BaseException) -> str | None:
+    """Why Hudi refused the commit as a write conflict, or None for any other failure."""
+    text = str(exc)
+    for pattern in (_FENCED, _WRITE_CONFLICT):
+        found = pattern.search(text)
+        if found:
+            return found.group(1).strip()
+    return None
+
+
+def _fencing_available(spark: SparkSession) -> bool:
+    """The fencing strategy's jar is on the session's classpath (see ``adapters.spark``)."""
+    if FENCING_JAR_STEM in spark.sparkContext.getConf().get("spark.jars", ""):
+        return True
+    log.warning(
+        "Hudi commit without the checkpoint fence: %s is not in spark.jars", FENCING_JAR_STEM
+    )
+    return False
 
 
 def _check_progress(
@@ -333,9 +443,12 @@ __all__ = [
     "DEFAULT_ORDERING_FIELD",
     "SMALL_TABLE_OPTIONS",
     "SOURCE_KEY_FIELDS",
+    "TOPIC_ID_SUFFIX",
     "UNCHECKED",
     "CommitInfo",
     "HudiCommitError",
+    "HudiFencedError",
+    "WriteSettings",
     "checkpoint_history",
     "completed_commits",
     "hudi_write_options",

@@ -145,7 +145,13 @@ class StateStore(Protocol):
     def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
 
     def write(
-        self, lease: Lease, range_start: int, range_end: int, phase: str
+        self,
+        lease: Lease,
+        range_start: int,
+        range_end: int,
+        phase: str,
+        *,
+        topic_id: str | None = None,
     ) -> VersionedRecord: ...
 
 
@@ -502,7 +508,15 @@ class KeeperStateStore:
             # Someone else bumped the epoch first: back off a little (with jitter) and bump again.
             time.sleep(random.uniform(0, min(0.2, 0.005 * 2**rounds)))
 
-    def write(self, lease: Lease, range_start: int, range_end: int, phase: str) -> VersionedRecord:
+    def write(
+        self,
+        lease: Lease,
+        range_start: int,
+        range_end: int,
+        phase: str,
+        *,
+        topic_id: str | None = None,
+    ) -> VersionedRecord:
         """Store ``[range_start, range_end)`` in ``phase`` if ``lease`` still holds the partition.
 
         Raises :class:`FencedError` when a newer epoch holds it and :class:`ConflictError` on any
@@ -511,7 +525,7 @@ class KeeperStateStore:
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         path = self.path(lease.key)
-        intended = lease.record.with_state(range_start, range_end, phase, self._clock())
+        intended = lease.record.with_state(range_start, range_end, phase, self._clock(), topic_id)
         if intended.epoch != lease.epoch or intended.writer != lease.writer:
             raise ValueError(f"lease for {lease.key} does not match its own record")
         stored, current = self._put(path, intended, lease.version)
@@ -579,11 +593,19 @@ class UnsafeInMemoryStateStore:
         self._nodes[path] = (record.encode(), version)
         return Lease(key, record.epoch, writer, version, record)
 
-    def write(self, lease: Lease, range_start: int, range_end: int, phase: str) -> VersionedRecord:
+    def write(
+        self,
+        lease: Lease,
+        range_start: int,
+        range_end: int,
+        phase: str,
+        *,
+        topic_id: str | None = None,
+    ) -> VersionedRecord:
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         path = lease.key.path(self.root)
-        intended = lease.record.with_state(range_start, range_end, phase, self._clock())
+        intended = lease.record.with_state(range_start, range_end, phase, self._clock(), topic_id)
         current = self._get(path)
         if current is not None and current.version == lease.version:
             stored = VersionedRecord(intended, current.version + 1)

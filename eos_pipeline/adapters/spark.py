@@ -12,9 +12,15 @@ read are the per-partition participants of the transaction that the Hudi commit 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
+import shutil
+import subprocess
+import tempfile
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,6 +30,8 @@ from pyspark.sql import types as T
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
+
+log = logging.getLogger(__name__)
 
 #: Columns of :func:`read_kafka_ranges`, as Spark's Kafka source names them.
 KAFKA_SCHEMA = T.StructType(
@@ -44,7 +52,8 @@ SOURCE_COLUMNS = {"topic": "_topic", "partition": "_partition", "offset": "_offs
 TIMESTAMP_COLUMN = "_kafka_timestamp"
 
 #: Columns holding why a record could not be decoded (bad rows only): a class, as the Python
-#: decoder names them (``Tombstone``, ``DecodeError``, ``MissingField``), and a message.
+#: decoder names them (``Tombstone``, ``DecodeError``, ``TypeMismatch``, ``MissingField``,
+#: ``Oversized``), and a message.
 ERROR_COLUMN = "error"
 ERROR_CLASS_COLUMN = "error_class"
 _CORRUPT = "_eos_corrupt_record"
@@ -68,10 +77,93 @@ class SparkKafkaError(RuntimeError):
 
 
 def default_jars() -> list[str]:
-    """Local paths of the Hudi bundle and the Kafka connector, fetched on first use."""
+    """Local paths of the Hudi bundle, the Kafka connector and the fencing strategy.
+
+    The bundles are fetched on first use; the fencing strategy is compiled on first use (see
+    :func:`fencing_jar`) and left out, with a warning, where no ``javac`` is installed.
+    """
     from eos_pipeline.stack.artifacts import ensure_bundle
 
-    return [str(p) for name in ("hudi", "spark-kafka") for p in ensure_bundle(name)]
+    jars = [p for name in ("hudi", "spark-kafka") for p in ensure_bundle(name)]
+    hudi = [p for p in jars if "hudi-spark" in p.name]
+    fencing = fencing_jar(hudi[0]) if hudi else None
+    return [str(p) for p in jars] + ([str(fencing)] if fencing else [])
+
+
+#: Hudi conflict-resolution strategy (run under Hudi's commit lock with optimistic concurrency
+#: control) that refuses a commit when a checkpoint-carrying commit completed after the one the
+#: write started from, named by :data:`FENCING_EXPECTED_OPTION` (its completion time, "" for a
+#: new table). Hudi's own strategies compare touched files only: two writers that both create
+#: new file groups (a new table, or inserts that fit no small file) never conflict there.
+FENCING_STRATEGY_CLASS = "eos.hudi.CheckpointFencingStrategy"
+FENCING_EXPECTED_OPTION = "hoodie.eos.fencing.expected.completion"
+FENCING_JAR_STEM = "eos-hudi-fencing"
+#: Its Java source, shipped with the package and compiled on first use (:func:`fencing_jar`).
+FENCING_SOURCE = Path(__file__).parent / "java" / "CheckpointFencingStrategy.java"
+
+
+def _javac() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    candidate = Path(home, "bin", "javac") if home else None
+    if candidate is not None and candidate.exists():
+        return str(candidate)
+    return shutil.which("javac")
+
+
+def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
+    """The fencing strategy compiled against ``hudi_jar`` (cached by source digest), or None.
+
+    Compiled here rather than fetched: it is project code, a few dozen lines, and must match the
+    Hudi bundle in use. Without a JDK the sink still checks the checkpoint before writing, but
+    that check is not atomic with the commit, so a warning says so.
+    """
+    from eos_pipeline.stack.artifacts import default_cache_dir
+
+    java = FENCING_SOURCE.read_text()
+    digest = hashlib.sha256(f"{java}\0{hudi_jar.name}".encode()).hexdigest()[:16]
+    target = (cache_dir or default_cache_dir()) / "eos-hudi" / f"{FENCING_JAR_STEM}-{digest}.jar"
+    if target.exists():
+        return target
+    javac = _javac()
+    if javac is None:
+        log.warning(
+            "javac not found: Hudi commits run without the checkpoint fencing strategy; two "
+            "writers racing on one table could both commit. Install a JDK to close that gap"
+        )
+        return None
+    import pyspark
+
+    spark_jars = Path(pyspark.__file__).parent / "jars" / "*"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        source = Path(tmp, "src", *FENCING_STRATEGY_CLASS.split(".")).with_suffix(".java")
+        source.parent.mkdir(parents=True)
+        source.write_text(java)
+        classes = Path(tmp, "classes")
+        done = subprocess.run(
+            [
+                javac,
+                "--release",
+                "17",
+                "-nowarn",
+                "-cp",
+                f"{hudi_jar}{os.pathsep}{spark_jars}",
+                "-d",
+                str(classes),
+                str(source),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling {source.name} failed:\n{done.stderr[-2000:]}")
+        staged = Path(tmp, target.name)
+        with zipfile.ZipFile(staged, "w") as jar:
+            for path in sorted(classes.rglob("*.class")):
+                jar.write(path, path.relative_to(classes).as_posix())
+        os.replace(staged, target)  # atomic: a concurrent builder never sees half a jar
+    return target
 
 
 def _local_cores(master: str) -> int | None:
@@ -223,22 +315,74 @@ def with_source_columns(df: DataFrame) -> DataFrame:
     )
 
 
+def _permissive(text: Column, schema: T.StructType) -> Column:
+    return F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+
+
 def _decode_error(
-    value: Column, text: Column, parsed: Column, schema: T.StructType
+    key: Column,
+    value: Column,
+    text: Column,
+    parsed: Column,
+    schema: T.StructType,
+    max_record_bytes: int | None,
 ) -> tuple[Column, Column]:
     required = [f.name for f in schema.fields if not f.nullable]
     missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required))
     trimmed = F.trim(text)
     is_object = trimmed.startswith("{")
+    # Every field read as a string: Spark turns any JSON token into its text for a string field,
+    # so this parse fails only on malformed JSON, and a record that fails the typed parse but
+    # not this one holds a value of the wrong JSON type. Case branches are evaluated lazily:
+    # the extra parses run for the failing records only.
+    loose = _permissive(
+        text,
+        T.StructType(
+            [T.StructField(f.name, T.StringType(), True) for f in schema.fields]
+            + [T.StructField(_CORRUPT, T.StringType(), True)]
+        ),
+    )
+    mismatched = F.concat_ws(
+        ", ",
+        *(
+            F.when(
+                loose[f.name].isNotNull()
+                & _permissive(text, T.StructType([T.StructField(f.name, f.dataType, True)]))[
+                    f.name
+                ].isNull(),
+                F.lit(f"{f.name} ({f.dataType.simpleString()})"),
+            )
+            for f in schema.fields
+        ),
+    )
+    size = F.coalesce(F.octet_length(key), F.lit(0)) + F.coalesce(F.octet_length(value), F.lit(0))
     # (condition, class, message), checked in order; the first that holds names the problem.
-    rules = [
+    rules: list[tuple[Column, str, Column]] = []
+    if max_record_bytes is not None:
+        rules.append(
+            (
+                size > F.lit(max_record_bytes),
+                "Oversized",
+                F.format_string(
+                    "key + value is %d bytes, above the pipeline's max_record_bytes of %d",
+                    size,
+                    F.lit(max_record_bytes),
+                ),
+            )
+        )
+    rules += [
         (value.isNull(), "Tombstone", F.lit("value is null (tombstone)")),
         (F.encode(text, "UTF-8") != value, "DecodeError", F.lit("value is not valid UTF-8")),
         (parsed.isNull() | ~is_object, "DecodeError", F.lit("value is not a JSON object")),
         (
-            parsed[_CORRUPT].isNotNull(),
+            parsed[_CORRUPT].isNotNull() & loose[_CORRUPT].isNotNull(),
             "DecodeError",
-            F.lit("malformed JSON object, or a field does not fit its declared type"),
+            F.lit("malformed JSON object"),
+        ),
+        (
+            parsed[_CORRUPT].isNotNull(),
+            "TypeMismatch",
+            F.concat(F.lit("field(s) of the wrong JSON type for their column: "), mismatched),
         ),
         (~trimmed.endswith("}"), "DecodeError", F.lit("unexpected content after the JSON object")),
         (
@@ -343,8 +487,14 @@ def spark_schema(schema: TableSchema) -> T.StructType:
     )
 
 
-def decode_json(df: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFrame]:
+def decode_json(
+    df: DataFrame, schema: T.StructType, *, max_record_bytes: int | None = None
+) -> tuple[DataFrame, DataFrame]:
     """Split Kafka rows into decoded rows and bad rows; no record is dropped.
+
+    Error classes match the ClickHouse sink's decoder: ``Tombstone``, ``DecodeError`` (not UTF-8,
+    not JSON, not an object), ``TypeMismatch`` (a field of the wrong JSON type), ``MissingField``,
+    and ``Oversized`` for a record whose key + value bytes exceed ``max_record_bytes``.
 
     Good rows: the source coordinates (``_topic``, ``_partition``, ``_offset``,
     ``_kafka_timestamp``) followed by the fields of ``schema``. Bad rows: the raw Kafka columns
@@ -355,7 +505,21 @@ def decode_json(df: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFra
     that does not end with ``}`` is refused, which catches most trailing garbage but not
     ``{...} {...}``.
 
-    Both frames derive from ``df``: persist it first if reading the source twice is costly.
+    Both frames derive from ``df``: persist it first if reading the source twice is costly, or
+    persist :func:`tag_json`'s frame and split it with :func:`split_tagged` to parse only once.
+    """
+    return split_tagged(tag_json(df, schema, max_record_bytes=max_record_bytes), schema)
+
+
+def tag_json(
+    df: DataFrame, schema: T.StructType, *, max_record_bytes: int | None = None
+) -> DataFrame:
+    """Every Kafka row, parsed, with ``error``/``error_class`` set on the bad ones only.
+
+    The one pass of :func:`decode_json` that reads and parses; a caller that needs several
+    results (counts, dead letters, the rows to write) persists this frame and splits it with
+    :func:`split_tagged`, so the JSON is parsed once. ``key`` and ``value`` are kept on bad rows
+    only (the dead-letter topic needs them), which keeps a persisted frame small.
     """
     clash = set(schema.fieldNames()) & {*SOURCE_COLUMNS.values(), TIMESTAMP_COLUMN, _CORRUPT}
     if clash:
@@ -365,15 +529,25 @@ def decode_json(df: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFra
         + [T.StructField(_CORRUPT, T.StringType(), True)]
     )
     text = F.col("value").cast("string")
-    parsed = F.from_json(
-        text, parse_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    parsed = _permissive(text, parse_schema)
+    message, error_class = _decode_error(
+        F.col("key"), F.col("value"), text, F.col("_eos_parsed"), schema, max_record_bytes
     )
-    message, error_class = _decode_error(F.col("value"), text, F.col("_eos_parsed"), schema)
     tagged = (
         df.select(*KAFKA_COLUMNS, parsed.alias("_eos_parsed"))
         .withColumn(ERROR_COLUMN, message)
         .withColumn(ERROR_CLASS_COLUMN, error_class)
     )
+    is_bad = F.col(ERROR_COLUMN).isNotNull()
+    return tagged.select(
+        *(c for c in tagged.columns if c not in ("key", "value")),
+        F.when(is_bad, F.col("key")).alias("key"),
+        F.when(is_bad, F.col("value")).alias("value"),
+    )
+
+
+def split_tagged(tagged: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFrame]:
+    """Good and bad rows of :func:`tag_json`'s frame, as :func:`decode_json` returns them."""
     good = tagged.where(F.col(ERROR_COLUMN).isNull()).select(
         *(F.col(src).alias(dst) for src, dst in SOURCE_COLUMNS.items()),
         F.col("timestamp").alias(TIMESTAMP_COLUMN),
@@ -383,6 +557,50 @@ def decode_json(df: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFra
         *KAFKA_COLUMNS, ERROR_CLASS_COLUMN, ERROR_COLUMN
     )
     return good, bad
+
+
+def fail_tasks(df: DataFrame, step: str, failing_attempts: int | None) -> DataFrame:
+    """Test-only: every task over ``df`` raises on its first ``failing_attempts`` attempts.
+
+    ``None`` fails every attempt. The check runs in the executor's Python worker, inside the
+    task, so Spark's own task retry (``local[N,maxFailures]`` or ``spark.task.maxFailures``) is
+    what a transient failure exercises. Wired to ``EOS_FAULT_STEP`` by the Hudi sink.
+    """
+
+    def check(partition: int) -> bool:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context is not None else 0
+        if failing_attempts is None or attempt < failing_attempts:
+            raise RuntimeError(
+                f"eos fault injection ({step}): task over Kafka partition {partition} "
+                f"failed on attempt {attempt}"
+            )
+        return True
+
+    return df.where(F.udf(check, T.BooleanType())(F.col("partition")))
+
+
+# An exception line of a Python traceback (the executor's Python worker): no dotted module path.
+_PY_ERROR = re.compile(r"^\s*((?!Py4J)[A-Za-z_]\w*(?:Error|Exception): .+)$", re.MULTILINE)
+_JAVA_CAUSE = re.compile(r"^\s*Caused by: ([\w.$]+: .+)$", re.MULTILINE)
+
+
+def spark_failure(exc: BaseException) -> str:
+    """One line naming why a Spark job failed: the stage failure and its innermost cause.
+
+    The cause is the last exception of a Python worker's traceback if there is one (a UDF or
+    injected fault), else the root ``Caused by:`` of the Java trace (a Kafka or Hudi error).
+    """
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    stage = next((line for line in lines if "Job aborted due to stage failure" in line), "")
+    stage = stage[stage.find("Job aborted") :].split(", most recent failure")[0]
+    python = [m.group(1) for m in _PY_ERROR.finditer(text)]
+    java = [m.group(1) for m in _JAVA_CAUSE.finditer(text)]
+    cause = python[-1] if python else java[-1] if java else lines[0] if lines else repr(exc)
+    return f"{stage}: {cause}" if stage and stage not in cause else cause
 
 
 __all__ = [
@@ -396,10 +614,15 @@ __all__ = [
     "SparkKafkaError",
     "decode_json",
     "default_jars",
+    "fail_tasks",
+    "fencing_jar",
     "kafka_source_options",
     "read_kafka_ranges",
     "spark_conf",
+    "spark_failure",
     "spark_schema",
     "spark_type",
+    "split_tagged",
+    "tag_json",
     "with_source_columns",
 ]

@@ -7,10 +7,11 @@ epoch was checked but the state changed (see :mod:`eos_pipeline.adapters.keeper`
 Value format (UTF-8 JSON, keys sorted, no spaces)::
 
     {"epoch": 4, "lease_id": "5f0c2a9d41b7e3c8", "phase": "AFTER", "range_end": 120,
-     "range_start": 100, "updated_at": "2025-01-31T12:00:00.000Z", "v": 1,
-     "writer": "host/1234/run-abc"}
+     "range_start": 100, "topic_id": "WrerBLBuR-e7REEFg8SMLg",
+     "updated_at": "2025-01-31T12:00:00.000Z", "v": 2, "writer": "host/1234/run-abc"}
 
 * ``v`` is the format version. A reader refuses a version it does not know rather than guess.
+  Version 1 had no ``topic_id``; it is still read (as ``topic_id: null``) and rewritten as 2.
 * ``range_start`` / ``range_end`` are the half-open bounds of the last range the sink started
   (``BEFORE``) or finished (``AFTER``) writing; ``range_end`` is Kafka's exclusive next offset.
   All three of ``range_start``, ``range_end`` and ``phase`` are ``null`` until the first write:
@@ -20,6 +21,9 @@ Value format (UTF-8 JSON, keys sorted, no spaces)::
   lets a writer that lost the answer to its own write recognise that write on re-read, even when
   another acquirer uses the same ``writer`` string.
 * ``writer`` names that writer (``host/pid/run``), for people reading the keeper.
+* ``topic_id`` is Kafka's id of the topic the position was read from (``null`` until known). A
+  topic deleted and recreated under the same name gets a new id; offsets alone cannot tell the
+  two logs apart once the new one has grown past the stored position.
 * ``updated_at`` is informational (UTC, milliseconds) and is never used to decide anything.
 
 Parsing is strict: anything unexpected raises :class:`CorruptRecordError` naming the znode. A
@@ -38,7 +42,9 @@ from typing import Any
 
 from eos_pipeline.core.offsets import TopicPartition
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions this code reads; version 1 is version 2 without ``topic_id``.
+READABLE_VERSIONS = (1, 2)
 PHASES = ("BEFORE", "AFTER")
 DEFAULT_ROOT = "/eos_pipeline"
 
@@ -46,9 +52,12 @@ DEFAULT_ROOT = "/eos_pipeline"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _MAX_WRITER_LEN = 512
 _LEASE_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
-_KEYS = frozenset(
+_KEYS_V1 = frozenset(
     {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
 )
+_KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}}
+# Kafka's topic ids are 16 bytes, printed in URL-safe base64 without padding (22 characters).
+_TOPIC_ID_RE = re.compile(r"^[A-Za-z0-9_+/=-]{8,64}$")
 
 
 class KeeperError(RuntimeError):
@@ -211,6 +220,7 @@ class KeeperRecord:
     range_start: int | None = None
     range_end: int | None = None
     phase: str | None = None
+    topic_id: str | None = None
 
     def __post_init__(self) -> None:
         _check_int("epoch", self.epoch, 1)
@@ -220,6 +230,10 @@ class KeeperRecord:
             raise ValueError(f"writer must be a non-empty string, got {self.writer!r}")
         if len(self.writer) > _MAX_WRITER_LEN or not self.writer.isprintable():
             raise ValueError(f"writer must be printable and at most {_MAX_WRITER_LEN} chars")
+        if self.topic_id is not None and (
+            not isinstance(self.topic_id, str) or not _TOPIC_ID_RE.match(self.topic_id)
+        ):
+            raise ValueError(f"topic_id must be a Kafka topic id, got {self.topic_id!r}")
         if not isinstance(self.updated_at, datetime) or self.updated_at.tzinfo is None:
             raise ValueError(f"updated_at must be a timezone-aware datetime: {self.updated_at!r}")
         state = (self.range_start, self.range_end, self.phase)
@@ -242,10 +256,21 @@ class KeeperRecord:
         return self.phase is not None
 
     def with_state(
-        self, range_start: int, range_end: int, phase: str, updated_at: datetime
+        self,
+        range_start: int,
+        range_end: int,
+        phase: str,
+        updated_at: datetime,
+        topic_id: str | None = None,
     ) -> KeeperRecord:
+        """The record moved to a new state; ``topic_id`` ``None`` keeps the stored id."""
         return replace(
-            self, range_start=range_start, range_end=range_end, phase=phase, updated_at=updated_at
+            self,
+            range_start=range_start,
+            range_end=range_end,
+            phase=phase,
+            updated_at=updated_at,
+            topic_id=topic_id if topic_id is not None else self.topic_id,
         )
 
     def taken_over(self, lease_id: str, writer: str, updated_at: datetime) -> KeeperRecord:
@@ -264,6 +289,7 @@ class KeeperRecord:
             "range_start": self.range_start,
             "range_end": self.range_end,
             "phase": self.phase,
+            "topic_id": self.topic_id,
         }
 
     def encode(self) -> bytes:
@@ -281,15 +307,16 @@ class KeeperRecord:
         if not isinstance(obj, dict):
             raise CorruptRecordError(path, f"expected a JSON object, got {type(obj).__name__}")
         version = obj.get("v")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise CorruptRecordError(
                 path,
-                f"unknown format version v={version!r} (this code reads v={FORMAT_VERSION}); "
-                "was it written by a newer eos_pipeline?",
+                f"unknown format version v={version!r} (this code reads v in "
+                f"{READABLE_VERSIONS}); was it written by a newer eos_pipeline?",
             )
-        if set(obj) != _KEYS:
-            missing = sorted(_KEYS - set(obj))
-            extra = sorted(set(obj) - _KEYS)
+        keys = _KEYS[version]
+        if set(obj) != keys:
+            missing = sorted(keys - set(obj))
+            extra = sorted(set(obj) - keys)
             raise CorruptRecordError(path, f"missing keys {missing}, unexpected keys {extra}")
         try:
             stamp = obj["updated_at"]
@@ -303,6 +330,7 @@ class KeeperRecord:
                 range_start=obj["range_start"],
                 range_end=obj["range_end"],
                 phase=obj["phase"],
+                topic_id=obj.get("topic_id"),
             )
         except ValueError as exc:
             raise CorruptRecordError(path, str(exc)) from None

@@ -38,9 +38,13 @@ from eos_pipeline.defs.proof import (
     kafka_offsets,
     markdown_table,
 )
-from eos_pipeline.defs.resources import kafka_resource_key
+from eos_pipeline.defs.resources import chdb_path, kafka_resource_key
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, state_of
-from eos_pipeline.sinks.faults import fault_point
+from eos_pipeline.sinks.faults import (
+    BEFORE_MATERIALIZATION_STEP,
+    fault_point,
+    kill_when_clickhouse_inserts,
+)
 
 CLICKHOUSE_SINK = "clickhouse"
 CHECK_NAME = "exactly_once"
@@ -69,6 +73,7 @@ def clickhouse_spec(pipeline: Pipeline) -> ClickHouseTableSpec:
         sink=CLICKHOUSE_SINK,
         max_records=pipeline.batch.max_records,
         max_bytes=pipeline.batch.max_bytes,
+        max_record_bytes=pipeline.batch.max_record_bytes,
         reset=pipeline.reset,
     )
 
@@ -127,6 +132,9 @@ def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinitio
         reports = []
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             sink.ensure_table(spec.database, spec.table, spec.schema)
+            path = chdb_path(context.resources.clickhouse.url)
+            if path:  # test-only: a kill inside the INSERT when the fault suite arms it
+                kill_when_clickhouse_inserts(path)
             sync = ClickHousePartitionSync(
                 spec, kafka, st, sink, dlq, writer=default_writer_id(context.run.run_id)
             )
@@ -178,7 +186,7 @@ def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinitio
             "lag_after": sum(row[8] for row in rows),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
-        fault_point("before_materialization_event")
+        fault_point(BEFORE_MATERIALIZATION_STEP, scope=CLICKHOUSE_SINK)
         return dg.MaterializeResult(metadata=metadata)
 
     return _clickhouse
@@ -386,7 +394,7 @@ def hudi_asset(pipeline: Pipeline, pool: str) -> dg.AssetsDefinition:
             ),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
-        fault_point("before_materialization_event")
+        fault_point(BEFORE_MATERIALIZATION_STEP, scope="hudi")
         return dg.MaterializeResult(metadata=metadata)
 
     return _hudi

@@ -100,6 +100,23 @@ class Batch(_Strict):
 
     max_records: Annotated[int, Field(gt=0)] = 100_000
     max_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
+    #: A record whose key + value is larger goes to the dead-letter topic as ``Oversized``
+    #: instead of into the tables. Unset: no limit (Kafka's own message size limit applies).
+    max_record_bytes: Annotated[int, Field(gt=0)] | None = None
+
+
+class Retry(_Strict):
+    """What the lag sensors do after runs of a partition (or Hudi table) failed.
+
+    A failed run that did not move the sink's position leaves the sensor looking at the same
+    state; it asks again (a fresh run key per failure) until ``max_attempts`` runs started from
+    that same state have failed, then stops and logs a warning naming the partition, the
+    position and the last failed run: a permanent error must not become a crash loop. Any run
+    that moves the position starts the count again; after fixing the cause, launch a run from
+    the UI (or a backfill) to move on.
+    """
+
+    max_attempts: Annotated[int, Field(ge=1)] = 3
 
 
 class ClickHouseTarget(_Strict):
@@ -140,6 +157,7 @@ class Pipeline(_Strict):
     schema_: Annotated[dict[str, str], Field(alias="schema", min_length=1)]
     reset: Literal["earliest", "latest"] = "earliest"
     batch: Batch = Field(default_factory=Batch)
+    retry: Retry = Field(default_factory=Retry)
     clickhouse: ClickHouseTarget | None = None
     hudi: HudiTarget | None = None
 

@@ -2,8 +2,9 @@
 
 Cost per evaluation, whatever the number of partitions: one metadata + one ListOffsets request
 per topic (``end_offsets``, read_committed), one keeper listing plus pipelined gets per topic
-(``read_many``), one run-storage query for runs in flight. No Spark, no ClickHouse: the sensor
-daemon must never open the chDB data path (one process per path) nor start a JVM.
+(``read_many``), one run-storage query for runs in flight and one for failed runs. No Spark, no
+ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
+start a JVM.
 
 Where a sink stands:
 
@@ -20,6 +21,15 @@ Run keys contain the end offsets asked for and the sink's position, so re-evalua
 nothing new yields the same keys and Dagster launches nothing; and partitions with a run
 already queued or running are left alone.
 
+A run that fails (or is killed) without moving the position would leave the sensor asking for
+the same run key, which Dagster never launches twice: the partition would be stuck. So each
+run is tagged with the state it starts from (``eos_pipeline/start_state``), every evaluation
+counts the failed and canceled runs per partition that started from the current state (one
+run-storage query), and the count goes into the run key: each failure yields a fresh key. After
+``retry.max_attempts`` failures from the same state the sensor stops asking and logs a warning
+naming the partition, the position and the last failed run, so a permanent error never becomes
+a crash loop.
+
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
 partition-key-range run (``dagster/asset_partition_range_start``/``_end`` tags) over the
 table's dynamic partitions, which the asset's ``BackfillPolicy.single_run()`` turns into one
@@ -27,7 +37,9 @@ table's dynamic partitions, which the asset's ``BackfillPolicy.single_run()`` tu
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+import hashlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -57,6 +69,12 @@ HUDI_TABLE_TAG = "eos_pipeline/hudi_table"
 CHDB_PATH_TAG = "eos_pipeline/chdb_path"
 SINK_TAG = "eos_pipeline/sink"
 PRIORITY_TAG = "dagster/priority"
+#: The sink state a run starts from (ClickHouse: ``<phase>:<position>``; Hudi: a digest of the
+#: checkpoint): failed runs are counted per partition and start state.
+START_STATE_TAG = "eos_pipeline/start_state"
+PARTITION_TAG = "dagster/partition"
+#: How many of a sink's most recent failed runs one evaluation looks at.
+FAILED_RUNS_LOOKBACK = 1000
 #: Most runs one ClickHouse sensor evaluation asks for (the rest come on the next tick).
 MAX_RUNS_PER_TICK = 200
 
@@ -66,6 +84,44 @@ _IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
+
+
+_FAILED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+
+
+@dataclass
+class Failures:
+    """Failed runs that started from one state of one partition; the newest one's id."""
+
+    count: int
+    last_run_id: str
+
+
+def failures_by_start(instance: dg.DagsterInstance, sink: str) -> dict[tuple[str, str], Failures]:
+    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query)."""
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=_FAILED, tags={SINK_TAG: sink}), limit=FAILED_RUNS_LOOKBACK
+    )
+    out: dict[tuple[str, str], Failures] = {}
+    for run in runs:  # newest first
+        start = run.tags.get(START_STATE_TAG)
+        if start is None:
+            continue  # launched by hand: not counted
+        key = (run.tags.get(PARTITION_TAG, "*"), start)
+        if key in out:
+            out[key].count += 1
+        else:
+            out[key] = Failures(1, run.run_id)
+    return out
+
+
+def _given_up(what: str, state: str, failed: Failures, attempts: int) -> str:
+    return (
+        f"{what}: {failed.count} runs started from {state} failed (last: run "
+        f"{failed.last_run_id}); retry.max_attempts is {attempts}, so no more runs are "
+        "requested for it. Fix the cause (see that run's logs), then launch a run from the UI "
+        "or a backfill."
+    )
 
 
 def _in_flight_partitions(instance: dg.DagsterInstance, sink: str) -> set[str]:
@@ -137,6 +193,9 @@ def clickhouse_lag_sensor(
         kafka = getattr(context.resources, kafka_key).settings()
         known = set(context.instance.get_dynamic_partitions(partitions.name))
         busy = _in_flight_partitions(context.instance, sink)
+        failures = failures_by_start(context.instance, sink)
+        attempts = pipeline.retry.max_attempts
+        stuck: list[str] = []
         recover: list[dg.RunRequest] = []
         behind: list[dg.RunRequest] = []
         with context.resources.keeper.store() as store:
@@ -167,21 +226,32 @@ def clickhouse_lag_sensor(
                         position, phase = state.range.end, state.phase.value
                         if state.phase is not Phase.BEFORE and position >= end:
                             continue
+                    start = f"{phase}:{position}"
+                    failed = failures.get((key, start))
+                    if failed is not None and failed.count >= attempts:
+                        stuck.append(_given_up(f"{key} ({sink})", start, failed, attempts))
+                        continue
                     tags = {
                         SINK_TAG: sink,
                         SINK_PARTITION_TAG: f"{sink}.{key}",
                         PRIORITY_TAG: "10" if phase == Phase.BEFORE.value else "0",
+                        START_STATE_TAG: start,
                     }
                     if chdb_path:
                         tags[CHDB_PATH_TAG] = chdb_path
+                    retry = f":retry{failed.count}" if failed else ""
                     request = dg.RunRequest(
-                        run_key=f"{sink}:{key}:{phase}:{position}:{end}",
+                        run_key=f"{sink}:{key}:{phase}:{position}:{end}{retry}",
                         partition_key=key,
                         tags=tags,
                     )
                     (recover if phase == Phase.BEFORE.value else behind).append(request)
+        for message in stuck:
+            context.log.warning(message)
         requests = (recover + behind)[:MAX_RUNS_PER_TICK]
         if not requests:
+            if stuck:
+                return dg.SkipReason(" ".join(stuck))
             return dg.SkipReason("every partition is caught up (or has a run in flight)")
         return dg.SensorResult(run_requests=requests)
 
@@ -241,16 +311,26 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         first, last = min(lagging, key=ordered.index), max(lagging, key=ordered.index)
         state = ",".join(f"{p}:{checkpoint.get(TopicPartition(topic, p), '-')}" for p in ends)
         wanted = ",".join(str(e) for _, e in sorted(ends.items()))
+        # the checkpoint can be long (one entry per partition): the tag holds a digest of it
+        start = "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
+        failed = failures_by_start(context.instance, sink).get(("*", start))
+        attempts = pipeline.retry.max_attempts
+        if failed is not None and failed.count >= attempts:
+            message = _given_up(f"Hudi table {table}", f"checkpoint {state}", failed, attempts)
+            context.log.warning(message)
+            return dg.SkipReason(message)
         tags: dict[str, Any] = {
             SINK_TAG: sink,
             HUDI_TABLE_TAG: table,
             ASSET_PARTITION_RANGE_START_TAG: first,
             ASSET_PARTITION_RANGE_END_TAG: last,
+            START_STATE_TAG: start,
         }
+        retry = f":retry{failed.count}" if failed else ""
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
-                    run_key=f"{sink}:{state}:{wanted}", asset_selection=[asset], tags=tags
+                    run_key=f"{sink}:{state}:{wanted}{retry}", asset_selection=[asset], tags=tags
                 )
             ]
         )

@@ -36,8 +36,10 @@ from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
     end_offsets,
+    range_consumer,
     read_range,
     start_offsets,
+    topic_id,
 )
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
@@ -63,6 +65,8 @@ class ClickHouseTableSpec:
     max_records: int = 100_000
     max_bytes: int = 64 * 1024 * 1024
     reset: Literal["earliest", "latest"] = "earliest"
+    #: Key + value bytes above which a record is dead-lettered as ``Oversized`` (None: no limit).
+    max_record_bytes: int | None = None
 
 
 @dataclass
@@ -141,12 +145,13 @@ class ClickHousePartitionSync:
         key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
         lease = self.store.acquire(key, writer=self.writer)
         state = state_of(lease.record)
+        tid = self._same_topic(tp, lease.record)
         log_end = self._log_end(tp, state)
         target = until if until is not None else log_end
         if state is None and self.spec.reset == "latest":
             # Pin where the partition starts: without a stored position every later run would
             # start at the then-latest offset and skip the records produced in between.
-            self.store.write(lease, target, target, Phase.AFTER.value)
+            self.store.write(lease, target, target, Phase.AFTER.value, topic_id=tid)
             state = state_of(lease.record)
         start = self._next_start(tp, state, target)
         report = SyncReport(tp=tp, epoch=lease.epoch, start=start, target_end=target, end=start)
@@ -157,20 +162,22 @@ class ClickHousePartitionSync:
             state or "nothing",
             target,
         )
-        while True:
-            state = state_of(lease.record)
-            if state is not None and state.phase is Phase.BEFORE:
-                # Recover first: re-read exactly the range that was in flight.
-                wanted, limit = state.range, None
-            else:
-                begin = self._next_start(tp, state, target)
-                if begin >= target:
-                    break
-                wanted = OffsetRange(begin, min(target, begin + self.spec.max_records))
-                limit = self.spec.max_bytes
-            batch = read_range(self.kafka, tp, wanted, max_bytes=limit)
-            report.batches.append(self._process(lease, state, batch))
-            report.end = batch.range.end
+        # One consumer for the run's batches: the next batch continues from what it fetched.
+        with range_consumer(self.kafka) as consumer:
+            while True:
+                state = state_of(lease.record)
+                if state is not None and state.phase is Phase.BEFORE:
+                    # Recover first: re-read exactly the range that was in flight.
+                    wanted, limit = state.range, None
+                else:
+                    begin = self._next_start(tp, state, target)
+                    if begin >= target:
+                        break
+                    wanted = OffsetRange(begin, min(target, begin + self.spec.max_records))
+                    limit = self.spec.max_bytes
+                batch = read_range(self.kafka, tp, wanted, max_bytes=limit, consumer=consumer)
+                report.batches.append(self._process(lease, state, batch, tid))
+                report.end = batch.range.end
         final = state_of(lease.record)
         report.end = final.range.end if final else report.end
         log.info(
@@ -191,9 +198,29 @@ class ClickHousePartitionSync:
         stored = self.store.read(key)
         decide(state_of(stored.record if stored else None), wanted, tp).raise_for_error()
         lease = self.store.acquire(key, writer=self.writer)
-        return self._process(lease, state_of(lease.record), read_range(self.kafka, tp, wanted))
+        tid = self._same_topic(tp, lease.record)
+        batch = read_range(self.kafka, tp, wanted)
+        return self._process(lease, state_of(lease.record), batch, tid)
 
     # ------------------------------------------------------------------------------- internals
+    def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
+        """Kafka's id of ``tp.topic``, refusing a topic other than the one the position is from.
+
+        A topic deleted and recreated under the same name has a new id. Once its new log has
+        grown past the stored position, offsets cannot show the swap; the stored id can. A record
+        written before ids were stored has none: it is accepted and gets one with its next write.
+        """
+        tid = topic_id(self.kafka, tp.topic)
+        stored = record.topic_id if record is not None else None
+        if stored is not None and stored != tid:
+            raise KafkaReadError(
+                f"{tp}: the keeper's position was read from topic id {stored}, but topic "
+                f"{tp.topic!r} now has id {tid}: the topic was deleted and recreated. Nothing was "
+                "read or written. Point the pipeline at a new table, or reset this partition's "
+                "keeper record deliberately"
+            )
+        return tid
+
     def _log_end(self, tp: TopicPartition, state: SinkState | None) -> int:
         """Kafka's last stable offset of ``tp``, refusing a log that is behind the stored state.
 
@@ -224,7 +251,9 @@ class ClickHousePartitionSync:
             return target
         return start_offsets(self.kafka, tp.topic)[tp.partition]
 
-    def _process(self, lease: Lease, state: SinkState | None, batch: KafkaBatch) -> BatchReport:
+    def _process(
+        self, lease: Lease, state: SinkState | None, batch: KafkaBatch, tid: str
+    ) -> BatchReport:
         began = time.monotonic()
         tp = batch.tp
         decision = decide(state, batch.range, tp)
@@ -249,13 +278,13 @@ class ClickHousePartitionSync:
             )
         for step in decision.steps:
             self.fault("before_keeper_before")
-            self.store.write(lease, step.start, step.end, Phase.BEFORE.value)
+            self.store.write(lease, step.start, step.end, Phase.BEFORE.value, topic_id=tid)
             self.fault("after_keeper_before")
             sent, dead = self._insert_step(batch, step)
             report.rows_sent += sent
             report.dead_letters += dead
             self.fault("after_insert")
-            self.store.write(lease, step.start, step.end, Phase.AFTER.value)
+            self.store.write(lease, step.start, step.end, Phase.AFTER.value, topic_id=tid)
             self.fault("after_keeper_after")
             log.info("%s: %s written (%d rows, %d dead letters)", tp, step, sent, dead)
         report.seconds = time.monotonic() - began
@@ -297,29 +326,42 @@ class ClickHousePartitionSync:
         rows = self._slice(batch, step)
         lo, hi = rows.start, rows.stop
         token = dedup_token(self.spec.pipeline, batch.tp, step)
-        payload = decode_json_arrow(batch.values[lo:hi], self.spec.schema)
-        if payload is not None:
-            table = add_source_columns(
-                payload,
-                self.spec.schema.source,
-                batch.tp,
-                batch.offsets[lo:hi],
-                batch.timestamps_ms[lo:hi],
-            )
-            return self.sink.insert_chunk(self.spec.database, self.spec.table, table, token), 0
-        values = batch.values[lo:hi]
-        decoded = decode_json(values, self.spec.schema)
+        offsets, keys = batch.offsets[lo:hi], batch.keys[lo:hi]
+        values, stamps = batch.values[lo:hi], batch.timestamps_ms[lo:hi]
         dead = 0
-        if decoded.bad:
-            dead = self.dead_letters.send(
+        over = self._oversized(keys, values)
+        if over:
+            limit = self.spec.max_record_bytes
+            dead += self.dead_letters.send(
                 batch.tp,
                 [
                     DeadLetter(
-                        batch.offsets[lo + b.index],
-                        batch.keys[lo + b.index],
-                        values[b.index],
-                        b.error_class,
-                        b.message,
+                        offsets[i],
+                        keys[i],
+                        values[i],
+                        "Oversized",
+                        f"key + value is {_size(keys[i], values[i])} bytes, above the pipeline's "
+                        f"max_record_bytes of {limit}",
+                    )
+                    for i in over
+                ],
+            )
+            dropped = set(over)
+            keep = [i for i in range(len(offsets)) if i not in dropped]
+            offsets, keys = [offsets[i] for i in keep], [keys[i] for i in keep]
+            values, stamps = [values[i] for i in keep], [stamps[i] for i in keep]
+        payload = decode_json_arrow(values, self.spec.schema)
+        if payload is not None:
+            table = add_source_columns(payload, self.spec.schema.source, batch.tp, offsets, stamps)
+            sent = self.sink.insert_chunk(self.spec.database, self.spec.table, table, token)
+            return sent, dead
+        decoded = decode_json(values, self.spec.schema)
+        if decoded.bad:
+            dead += self.dead_letters.send(
+                batch.tp,
+                [
+                    DeadLetter(
+                        offsets[b.index], keys[b.index], values[b.index], b.error_class, b.message
                     )
                     for b in decoded.bad
                 ],
@@ -330,11 +372,25 @@ class ClickHousePartitionSync:
         columns = dict(decoded.columns)
         columns[src.topic] = [batch.tp.topic] * len(decoded.index)
         columns[src.partition] = [batch.tp.partition] * len(decoded.index)
-        columns[src.offset] = [batch.offsets[lo + i] for i in decoded.index]
+        columns[src.offset] = [offsets[i] for i in decoded.index]
         if src.timestamp is not None:
             columns[src.timestamp] = [
-                datetime.fromtimestamp(batch.timestamps_ms[lo + i] / 1000, tz=UTC)
-                for i in decoded.index
+                datetime.fromtimestamp(stamps[i] / 1000, tz=UTC) for i in decoded.index
             ]
         sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
         return sent, dead
+
+    def _oversized(self, keys: list[bytes | None], values: list[bytes | None]) -> list[int]:
+        """Positions of records above ``max_record_bytes``; a bulk bound first, then per record."""
+        limit = self.spec.max_record_bytes
+        if limit is None or not values:
+            return []
+        longest_value = max(map(len, filter(None, values)), default=0)
+        longest_key = max(map(len, filter(None, keys)), default=0)
+        if longest_value + longest_key <= limit:
+            return []
+        return [i for i, (k, v) in enumerate(zip(keys, values, strict=True)) if _size(k, v) > limit]
+
+
+def _size(key: bytes | None, value: bytes | None) -> int:
+    return len(key or b"") + len(value or b"")

@@ -20,8 +20,11 @@ nothing is written twice. Dead letters sent by an attempt that did not commit ar
 the retry with the same source coordinates, which is what readers de-duplicate on.
 
 Hudi tables take one writer at a time: runs are serialized per table by Dagster (see
-``dagster.yaml``) and, as a second line, the write refuses to commit if the table's checkpoint
-is no longer the one the plan started from.
+``dagster.yaml``) and, as a second line, the commit is fenced: under Hudi's optimistic
+concurrency control and commit lock, it is refused if any checkpoint-carrying commit completed
+after the one the plan started from (``adapters.hudi.write_transaction``). Kafka's topic id is
+stored next to the checkpoint, so a topic deleted and recreated under the same name is refused
+even once its new log has grown past the stored offsets.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pyspark.sql import DataFrame, SparkSession
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
@@ -45,19 +50,28 @@ from eos_pipeline.adapters.hudi import (
     latest_commit,
     write_transaction,
 )
-from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets
+from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets, topic_id
 from eos_pipeline.adapters.spark import (
     ERROR_CLASS_COLUMN,
     ERROR_COLUMN,
     TIMESTAMP_COLUMN,
-    decode_json,
+    fail_tasks,
     read_kafka_ranges,
+    spark_failure,
     spark_schema,
+    split_tagged,
+    tag_json,
 )
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.faults import FaultHook, fault_point, kill_when_hudi_write_starts
+from eos_pipeline.sinks.faults import (
+    SPARK_TASK_STEPS,
+    FaultHook,
+    armed_step,
+    fault_point,
+    kill_when_hudi_write_starts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +98,15 @@ class HudiTableSpec:
     reset: Literal["earliest", "latest"] = "earliest"
     hudi_options: Mapping[str, str] = field(default_factory=dict)
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    #: Largest key + value (bytes) stored as a row; a bigger record is dead-lettered as
+    #: ``Oversized`` and the partition goes on. None: no limit.
+    max_record_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_records_per_partition < 1:
             raise ValueError("max_records_per_partition must be at least 1")
+        if self.max_record_bytes is not None and self.max_record_bytes < 1:
+            raise ValueError("max_record_bytes must be at least 1 (or None for no limit)")
         if self.reset not in ("earliest", "latest"):
             raise ValueError(f"reset must be 'earliest' or 'latest', got {self.reset!r}")
 
@@ -101,6 +120,7 @@ class HudiPlan:
     ranges: dict[TopicPartition, OffsetRange]  # the partitions of this transaction
     checkpoint: Checkpoint  # position of every partition after the commit
     end_offsets: Checkpoint  # Kafka's last stable offsets when the plan was made
+    topic_id: str | None = None  # Kafka's id of the topic, stored next to the checkpoint
 
     @property
     def has_work(self) -> bool:
@@ -178,6 +198,15 @@ class HudiTableSync:
         topic = self.spec.topic
         previous = latest_commit(self.spark, self.spec.table_path)
         stored = previous.checkpoint if previous else {}
+        current_id = topic_id(self.kafka, topic)
+        stored_id = previous.topic_id if previous else None
+        if stored_id is not None and stored_id != current_id:
+            raise HudiSinkError(
+                f"{self.spec.table_path}: the table's checkpoint is for topic {topic!r} with "
+                f"id {stored_id}, but {topic!r} now has id {current_id}: the topic was deleted "
+                "and recreated, and its offsets are not the ones the checkpoint counts. Nothing "
+                "was read; point the pipeline at a new table, or move the checkpoint explicitly"
+            )
         ends = end_offsets(self.kafka, topic)
         lows = start_offsets(self.kafka, topic)
         foreign = sorted({tp.topic for tp in stored} - {topic})
@@ -236,6 +265,7 @@ class HudiTableSync:
             ranges,
             checkpoint,
             {TopicPartition(topic, p): e for p, e in ends.items()},
+            current_id,
         )
 
     # ------------------------------------------------------------------------------- writing
@@ -262,15 +292,26 @@ class HudiTableSync:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        raw = read_kafka_ranges(
-            self.spark, self.kafka.bootstrap_servers, spec.kafka_options, wanted
+        schema = spark_schema(spec.schema)
+        # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
+        # and counts records and bad rows per partition; the bad rows are only fetched if there
+        # are any, and the write reads the cache (no second Kafka read, no second parse).
+        tagged = tag_json(
+            self._read(wanted), schema, max_record_bytes=spec.max_record_bytes
         ).persist()
         try:
             report.records_read = {tp: 0 for tp in plan.ranges}
-            for row in raw.groupBy("partition").count().collect():
-                report.records_read[TopicPartition(spec.topic, row["partition"])] = row["count"]
-            good, bad = decode_json(raw, spark_schema(spec.schema))
-            report.dead_letters = self._send_dead_letters(bad, plan)
+            any_bad = False
+            counts = tagged.groupBy("partition").agg(
+                F.count(F.lit(1)).alias("records"), F.count(ERROR_COLUMN).alias("bad")
+            )
+            for row in self._collect(counts, plan):
+                report.records_read[TopicPartition(spec.topic, row["partition"])] = row["records"]
+                any_bad = any_bad or row["bad"] > 0
+            good, bad = split_tagged(tagged, schema)
+            report.dead_letters = (
+                self._send_dead_letters(bad, plan) if any_bad else {tp: 0 for tp in plan.ranges}
+            )
             report.rows_written = {
                 tp: report.records_read[tp] - report.dead_letters.get(tp, 0) for tp in plan.ranges
             }
@@ -288,13 +329,14 @@ class HudiTableSync:
                 operation=spec.operation,
                 partition_count=len(plan.end_offsets),
                 expected_previous=plan.previous.checkpoint if plan.previous else None,
-                options=spec.hudi_options,
+                topic_id=plan.topic_id,
+                options=self._write_options(),
             )
             if stop_watcher is not None:
                 stop_watcher.set()
             self.fault("after_hudi_commit")
         finally:
-            raw.unpersist()
+            tagged.unpersist()
         report.instant_time = commit.instant_time
         report.seconds = time.monotonic() - began
         log.info(
@@ -309,6 +351,26 @@ class HudiTableSync:
         return report
 
     # ------------------------------------------------------------------------------- internals
+    def _read(self, wanted: Mapping[TopicPartition, OffsetRange]) -> DataFrame:
+        raw = read_kafka_ranges(
+            self.spark, self.kafka.bootstrap_servers, self.spec.kafka_options, wanted
+        )
+        step = armed_step()
+        if step is not None and step in SPARK_TASK_STEPS:  # test-only, see sinks/faults.py
+            raw = fail_tasks(raw, step, 1 if step == "hudi_task_fails_once" else None)
+        return raw
+
+    def _collect(self, frame: DataFrame, plan: HudiPlan) -> list[Row]:
+        """Run the job that reads and decodes; a Spark failure becomes one clear error."""
+        try:
+            return frame.collect()
+        except (Py4JJavaError, PySparkException) as exc:  # PySpark re-raises most as the latter
+            ranges = ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items()))
+            raise HudiSinkError(
+                f"{self.spec.table_name}: reading Kafka ranges {ranges} of {self.spec.topic!r} "
+                f"failed in Spark, nothing was committed: {spark_failure(exc)}"
+            ) from exc
+
     def _to_table(self, good: DataFrame) -> DataFrame:
         """Decoded rows in the table's column names, with declared defaults filled in."""
         source = self.spec.schema.source
@@ -326,9 +388,29 @@ class HudiTableSync:
             columns.append(value.alias(col.name))
         return good.select(*columns)
 
+    def _write_options(self) -> dict[str, str]:
+        """Hudi options of the spec, plus what the sink knows about its rows.
+
+        Keyed by the Kafka coordinates, the rows of one transaction have distinct keys (one
+        row per offset, each offset read once), so Hudi's pre-write de-duplication (a shuffle
+        of every row, ``combine.before.upsert``) cannot find anything; a key without them can.
+        Such keys are almost always new, so the index is the bloom filter in each base file's
+        footer (cost per file) rather than Spark's default SIMPLE index, which joins with every
+        key of the table (cost per row, growing with the table). Key ranges cannot prune files:
+        ``…,_offset:10`` sorts before ``…,_offset:9``, and every file spans several partitions.
+        """
+        options: dict[str, str] = {}
+        if set(SOURCE_KEY_FIELDS) <= set(self.spec.record_key_fields):
+            options["hoodie.combine.before.upsert"] = "false"
+            options["hoodie.index.type"] = "BLOOM"
+            options["hoodie.bloom.index.prune.by.ranges"] = "false"
+        options.update(self.spec.hudi_options)
+        return options
+
     def _send_dead_letters(self, bad: DataFrame, plan: HudiPlan) -> dict[TopicPartition, int]:
         letters: dict[TopicPartition, list[DeadLetter]] = {}
-        for row in bad.orderBy("partition", "offset").toLocalIterator():
+        # Rows come per Spark partition (one per Kafka partition); sorted below, no shuffle.
+        for row in bad.toLocalIterator():
             tp = TopicPartition(self.spec.topic, row["partition"])
             # Spark hands binary columns over as bytearray; the producer wants bytes.
             letters.setdefault(tp, []).append(
@@ -340,6 +422,8 @@ class HudiTableSync:
                     row[ERROR_COLUMN],
                 )
             )
+        for batch in letters.values():
+            batch.sort(key=lambda letter: letter.offset)
         sent = {tp: self.dead_letters.send(tp, batch) for tp, batch in sorted(letters.items())}
         for tp, count in sent.items():
             log.warning(

@@ -189,8 +189,15 @@ def kafka_ready(bootstrap: str) -> bool:
 
 
 def _kafka_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid form)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid form).
+
+    Like Kafka's own ``Uuid.randomUuid``, ids starting with ``-`` are drawn again: the storage
+    tool's command line would read one as an option and refuse to format (1 start in 64).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 # --------------------------------------------------------------------------------------- the stack

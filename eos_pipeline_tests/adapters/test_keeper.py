@@ -105,10 +105,11 @@ def test_acquire_and_write_store_the_documented_json_at_the_documented_path(
     path = f"{root}/sales/clickhouse/orders/0"
     obj, version = stored_json(raw, path)
     assert version == 0
-    assert obj["v"] == 1 and obj["epoch"] == 1 and obj["writer"] == "host-a/1/run-1"
+    assert obj["v"] == 2 and obj["epoch"] == 1 and obj["writer"] == "host-a/1/run-1"
     assert (obj["range_start"], obj["range_end"], obj["phase"]) == (None, None, None)
+    assert obj["topic_id"] is None
 
-    written = store.write(lease, 100, 120, "BEFORE")
+    written = store.write(lease, 100, 120, "BEFORE", topic_id="WrerBLBuR-e7REEFg8SMLg")
     assert written.version == 1 == lease.version
     obj, version = stored_json(raw, path)
     assert version == 1
@@ -118,6 +119,7 @@ def test_acquire_and_write_store_the_documented_json_at_the_documented_path(
         "BEFORE",
         1,
     )
+    assert obj["topic_id"] == "WrerBLBuR-e7REEFg8SMLg"
     assert obj["lease_id"] == lease.record.lease_id
 
     other = open_store()  # another session reads the same thing back

@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 
 from eos_pipeline.adapters.hudi import (
     SMALL_TABLE_OPTIONS,
+    TOPIC_ID_SUFFIX,
     CommitInfo,
     HudiCommitError,
     completed_commits,
@@ -34,11 +35,14 @@ from eos_pipeline.adapters.hudi import (
 )
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.spark import (
+    FENCING_EXPECTED_OPTION,
+    FENCING_STRATEGY_CLASS,
     SparkKafkaError,
     decode_json,
     kafka_source_options,
     read_kafka_ranges,
     spark_conf,
+    spark_failure,
     with_source_columns,
 )
 from eos_pipeline.core.checkpoint import (
@@ -316,7 +320,7 @@ def test_two_transactions_carry_untouched_partitions_forward(
     )
 
 
-def test_failed_write_leaves_no_checkpoint_and_is_rolled_back_by_the_next(
+def test_failed_write_leaves_no_checkpoint_and_never_completes(
     spark: SparkSession, kafka_settings: KafkaSettings, topic_name: str, tmp_path: Path
 ) -> None:
     create_topic(kafka_settings, topic_name, partitions=1)
@@ -355,9 +359,11 @@ def test_failed_write_leaves_no_checkpoint_and_is_rolled_back_by_the_next(
         whole, table, "crash", {tp: 20}, expected_previous={tp: 10}, options=SMALL_TABLE_OPTIONS
     )
     assert commit.checkpoint == {tp: 20}
-    # The next write rolled the crashed instant back; it never completes.
+    # The crashed instant never completes. Under optimistic concurrency control the next writer
+    # does not roll it back (it could be a live writer's): the cleaner does, lazily, once its
+    # heartbeat expired. Until then its files are simply never read.
     assert crashed not in instant_times("[0-9]*_*.commit")
-    assert crashed not in instant_times("[0-9]*.requested")
+    assert latest_checkpoint(spark, table) == {tp: 20}
     rows = table_rows(spark, Path(table))
     assert rows.count() == 20
     assert set(coordinates(rows)) == {(topic_name, 0, o) for (_, o) in delivered}
@@ -427,6 +433,47 @@ def test_table_checkpointed_by_an_older_streamer_is_continued(
     assert sorted(coordinates(rows)) == sorted((topic_name, p, o) for (p, o) in delivered)
 
 
+def test_write_options_carry_topic_id_and_fence_and_keep_concurrency_managed() -> None:
+    tp = TopicPartition("t", 0)
+    options = hudi_write_options("x", {tp: 5}, topic_id="id-1", fence_after="")
+    assert options[CHECKPOINT_KEY_V2] == "t,0:5"
+    # The datasource copies only options starting with its one prefix into the commit metadata.
+    assert options[CHECKPOINT_KEY_V2 + TOPIC_ID_SUFFIX] == "id-1"
+    prefix = options["hoodie.datasource.write.commitmeta.key.prefix"]
+    assert (CHECKPOINT_KEY_V2 + TOPIC_ID_SUFFIX).startswith(prefix)
+    assert options["hoodie.write.concurrency.mode"] == "optimistic_concurrency_control"
+    assert options["hoodie.clean.failed.writes.policy"] == "LAZY"
+    assert options["hoodie.write.lock.conflict.resolution.strategy"] == FENCING_STRATEGY_CLASS
+    assert options[FENCING_EXPECTED_OPTION] == ""
+    unfenced = hudi_write_options("x", {tp: 5})
+    assert "hoodie.write.lock.conflict.resolution.strategy" not in unfenced
+    zookeeper = "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider"
+    own_lock = hudi_write_options("x", {tp: 5}, options={"hoodie.write.lock.provider": zookeeper})
+    assert own_lock["hoodie.write.lock.provider"] == zookeeper
+    with pytest.raises(ValueError, match="managed"):
+        hudi_write_options("x", {tp: 5}, options={"hoodie.write.concurrency.mode": "single_writer"})
+
+
+def test_spark_failure_names_the_innermost_cause() -> None:
+    java = RuntimeError(
+        "An error occurred while calling o1.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 6.0 "
+        "failed 1 times, most recent failure: Lost task 1.0: java.lang.IllegalStateException: x\n"
+        "\tat org.apache.spark.Foo.bar(Foo.scala:1)\n"
+        "Caused by: org.apache.kafka.common.errors.TimeoutException: outer\n"
+        "Caused by: org.apache.kafka.clients.consumer.OffsetOutOfRangeException: out of range\n"
+    )
+    assert spark_failure(java) == (
+        "Job aborted due to stage failure: Task 1 in stage 6.0 failed 1 times: "
+        "org.apache.kafka.clients.consumer.OffsetOutOfRangeException: out of range"
+    )
+    python = RuntimeError(
+        "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1, in check\nRuntimeError: injected on attempt 0\n'
+    )
+    assert spark_failure(python) == "RuntimeError: injected on attempt 0"
+
+
 def test_kafka_source_options_ask_for_exactly_the_ranges() -> None:
     t = "orders"
     options = kafka_source_options(
@@ -470,6 +517,8 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
         b"not json",
         b'{"id": 4, "name": ',  # truncated
         b'{"id": "two"}',  # wrong type
+        b'{"id": 1.5, "name": "f"}',  # float for an integer
+        b'{"id": 5, "name": {"nested": true}}',  # an object for a string is its JSON text
         b'{"name": "no id"}',  # required field missing
         b'{"id": null, "name": "x"}',  # required field null
         b'{"id": 3} trailing',
@@ -491,14 +540,34 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
     good, bad = decode_json(df, schema)
     good_rows = {r["_offset"]: (r["id"], r["name"]) for r in good.collect()}
     bad_rows = {r["offset"]: (bytes(r["value"]), r["error"]) for r in bad.collect()}
+    classes = {bytes(r["value"]): r["error_class"] for r in bad.collect()}
 
-    assert good_rows == {offset_of[values[0]]: (1, "a"), offset_of[values[1]]: (2, None)}
+    assert good_rows == {
+        offset_of[values[0]]: (1, "a"),
+        offset_of[values[1]]: (2, None),
+        offset_of[values[6]]: (5, '{"nested":true}'),
+    }
     assert set(good_rows) | set(bad_rows) == {o for (_, o) in delivered}
     assert not set(good_rows) & set(bad_rows)
     errors = {value: error for value, error in bad_rows.values()}
     assert errors[b"not json"] == "value is not a JSON object"
-    assert "malformed" in errors[b'{"id": 4, "name": ']
-    assert "declared type" in errors[b'{"id": "two"}']
+    assert errors[b'{"id": 4, "name": '] == "malformed JSON object"
+    wrong = "field(s) of the wrong JSON type for their column: id (bigint)"
+    assert errors[b'{"id": "two"}'] == wrong
+    assert errors[b'{"id": 1.5, "name": "f"}'] == wrong
+    # The same classes as the ClickHouse sink's decoder (core.decode).
+    assert classes == {
+        b"not json": "DecodeError",
+        b'{"id": 4, "name": ': "DecodeError",
+        b'{"id": "two"}': "TypeMismatch",
+        b'{"id": 1.5, "name": "f"}': "TypeMismatch",
+        b'{"name": "no id"}': "MissingField",
+        b'{"id": null, "name": "x"}': "MissingField",
+        b'{"id": 3} trailing': "DecodeError",
+        b"[1, 2]": "DecodeError",
+        b"\xff\xfe": "DecodeError",
+        b"": "DecodeError",
+    }
     assert errors[b'{"name": "no id"}'] == "missing required field(s): id"
     assert errors[b'{"id": null, "name": "x"}'] == "missing required field(s): id"
     assert errors[b'{"id": 3} trailing'] == "unexpected content after the JSON object"
@@ -513,6 +582,19 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
         "id",
         "name",
     }
+    # A size limit dead-letters larger records first, whatever else is wrong with them.
+    small_good, small_bad = decode_json(df, schema, max_record_bytes=12)
+    oversized = {
+        bytes(r["value"]): r["error"]
+        for r in small_bad.collect()
+        if r["error_class"] == "Oversized"
+    }
+    assert {r["_offset"] for r in small_good.collect()} == {offset_of[values[1]]}
+    assert (
+        oversized[values[0]]
+        == "key + value is 22 bytes, above the pipeline's max_record_bytes of 12"
+    )
+    assert set(oversized) == {v for v in values if len(v) > 12}
 
 
 def test_read_fails_instead_of_skipping_offsets_lost_to_retention(

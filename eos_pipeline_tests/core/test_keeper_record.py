@@ -20,6 +20,7 @@ from eos_pipeline.core.offsets import TopicPartition
 
 T0 = datetime(2025, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)
 LEASE = "0123456789abcdef"
+TOPIC_ID = "WrerBLBuR-e7REEFg8SMLg"  # the shape Kafka prints a topic's UUID in
 PATH = "/eos_pipeline/p/s/orders/3"
 
 
@@ -119,7 +120,7 @@ def test_partition_children_must_be_canonical_numbers() -> None:
 def test_record_encodes_to_the_documented_json() -> None:
     data = record().encode()
     assert json.loads(data) == {
-        "v": 1,
+        "v": 2,
         "epoch": 4,
         "lease_id": LEASE,
         "writer": "host-a/123/run-1",
@@ -127,6 +128,7 @@ def test_record_encodes_to_the_documented_json() -> None:
         "range_start": 100,
         "range_end": 120,
         "phase": "AFTER",
+        "topic_id": None,
     }
     assert b" " not in data  # compact, deterministic bytes
     assert data == record().encode()
@@ -137,6 +139,7 @@ def test_record_round_trips_with_and_without_state() -> None:
         record(),
         record(phase="BEFORE", range_start=0, range_end=0),
         record(range_start=None, range_end=None, phase=None, epoch=1),
+        record(topic_id=TOPIC_ID),
     ):
         back = KeeperRecord.decode(original.encode(), PATH)
         assert back == original
@@ -158,6 +161,21 @@ def test_equality_ignores_only_the_timestamp() -> None:
     assert record() != record(writer="other")
     assert record() != record(phase="BEFORE")
     assert record() != record(range_end=121)
+    assert record() != record(topic_id=TOPIC_ID)
+
+
+def test_version_1_records_are_read_without_a_topic_id() -> None:
+    """Records written before topic ids were stored stay readable (and get one on next write)."""
+    obj = json.loads(record().encode())
+    del obj["topic_id"]
+    obj["v"] = 1
+    old = KeeperRecord.decode(json.dumps(obj).encode(), PATH)
+    assert old == record() and old.topic_id is None
+    moved = old.with_state(120, 130, "BEFORE", T0, topic_id=TOPIC_ID)
+    assert json.loads(moved.encode())["v"] == 2
+    assert KeeperRecord.decode(moved.encode(), PATH).topic_id == TOPIC_ID
+    # A write that does not name the id keeps the stored one.
+    assert moved.with_state(120, 130, "AFTER", T0).topic_id == TOPIC_ID
 
 
 def test_with_state_and_taken_over() -> None:
@@ -183,6 +201,8 @@ def test_with_state_and_taken_over() -> None:
         ({"range_start": -1}, "range_start"),
         ({"range_start": 10, "range_end": 9}, "below"),
         ({"phase": "DONE"}, "phase"),
+        ({"topic_id": "../../etc"}, "topic_id"),
+        ({"topic_id": ""}, "topic_id"),
     ],
 )
 def test_invalid_records_cannot_be_built(overrides: dict[str, object], message: str) -> None:
@@ -209,7 +229,10 @@ def _mutated(**changes: object) -> bytes:
         (b"\xff\xfe", "not UTF-8 JSON"),
         (b"[1, 2]", "JSON object"),
         (b'"x"', "JSON object"),
-        (_mutated(v=2), "unknown format version v=2"),
+        (_mutated(v=3), "unknown format version v=3"),
+        (_mutated(v=True), "unknown format version v=True"),
+        (_mutated(topic_id=KeyError), "missing keys \\['topic_id'\\]"),
+        (_mutated(v=1), "unexpected keys \\['topic_id'\\]"),
         (_mutated(v=KeyError), "unknown format version v=None"),
         (_mutated(epoch=KeyError), "missing keys \\['epoch'\\]"),
         (_mutated(extra=1), "unexpected keys \\['extra'\\]"),

@@ -15,8 +15,10 @@ from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.config import Retry
 from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.sensors import PRIORITY_TAG, SINK_PARTITION_TAG
+from eos_pipeline.defs.resources import ClickHouseResource
+from eos_pipeline.defs.sensors import PRIORITY_TAG, SINK_PARTITION_TAG, START_STATE_TAG
 
 from .conftest import Rig
 
@@ -95,3 +97,99 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         assert list(request.partition_keys) == [keys_for(rig.topic, 3)[2]]
         _apply_partition_requests(instance, grown)
         assert instance.get_dynamic_partitions(name) == keys_for(rig.topic, 3)
+
+
+def _run_failing(defs: dg.Definitions, instance: dg.DagsterInstance, request) -> str:
+    """Run what the sensor asked for, as its run, on a ClickHouse that refuses connections."""
+    resources = {**defs.resources, "clickhouse": ClickHouseResource(url="http://127.0.0.1:1")}
+    result = dg.materialize(
+        defs.assets,
+        selection=dg.AssetSelection.assets(defs.assets[0].key),
+        partition_key=request.partition_key,
+        instance=instance,
+        resources=resources,
+        tags=request.tags,
+        raise_on_error=False,
+    )
+    assert not result.success
+    return result.run_id
+
+
+def test_a_failed_run_is_retried_with_a_fresh_key_then_given_up(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """A run that fails without moving the position must not leave the partition stuck."""
+    rig = make_rig(partitions=1)
+    config = rig.config.model_copy(
+        update={
+            "pipelines": [
+                rig.config.pipelines[0].model_copy(update={"retry": Retry(max_attempts=2)})
+            ]
+        }
+    )
+    defs = build_definitions(config)
+    lag = f"{rig.pipeline}_clickhouse_lag"
+    with dg.instance_for_test() as instance:
+        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        rig.produce({0: 4})
+        (first,) = _evaluate(defs, lag, instance).run_requests
+        assert first.tags[START_STATE_TAG] == "new:0"
+
+        # 1st failure: the keeper did not move, yet the next tick asks again with a fresh key
+        _run_failing(defs, instance, first)
+        (second,) = _evaluate(defs, lag, instance).run_requests
+        assert second.run_key != first.run_key
+        assert second.partition_key == first.partition_key
+        assert second.tags[START_STATE_TAG] == "new:0"
+        (again,) = _evaluate(defs, lag, instance).run_requests
+        assert again.run_key == second.run_key  # idempotent while nothing changes
+
+        # 2nd failure from the same state: max_attempts reached, nothing requested any more
+        last = _run_failing(defs, instance, second)
+        result = _evaluate(defs, lag, instance)
+        assert not result.run_requests
+        reason = result.skip_message or ""
+        assert first.partition_key in reason and "new:0" in reason
+        assert "2 runs" in reason and last in reason
+
+        # an operator's run (no start-state tag) succeeds: the position moves, requests resume
+        dg.materialize(
+            defs.assets,
+            selection=dg.AssetSelection.assets(defs.assets[0].key),
+            partition_key=first.partition_key,
+            instance=instance,
+            resources=defs.resources,
+        )
+        assert not _evaluate(defs, lag, instance).run_requests  # caught up
+        rig.produce({0: 3})
+        (moved,) = _evaluate(defs, lag, instance).run_requests
+        assert moved.tags[START_STATE_TAG] == "AFTER:4"
+        assert not moved.run_key.endswith(("retry1", "retry2"))
+
+
+def test_hudi_sensor_retries_a_failed_table_run_then_gives_up(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
+    defs = build_definitions(rig.config)
+    lag = f"{rig.pipeline}_hudi_lag"
+    with dg.instance_for_test() as instance:
+        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        rig.produce({0: 2, 1: 2})
+        keys: list[str] = []
+        failed_ids: list[str] = []
+        for _ in range(3):  # the default max_attempts
+            (request,) = _evaluate(defs, lag, instance).run_requests
+            keys.append(request.run_key)
+            # the run died (e.g. killed before its commit): the checkpoint did not move
+            run = instance.create_run_for_job(
+                dg.Definitions(jobs=[dg.define_asset_job("hudi_job")]).get_job_def("hudi_job"),
+                tags=request.tags,
+                status=dg.DagsterRunStatus.FAILURE,
+            )
+            failed_ids.append(run.run_id)
+        assert len(set(keys)) == 3  # a fresh key after each failure
+        result = _evaluate(defs, lag, instance)
+        assert not result.run_requests
+        assert "3 runs" in (result.skip_message or "") and failed_ids[-1] in result.skip_message
+        assert rig.hudi_path in result.skip_message

@@ -10,6 +10,8 @@ Policies (also in eos_pipeline_tests/faults/README.md):
 * a batch strictly inside a range left ``BEFORE`` by a crash -> ``UnrecoverableReplay``: it
   cannot be re-sent with the token of its first attempt, so it is handed to a human; the range
   itself is recovered by the next run, so those records are in the table too;
+* key + value above the pipeline's ``max_record_bytes`` (off by default) -> ``Oversized``, checked
+  before decoding, so the limit holds whichever decoder runs;
 * a dead letter whose value is too big for the dead-letter topic is sent without its value
   (header ``eos.value.omitted.bytes``); the source coordinates still point at the original.
 """
@@ -122,3 +124,44 @@ def test_dead_letter_too_big_for_the_dlq_topic_is_sent_without_its_value(
     assert letter.value is None and letter.key == b"big"
     assert int(letter.headers["eos.value.omitted.bytes"]) == len(huge) > DLQ_MAX_VALUE_BYTES
     assert rig.assert_exactly_once() == 2
+
+
+@pytest.mark.parametrize("with_bad_neighbour", [False, True], ids=["bulk-decoder", "per-record"])
+def test_records_above_max_record_bytes_are_dead_lettered_as_oversized(
+    inproc_rig: FaultRig, with_bad_neighbour: bool
+) -> None:
+    """The limit counts key + value; exactly at the limit is stored, one byte more is not.
+
+    With a bad record in the same step the per-record decoder runs instead of Arrow's: both
+    paths must leave out the same oversized records.
+    """
+    rig = inproc_rig
+    limit = 200
+
+    def sized(key: bytes, total: int) -> tuple[bytes, bytes, None]:
+        head = json.dumps({"id": total, "name": ""}).encode()
+        pad = total - len(key) - len(head)
+        return (key, json.dumps({"id": total, "name": "x" * pad}).encode(), None)
+
+    at_limit, over = sized(b"k1", limit), sized(b"k2", limit + 1)
+    assert len(at_limit[0]) + len(at_limit[1]) == limit
+    items = [good(0), at_limit, (over[0], over[1], "Oversized"), good(3)]
+    if with_bad_neighbour:
+        items.append((b"k-bad", b"{not json", "DecodeError"))
+    items.append((b"k-huge", b'{"id": 9, "name": "' + b"y" * 5000 + b'"}', "Oversized"))
+    offsets = rig.produce_raw(0, items)
+    with rig.keeper() as store:
+        report = rig.sync(store, max_records=100, max_record_bytes=limit).run(
+            TopicPartition(rig.topic, 0)
+        )
+    assert report.end == len(items)
+    letters = rig.dead_letter_records()
+    oversized = {
+        o for (_, o), dl in letters.items() if dl.headers["eos.error.class"] == "Oversized"
+    }
+    assert oversized == {offsets[2], offsets[-1]}
+    message = letters[(0, offsets[2])].headers["eos.error.message"]
+    assert f"{limit + 1} bytes" in message and f"max_record_bytes of {limit}" in message
+    assert letters[(0, offsets[2])].value == over[1], "a dead letter keeps its value"
+    rig.partitions = 1
+    assert rig.assert_exactly_once() == 3  # good(0), the record at the limit, good(3)

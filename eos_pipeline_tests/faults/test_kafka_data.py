@@ -7,12 +7,14 @@ moves the log under the pipeline's feet, and the sink must neither lose nor inve
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from eos_pipeline.adapters.kafka import (
     KafkaReadError,
@@ -20,6 +22,7 @@ from eos_pipeline.adapters.kafka import (
     create_topic,
     end_offsets,
     start_offsets,
+    topic_id,
 )
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
@@ -108,13 +111,31 @@ def test_compacted_topic_with_offset_gaps(inproc_rig: FaultRig) -> None:
             ],
         )
         time.sleep(0.2)  # let the segment roll so the cleaner may take the older ones
-    deadline = time.monotonic() + 60
-    while len(rig.kafka_offsets(0)) == 30:
+    deadline = time.monotonic() + 90
+    # Wait for holes, not for a count: each tick below adds a record (and rolls a segment so
+    # the cleaner can take the older ones), so the count alone says nothing.
+    while len(present := _committed_offsets(rig, 0)) == present[-1] + 1:
         assert time.monotonic() < deadline, "the log cleaner never compacted the topic"
         rig.produce_raw(0, [(b"tick", b'{"id": -1, "name": "tick"}', None)])
         time.sleep(1)
-    present = _committed_offsets(rig, 0)
-    assert len(present) < present[-1] + 1, "compaction must have left holes"
+    # Stop the cleaner before the run, so the log the proof compares against holds still.
+    admin = admin_client(rig.kafka)
+    resource = ConfigResource(
+        "topic",
+        rig.topic,
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(30)
+    while True:  # a cleaning pass already under way may still finish
+        present = _committed_offsets(rig, 0)
+        time.sleep(2)
+        if rig.kafka_offsets(0) == present:
+            break
+        assert time.monotonic() < deadline, "the log kept changing after compaction was stopped"
     with rig.keeper() as store:
         report = rig.sync(store, max_records=4).run(TopicPartition(rig.topic, 0))
     assert report.end == end_offsets(rig.kafka, rig.topic)[0]
@@ -142,12 +163,17 @@ def test_retention_deleting_unread_offsets_is_a_clear_error(inproc_rig: FaultRig
     assert rig.table_offsets()[0] == {o: 1 for o in range(10)}
 
 
-def test_topic_deleted_and_recreated_is_detected(inproc_rig: FaultRig) -> None:
+@pytest.mark.parametrize("new_records", [5, 35], ids=["new-log-shorter", "new-log-longer"])
+def test_topic_deleted_and_recreated_is_detected(inproc_rig: FaultRig, new_records: int) -> None:
+    """Refused by Kafka's topic id, even once the new log has grown past the stored position."""
     rig = inproc_rig
     rig.produce(20, partitions=[0])
     tp = TopicPartition(rig.topic, 0)
     with rig.keeper() as store:
         assert rig.sync(store).run(tp).end == 20
+        key = KeeperKey.of(rig.pipeline, "clickhouse", tp)
+        old_id = store.read(key).record.topic_id
+        assert old_id == topic_id(rig.kafka, rig.topic)
         admin = admin_client(rig.kafka)
         for f in admin.delete_topics([rig.topic], operation_timeout=30).values():
             f.result(30)
@@ -162,10 +188,14 @@ def test_topic_deleted_and_recreated_is_detected(inproc_rig: FaultRig) -> None:
             assert time.monotonic() < deadline, "topic was not recreated"
             time.sleep(0.5)
         rig.produced = Produced()
-        rig.produce(5, partitions=[0])  # the new log: offsets 0..4, below the stored 20
-        with pytest.raises(KafkaReadError, match=r"log ends at 5: the topic was deleted and recr"):
+        rig.produce(new_records, partitions=[0])
+        new_id = topic_id(rig.kafka, rig.topic)
+        assert new_id != old_id
+        with pytest.raises(
+            KafkaReadError, match=rf"topic id {re.escape(old_id)}.* now has id {re.escape(new_id)}"
+        ):
             rig.sync(store).run(tp)
-        record = store.read(KeeperKey.of(rig.pipeline, "clickhouse", tp)).record
-    assert (record.phase, record.range_end) == ("AFTER", 20)
-    # Known limit: once the new log has grown past the stored position, offsets alone cannot
-    # tell the logs apart; that needs Kafka's topic id stored with the position (README).
+        record = store.read(key).record
+    assert (record.phase, record.range_end, record.topic_id) == ("AFTER", 20, old_id)
+    # Nothing of the new log reached the table: still exactly the first log's 20 offsets.
+    assert rig.table_offsets()[0] == {o: 1 for o in range(20)}

@@ -276,7 +276,7 @@ def test_recreated_topic_is_refused_with_a_clear_error(rig: Rig) -> None:
     create_topic(rig.kafka, rig.topic, partitions=1)
     produce_all(idempotent_producer(rig.kafka), rig.topic, [(0, None, b'{"id": 1}')])
 
-    with pytest.raises(HudiSinkError, match="recreated or truncated"):
+    with pytest.raises(HudiSinkError, match=r"now has id .*deleted and recreated"):
         sync.run()
     assert latest_checkpoint(rig.spark, str(rig.table)) == {TopicPartition(rig.topic, 0): 10}
 

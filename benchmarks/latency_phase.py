@@ -1,0 +1,358 @@
+"""``python -m benchmarks.latency_phase``: produce-to-visible latency through the sensor path.
+
+Starts real Dagster (``dagster dev`` on the project's ``workspace.yaml`` and ``dagster.yaml``,
+after ``instance.upgrade()``, as ``eos-pipeline demo`` does) on a ClickHouse-only pipeline with
+a short sensor interval, produces records at a steady rate round robin to several partitions,
+and measures for every record the time from its produce call to the moment the keeper record
+of its partition moved to ``AFTER`` over a range that covers its offset, i.e. the moment the
+sensor-launched run had inserted it into ClickHouse and committed its position.
+
+Why the keeper and not a query: chDB allows one process per data path, so the table cannot be
+read while runs write to it. The keeper's ``AFTER`` is written right after the insert returns;
+a thread polls it every 50 ms. Each record's latency is split along the run that wrote it
+(Dagster's run records): until a sensor tick requested that run (the sensor interval, or a run
+of the same partition still in flight), from request to run start (queue, dequeue, run worker
+process start-up), and from run start to the commit. Afterwards Dagster is stopped and a child
+process counts the table: every offset exactly once, or the measurement fails.
+
+Prints one JSON line (the harness runs this as a fresh process with ``--latency``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.data import SCHEMA, make_values
+from eos_pipeline.adapters.kafka import (
+    KafkaSettings,
+    create_topic,
+    end_offsets,
+    idempotent_producer,
+    produce_all,
+)
+from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.core.dedup import Phase
+
+PIPELINE = "latency"
+SINK = "clickhouse"
+POLL_S = 0.05
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+class KeeperWatch(threading.Thread):
+    """Polls the keeper and notes when each partition's committed (``AFTER``) end moves."""
+
+    def __init__(self, store: KeeperStateStore, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.store, self.topic = store, topic
+        self.ends: dict[int, int] = {}
+        self.moves: dict[int, list[tuple[float, int]]] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.time()
+            for p, stored in self.store.read_many(PIPELINE, SINK, self.topic).items():
+                record = stored.record
+                if not record.has_state or record.phase != Phase.AFTER.value:
+                    continue
+                end = int(record.range_end or 0)
+                if end > self.ends.get(p, 0):
+                    self.ends[p] = end
+                    self.moves.setdefault(p, []).append((now, end))
+            time.sleep(POLL_S)
+
+    def visible_at(self, p: int, offset: int) -> float | None:
+        return next((t for t, end in self.moves.get(p, []) if end > offset), None)
+
+
+def pipelines_file(path: Path, kafka: str, zookeeper: str, topic: str, interval: int) -> None:
+    """A ClickHouse-only pipeline on the benchmark's schema (JSON is valid YAML)."""
+    doc = {
+        "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
+        "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
+        "sensor_interval_seconds": interval,
+        "pipelines": [
+            {
+                "name": PIPELINE,
+                "kafka": {"bootstrap_servers": kafka, "topics": [topic]},
+                "format": "json",
+                "schema": {c.name: c.ch_type for c in SCHEMA.columns},
+                "reset": "earliest",
+                "clickhouse": {"database": "latency", "table": "events"},
+            }
+        ],
+    }
+    path.write_text(json.dumps(doc, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.latency_phase", description=__doc__)
+    parser.add_argument("--kafka-bootstrap", help="default: start a stack on free ports")
+    parser.add_argument("--zookeeper-hosts")
+    parser.add_argument("--workdir", type=Path, help="default: a new temporary directory")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=20.0, help="records per second, in total")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long to produce")
+    parser.add_argument("--interval", type=int, default=2, help="sensor interval (s)")
+    parser.add_argument("--record-bytes", type=int, default=1600)
+    parser.add_argument("--timeout", type=float, default=300.0, help="for start-up and drain")
+    args = parser.parse_args(argv)
+    if args.workdir is None:
+        args.workdir = Path(tempfile.mkdtemp(prefix="eos-latency-"))
+    if args.kafka_bootstrap and args.zookeeper_hosts:
+        print(json.dumps(measure(args)))
+        return 0
+    from eos_pipeline.stack.services import Stack, StackConfig, free_port
+
+    config = StackConfig(
+        state_dir=args.workdir / "stack",
+        zookeeper_port=free_port(),
+        kafka_port=free_port(),
+        controller_port=free_port(),
+    )
+    stack = Stack(config, say=lambda _line: None)
+    try:
+        stack.up()  # inside: a half-started stack is stopped too
+        args.kafka_bootstrap, args.zookeeper_hosts = config.kafka_bootstrap, config.zookeeper_hosts
+        print(json.dumps(measure(args)))
+    finally:
+        stack.down()
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import dagster as dg
+
+    from eos_pipeline.defs.partitions import parse_partition_key
+    from eos_pipeline.defs.sensors import SINK_TAG
+    from eos_pipeline.demo import prepare_dagster_home, start_dagster, stop_dagster
+    from eos_pipeline.stack.services import free_port
+
+    work = args.workdir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    topic = f"latency-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaSettings(args.kafka_bootstrap)
+    create_topic(kafka, topic, args.partitions)
+    config = work / "pipelines.yaml"
+    pipelines_file(config, args.kafka_bootstrap, args.zookeeper_hosts, topic, args.interval)
+    root = json.loads(config.read_text())["keeper"]["root"]
+    home = prepare_dagster_home(work / "dagster_home")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "EOS_PIPELINES_FILE": str(config),
+        "EOS_SENSOR_INTERVAL_SECONDS": str(args.interval),
+    }
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.upgrade(print_fn=lambda _msg: None)
+    store = KeeperStateStore(KeeperSettings(args.zookeeper_hosts, root)).start()
+    watch = KeeperWatch(store, topic)
+    watch.start()
+    producer = idempotent_producer(kafka, **{"linger.ms": 0, "compression.type": "none"})
+    values = make_values(int(args.rate * args.seconds) + args.partitions, args.record_bytes)
+    log = work / "dagster.log"
+    began = time.time()
+    process = start_dagster(env, free_port(), log)
+    result: dict[str, Any] = {
+        "partitions": args.partitions,
+        "rate_per_s": args.rate,
+        "produce_seconds": args.seconds,
+        "sensor_interval_s": args.interval,
+    }
+    try:
+        # Warm-up: one record per partition, until the sensors and a first run per partition
+        # have gone through (code location loaded, partitions added). Not measured.
+        produce_all(producer, topic, [(p, None, values[p]) for p in range(args.partitions)])
+        _wait(lambda: all(watch.ends.get(p, 0) >= 1 for p in range(args.partitions)), args, log)
+        result["warm_up_s"] = round(time.time() - began, 1)
+        sent = _produce_steadily(producer, topic, values[args.partitions :], args)
+        ends = end_offsets(kafka, topic)
+        _wait(lambda: all(watch.ends.get(p, 0) >= e for p, e in ends.items()), args, log)
+        _wait(lambda: _in_flight(instance) == 0, args, log)
+        runs = instance.get_run_records(
+            filters=dg.RunsFilter(tags={SINK_TAG: f"{PIPELINE}.{SINK}"}), limit=10_000
+        )
+        by_partition = _runs(instance, runs, parse_partition_key)
+    finally:
+        watch.stop.set()
+        stop_dagster(process)
+        watch.join(5)
+        store.close()
+        instance.dispose()
+    result.update(_split(sent, watch, by_partition))
+    result["runs"] = len(runs)
+    all_runs = [r for v in by_partition.values() for r in v]
+    result["run_seconds_p50"] = round(statistics.median([r[3] - r[2] for r in all_runs] or [0]), 2)
+    result["run_queued_s_p50"] = round(statistics.median([r[1] - r[0] for r in all_runs] or [0]), 2)
+    result["run_process_start_s_p50"] = round(
+        statistics.median([r[2] - r[1] for r in all_runs] or [0]), 2
+    )
+    result["exact"] = _verify(topic, ends, config)
+    return result
+
+
+def _runs(
+    instance: Any, runs: Sequence[Any], parse_partition_key: Any
+) -> dict[int, list[tuple[float, float, float, float]]]:
+    """Per partition: (requested, dequeued, started, ended) of each sensor-launched run."""
+    from dagster import DagsterEventType
+
+    wanted = {DagsterEventType.RUN_DEQUEUED, DagsterEventType.RUN_STARTING}
+    out: dict[int, list[tuple[float, float, float, float]]] = {}
+    for rec in runs:
+        key = rec.dagster_run.tags.get("dagster/partition")
+        if key is None or rec.start_time is None or rec.end_time is None:
+            continue
+        created = _epoch(rec.create_timestamp)
+        stamps = [e.timestamp for e in instance.all_logs(rec.dagster_run.run_id, of_type=wanted)]
+        dequeued = min(stamps, default=created)
+        out.setdefault(parse_partition_key(key).partition, []).append(
+            (created, dequeued, rec.start_time, rec.end_time)
+        )
+    return out
+
+
+def _epoch(when: datetime) -> float:
+    """Dagster's run storage hands out naive UTC datetimes."""
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _produce_steadily(
+    producer: Any, topic: str, values: list[bytes], args: argparse.Namespace
+) -> list[tuple[int, int, float]]:
+    """One record every 1/rate s, round robin; returns (partition, offset, produce time)."""
+    sent: list[tuple[int, int, float]] = []
+    failures: list[str] = []
+    period = 1.0 / args.rate
+    start = time.time()
+    for i in range(int(args.rate * args.seconds)):
+        due = start + i * period
+        delay = due - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        t = time.time()
+
+        def delivered(err: Any, msg: Any, t: float = t) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                sent.append((msg.partition(), msg.offset(), t))
+
+        producer.produce(
+            topic, value=values[i], partition=i % args.partitions, on_delivery=delivered
+        )
+        producer.poll(0)
+    producer.flush(60)
+    if failures:
+        raise RuntimeError(f"producing failed: {failures[:3]}")
+    return sent
+
+
+def _in_flight(instance: Any) -> int:
+    import dagster as dg
+
+    statuses = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
+    return int(instance.get_runs_count(dg.RunsFilter(statuses=statuses)))
+
+
+def _wait(done: Any, args: argparse.Namespace, log: Path) -> None:
+    deadline = time.monotonic() + args.timeout
+    while not done():
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise TimeoutError(f"not done within {args.timeout:.0f}s; dagster log:\n{tail}")
+        time.sleep(0.2)
+
+
+def _split(
+    sent: list[tuple[int, int, float]],
+    watch: KeeperWatch,
+    runs: dict[int, list[tuple[float, float, float, float]]],
+) -> dict[str, Any]:
+    """Latency per record, and its parts along the run that committed it."""
+    total, wait, queued, start, work = [], [], [], [], []
+    for p, offset, produced in sent:
+        visible = watch.visible_at(p, offset)
+        if visible is None:
+            continue
+        total.append(visible - produced)
+        # The run of this partition that was running when the offset became visible.
+        covering = [r for r in runs.get(p, []) if r[2] <= visible <= r[3] + 1.0]
+        if not covering:
+            continue
+        created, dequeued, started, _ = max(covering, key=lambda r: r[2])
+        wait.append(max(0.0, created - produced))
+        queued.append(max(0.0, dequeued - max(created, produced)))
+        start.append(max(0.0, started - max(dequeued, produced)))
+        work.append(visible - max(started, produced))
+
+    def stats(values: list[float]) -> dict[str, float]:
+        return {
+            "p50": round(percentile(values, 0.5), 2),
+            "p95": round(percentile(values, 0.95), 2),
+        }
+
+    return {
+        "records": len(sent),
+        "records_seen_visible": len(total),
+        "latency_s": {**stats(total), "max": round(max(total, default=float("nan")), 2)},
+        "split_s": {
+            "until_run_requested": stats(wait),
+            "run_queued": stats(queued),
+            "run_process_start": stats(start),
+            "run_until_commit": stats(work),
+        },
+    }
+
+
+def _verify(topic: str, ends: dict[int, int], config: Path) -> bool:
+    """Count the table in a child process (chDB: one process per data path)."""
+    doc = json.loads(config.read_text())
+    request = {
+        "topic": topic,
+        "partitions": sorted(ends),
+        "clickhouse_url": doc["clickhouse"]["url"],
+        "database": "latency",
+        "table": "events",
+        "hudi_path": None,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "eos_pipeline.demo", json.dumps(request)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"counting the latency table failed: {done.stderr[-2000:]}")
+    counts = json.loads(done.stdout.strip().splitlines()[-1])["clickhouse"]
+    return all(counts.get(str(p)) == [end, end] for p, end in ends.items())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,410 @@
+"""SIGKILL through real Dagster materializations, then recovery by the sensors alone.
+
+``dagster dev`` runs over a temporary ``DAGSTER_HOME`` (the repository's ``dagster.yaml``) and a
+pipelines file with one pipeline writing ClickHouse (embedded chDB) and Hudi. The sensors launch
+every run; each run is a process of its own, spawned by the code server. The run processes
+inherit the code server's environment, so the fault is armed per run with files:
+``EOS_FAULT_STEP=@<folder>`` and one file per armed fault; the run that reaches the step renames
+the file (``.fired-<pid>``) and kills itself (see ``eos_pipeline/sinks/faults.py``).
+
+Per round: arm one ClickHouse step and one Hudi step, produce records (some bad), wait for both
+runs to die at their step, check where each died (keeper record, Hudi timeline), check Dagster
+marked each run failed (the code server's orphan check reports the SIGKILL), then wait for the
+sensors to launch runs that succeed and catch both tables up. No run is launched by the test.
+
+At the end, on the data read back from the tables (never what runs reported): per partition,
+the ClickHouse offsets and the Hudi offsets are Kafka's offsets minus the dead-lettered ones,
+each exactly once; the dead letters are exactly the bad records produced; and every
+``exactly_once`` asset check that the runs evaluated passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from dagster._core.events import DagsterEventType
+
+from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
+from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.core.dedup import Phase
+from eos_pipeline.defs.assets import CLICKHOUSE_SINK, checkpoint_from_materialization
+from eos_pipeline.defs.sensors import SINK_TAG, START_STATE_TAG
+from eos_pipeline.demo import (
+    _code_location_failed,
+    prepare_dagster_home,
+    start_dagster,
+    stop_dagster,
+)
+from eos_pipeline.sinks.clickhouse import state_of
+from eos_pipeline.sinks.faults import (
+    BEFORE_MATERIALIZATION_STEP,
+    CLICKHOUSE_STEPS,
+    FAULT_ENV,
+    FILE_PREFIX,
+    HUDI_STEPS,
+    MID_INSERT_STEP,
+)
+from eos_pipeline.stack.services import free_port
+from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed, run_child
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+#: Steps after which the partition still lags come first: the sensor's retry is the next run.
+#: The last two leave ClickHouse caught up, so those rounds produce again for the next run.
+CLICKHOUSE_KILLS = [
+    *(s for s in CLICKHOUSE_STEPS if s != "after_keeper_after"),
+    MID_INSERT_STEP,
+    "after_keeper_after",
+    f"{CLICKHOUSE_SINK}:{BEFORE_MATERIALIZATION_STEP}",
+]
+HUDI_KILLS = [*HUDI_STEPS, f"hudi:{BEFORE_MATERIALIZATION_STEP}"]
+#: One ClickHouse and one Hudi kill per round (the two sinks' runs are different processes).
+#: Rounds without a Hudi kill do not wait for Hudi: its runs overlap the next rounds.
+ROUNDS = list(zip_longest(CLICKHOUSE_KILLS, HUDI_KILLS))
+assert sorted(CLICKHOUSE_KILLS) == sorted(
+    [*CLICKHOUSE_STEPS, MID_INSERT_STEP, f"{CLICKHOUSE_SINK}:{BEFORE_MATERIALIZATION_STEP}"]
+)
+WAIT = float(os.environ.get("EOS_DAGSTER_KILLS_TIMEOUT", "420"))
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def _pipelines_yaml(rig: FaultRig, max_attempts: int) -> str:
+    return f"""
+keeper: {{hosts: '{rig.zookeeper}', root: '{rig.keeper_root}'}}
+clickhouse: {{url: 'chdb://{rig.chdb_path}'}}
+spark: {{master: 'local[1]', quick_start: true}}
+sensor_interval_seconds: 1
+pipelines:
+  - name: {rig.pipeline}
+    kafka:
+      bootstrap_servers: '{rig.kafka.bootstrap_servers}'
+      topics: [{rig.topic}]
+      dead_letter_topic: {rig.dlq_topic}
+    schema: {{id: Int64, name: String}}
+    batch: {{max_records: 1000}}
+    retry: {{max_attempts: {max_attempts}}}
+    clickhouse: {{database: {rig.database}, table: {rig.table}}}
+    hudi: {{path: '{rig.hudi_path}', table: {rig.pipeline}_events}}
+"""
+
+
+def _message(event: Any) -> str:
+    """An event's text (engine events keep theirs on the Dagster event, not the log entry)."""
+    return (event.dagster_event.message if event.dagster_event else None) or event.user_message
+
+
+@dataclass
+class Kill:
+    """One armed fault and, once it fired, the run it killed."""
+
+    sink: str
+    step: str
+    file: Path
+    pid: int | None = None
+    run_id: str | None = None
+    created: datetime | None = None
+    seconds_to_fail: float = 0.0
+
+
+@dataclass
+class Session:
+    """``dagster dev`` on a temporary instance, and the test's view of it."""
+
+    rig: FaultRig
+    instance: dg.DagsterInstance
+    process: Any
+    log: Path
+    faults: Path
+    store: KeeperStateStore
+    began: float = field(default_factory=time.monotonic)
+
+    @property
+    def ch_sink(self) -> str:
+        return f"{self.rig.pipeline}.{CLICKHOUSE_SINK}"
+
+    @property
+    def hudi_sink(self) -> str:
+        return f"{self.rig.pipeline}.hudi"
+
+    def say(self, line: str) -> None:
+        print(f"[{time.monotonic() - self.began:6.1f}s] {line}", flush=True)
+
+    def wait(self, what: str, done: Callable[[], Any], timeout: float = WAIT) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = done()
+            if result:
+                return result
+            if self.process.poll() is not None:
+                raise AssertionError(f"dagster dev exited ({self.process.returncode}): {what}")
+            if _code_location_failed(self.log):
+                raise AssertionError(f"the code location failed to load; see {self.log}")
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout:.0f}s waiting for {what}; {self.status()[1]}\n"
+                    + "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+                )
+            time.sleep(0.25)
+
+    # ------------------------------------------------------------------ arming and killing
+    def arm(self, sink: str, step: str) -> Kill:
+        name = re.sub(r"\W", "_", f"{sink}_{step}")
+        tmp = self.faults / f".{name}"
+        tmp.write_text(f"{step}\n")
+        tmp.rename(self.faults / name)  # atomic: a run never reads half a fault file
+        return Kill(sink, step, self.faults / name)
+
+    def fired(self, kill: Kill) -> bool:
+        found = list(self.faults.glob(f"{kill.file.name}.fired-*"))
+        if found:
+            kill.pid = int(found[0].name.rsplit("-", 1)[1])
+        return bool(found)
+
+    def run_of(self, kill: Kill) -> dg.DagsterRun | None:
+        """The run whose process was ``kill.pid`` (its "Started process" engine event)."""
+        for run in self.instance.get_runs(filters=dg.RunsFilter(tags={SINK_TAG: kill.sink})):
+            for event in self.instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT):
+                if f"Started process for run (pid: {kill.pid})." in _message(event):
+                    return run
+        return None
+
+    def marked_failed(self, kill: Kill) -> bool:
+        run = self.run_of(kill)
+        if run is None or run.status != dg.DagsterRunStatus.FAILURE:
+            return False
+        kill.run_id = run.run_id
+        record = self.instance.get_run_record_by_id(run.run_id)
+        assert record is not None
+        kill.created = record.create_timestamp
+        return True
+
+    def crash_report(self, kill: Kill) -> str:
+        assert kill.run_id is not None
+        messages = [
+            _message(e)
+            for e in self.instance.all_logs(kill.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        ]
+        return next((m for m in messages if "terminated by signal" in m), "")
+
+    def succeeded_after(self, kill: Kill) -> list[dg.DagsterRun]:
+        return list(
+            self.instance.get_runs(
+                filters=dg.RunsFilter(
+                    statuses=[dg.DagsterRunStatus.SUCCESS],
+                    tags={SINK_TAG: kill.sink},
+                    created_after=kill.created,
+                )
+            )
+        )
+
+    # ------------------------------------------------------------------ where the sinks are
+    def clickhouse_states(self) -> dict[int, Any]:
+        records = self.store.read_many(self.rig.pipeline, CLICKHOUSE_SINK, self.rig.topic)
+        return {p: state_of(r.record) for p, r in records.items()}
+
+    def hudi_commits(self) -> int:
+        timeline = Path(self.rig.hudi_path) / ".hoodie" / "timeline"
+        return len([p for p in timeline.glob("*.commit")]) if timeline.is_dir() else 0
+
+    def hudi_inflight(self) -> set[str]:
+        timeline = Path(self.rig.hudi_path) / ".hoodie" / "timeline"
+        if not timeline.is_dir():
+            return set()
+        done = {p.name.split("_")[0] for p in timeline.glob("*.commit")}
+        return {p.name.split(".")[0] for p in timeline.glob("*.inflight")} - done
+
+    def status(self, hudi_too: bool = True) -> tuple[bool, str]:
+        """Whether the sinks reached Kafka's ends with no run in flight; a one-line status."""
+        ends = end_offsets(self.rig.kafka, self.rig.topic)
+        states = self.clickhouse_states()
+        ch = sum(
+            1
+            for p, end in ends.items()
+            if (s := states.get(p)) is not None and s.phase is Phase.AFTER and s.range.end >= end
+        )
+        key = dg.AssetKey(["hudi", f"{self.rig.pipeline}_events"])
+        event = self.instance.get_latest_materialization_event(key)
+        checkpoint = checkpoint_from_materialization(event, self.rig.topic) or {}
+        hudi = sum(1 for tp, off in checkpoint.items() if off >= ends.get(tp.partition, 0))
+        flying = self.instance.get_runs_count(dg.RunsFilter(statuses=IN_FLIGHT))
+        failed = self.instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+        if hudi_too:
+            done = ch == hudi == len(ends) and flying == 0
+        else:
+            ch_flying = self.instance.get_runs_count(
+                dg.RunsFilter(statuses=IN_FLIGHT, tags={SINK_TAG: self.ch_sink})
+            )
+            done = ch == len(ends) and ch_flying == 0
+        return done, (
+            f"clickhouse {ch}/{len(ends)}, hudi {hudi}/{len(ends)} caught up, "
+            f"{flying} runs in flight, {failed} failed"
+        )
+
+
+@contextlib.contextmanager
+def dagster_session(rig: FaultRig, tmp_path: Path, max_attempts: int) -> Iterator[Session]:
+    home = prepare_dagster_home(tmp_path / "home")
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    pipelines = tmp_path / "pipelines.yaml"
+    pipelines.write_text(_pipelines_yaml(rig, max_attempts))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
+    env |= {
+        "DAGSTER_HOME": str(home),
+        "EOS_PIPELINES_FILE": str(pipelines),
+        "EOS_SENSOR_INTERVAL_SECONDS": "1",
+        FAULT_ENV: f"{FILE_PREFIX}{faults}",
+    }
+    # Migrate the fresh SQLite storage first: dagster dev's processes would race on it.
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.upgrade(print_fn=lambda _msg: None)
+    log = tmp_path / "dagster.log"
+    process = start_dagster(env, free_port(), log)
+    store = KeeperStateStore(KeeperSettings(hosts=rig.zookeeper, root=rig.keeper_root))
+    store.start()
+    try:
+        yield Session(rig, instance, process, log, faults, store)
+    finally:
+        store.close()
+        stop_dagster(process)
+        instance.dispose()
+
+
+def _check_where_it_died(session: Session, kill: Kill, before: dict[str, Any]) -> None:
+    """The kill landed at its step: the sink's own state right after it says so."""
+    step = kill.step.split(":")[-1]
+    if kill.sink == session.ch_sink:
+        old, now, ends = before["ch"], session.clickhouse_states(), before["ends"]
+        changed = {p: s for p, s in now.items() if old.get(p) != s}
+        if step == "before_keeper_before":
+            assert not changed, f"{step}: keeper moved: {old} -> {now}"
+            return
+        assert len(changed) == 1, f"{step}: one partition's run died: {old} -> {now}"
+        ((p, state),) = changed.items()
+        want = (
+            Phase.BEFORE
+            if step in ("after_keeper_before", "after_insert", MID_INSERT_STEP)
+            else Phase.AFTER
+        )
+        assert state is not None and state.phase is want, f"{step}: keeper {state}"
+        assert state.range.end == ends[p], f"{step}: keeper {state}, Kafka end {ends[p]}"
+    else:
+        commits = session.hudi_commits()
+        if step == "before_hudi_write":
+            assert commits == before["commits"], f"{step}: a commit completed"
+        elif step == "mid_hudi_write":
+            assert commits == before["commits"], f"{step}: a commit completed"
+            assert session.hudi_inflight(), f"{step}: no commit in flight on the timeline"
+        else:  # after_hudi_commit, before_materialization_event
+            assert commits == before["commits"] + 1, f"{step}: {commits} commits"
+
+
+@pytest.mark.timeout(1800)
+def test_sigkill_each_step_of_a_dagster_run_then_sensors_recover(
+    kafka_settings: KafkaSettings, zookeeper_hosts: str, tmp_path: Path
+) -> None:
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    print(f"dagster kills seed {seed} (replay: EOS_CHAOS_SEED={seed})")
+    rig = FaultRig(kafka_settings, zookeeper_hosts, tmp_path / "rig", partitions=2)
+    kills: list[Kill] = []
+    with dagster_session(rig, tmp_path, max_attempts=3) as session:
+        session.say(f"dagster dev started; {len(ROUNDS)} rounds {ROUNDS}")
+        for i, (ch_step, hudi_step) in enumerate(ROUNDS):
+            partition = i % rig.partitions
+            armed = [
+                session.arm(s, step)
+                for s, step in ((session.ch_sink, ch_step), (session.hudi_sink, hudi_step))
+                if step
+            ]
+            before = {"ch": session.clickhouse_states(), "commits": session.hudi_commits()}
+            # the first round starts from empty tables and fills every partition
+            rig.produce(
+                rng.randint(4, 12), bad_every=4, rng=rng, partitions=None if i == 0 else [partition]
+            )
+            before["ends"] = end_offsets(rig.kafka, rig.topic)
+            for kill in armed:
+                session.wait(f"a run to die at {kill.step}", lambda k=kill: session.fired(k))
+                _check_where_it_died(session, kill, before)
+                began = time.monotonic()
+                session.wait(
+                    f"Dagster to mark pid {kill.pid} failed",
+                    lambda k=kill: session.marked_failed(k),
+                )
+                kill.seconds_to_fail = time.monotonic() - began
+                report = session.crash_report(kill)
+                assert f"{kill.run_id} was terminated by signal 9 (SIGKILL)" in report, report
+                session.say(
+                    f"{kill.step}: run {kill.run_id} (pid {kill.pid}) killed, marked failed "
+                    f"{kill.seconds_to_fail:.1f}s later: {report.split(' This usually')[0]}"
+                )
+                kills.append(kill)
+            # A kill after the keeper's AFTER write leaves nothing to do: new records make the
+            # sensor ask for the next run, which must complete.
+            states = session.clickhouse_states()
+            ends = end_offsets(rig.kafka, rig.topic)
+            if all(
+                (s := states.get(p)) is not None and s.phase is Phase.AFTER and s.range.end >= e
+                for p, e in ends.items()
+            ):
+                rig.produce(rng.randint(1, 4), bad_every=3, rng=rng, partitions=[partition])
+            hudi_too = hudi_step is not None
+            session.wait("the tables caught up", lambda h=hudi_too: session.status(h)[0])
+            for kill in armed:
+                after = session.succeeded_after(kill)
+                assert after, f"{kill.step}: no run of {kill.sink} succeeded after {kill.run_id}"
+            session.say(f"round {i} recovered: {session.status()[1]}")
+        session.wait("both tables caught up", lambda: session.status()[0])
+        instance = session.instance
+        runs = instance.get_runs()
+        failed = [r for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+        # exactly the killed runs failed, every one of them was launched by a sensor
+        assert sorted(r.run_id for r in failed) == sorted(k.run_id for k in kills)
+        assert all(START_STATE_TAG in r.tags for r in runs)
+        checks = [
+            (r.run_id, e.dagster_event.event_specific_data)
+            for r in runs
+            for e in instance.all_logs(r.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        ]
+        assert all(c.passed for _, c in checks), [c for _, c in checks if not c.passed]
+        checked = {c.asset_key.path[0] for _, c in checks}
+        assert checked == {"clickhouse", "hudi"}, checked
+        pools = {
+            p: instance.event_log_storage.get_concurrency_info(p)
+            for p in ("chdb", f"hudi_{rig.pipeline}_events")
+        }
+        held = {p: info.claimed_slots for p, info in pools.items() if info.claimed_slots}
+        assert not held, f"pool slots still held after the runs ended: {held}"
+        session.say(
+            f"{len(runs)} runs, {len(failed)} failed (the kills), {len(checks)} checks passed"
+        )
+    # The proof, on the data read back from both tables (dagster dev is stopped: no writer).
+    ch = rig.table_offsets()
+    rows = rig.assert_exactly_once(ch, check_classes=False)
+    child = run_child("hudi-offsets", rig.job(), timeout=300)
+    assert child.returncode == 0, child.tail()
+    hudi = {int(p): {int(o): n for o, n in r.items()} for p, r in child.result.items()}
+    hudi_rows = rig.assert_exactly_once(hudi, check_classes=False)
+    assert rows == hudi_rows == rig.produced.total - len(rig.produced.bad)
+    print(
+        f"dagster kills seed {seed}: {len(kills)} kills "
+        f"{[(k.step, round(k.seconds_to_fail, 1)) for k in kills]}, {rig.produced.total} records, "
+        f"{rows} rows in each table, {len(rig.produced.bad)} dead letters"
+    )
