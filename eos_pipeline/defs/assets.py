@@ -95,6 +95,7 @@ def hudi_spec(pipeline: Pipeline, kafka_options: dict[str, str]) -> Any:
         partition_fields=tuple(hudi.partition_fields),
         operation=hudi.operation,
         max_records_per_partition=pipeline.batch.max_records,
+        max_record_bytes=pipeline.batch.max_record_bytes,
         reset=pipeline.reset,
         hudi_options=dict(hudi.options),
         kafka_options=kafka_options,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eos_pipeline.defs.assets import clickhouse_spec, hudi_spec
 from eos_pipeline.defs.config import ConfigError, load_config, parse_config
 from eos_pipeline.defs.resources import KafkaResource, MissingSecretError, build_resources
 
@@ -32,6 +33,16 @@ def test_good_file_loads_with_defaults_and_interpolation() -> None:
     assert pipeline.dead_letter_topic == "orders.dlq"
     assert pipeline.table_schema.column_names[-2:] == ("id", "note")
     assert pipeline.hudi is not None and pipeline.hudi.table_type == "COPY_ON_WRITE"
+
+
+def test_record_size_limit_reaches_both_sinks() -> None:
+    config = parse_config(GOOD.replace("max_records: 500", "max_record_bytes: 4096"), "p.yaml")
+    pipeline = config.pipeline("orders")
+    assert clickhouse_spec(pipeline).max_record_bytes == 4096
+    assert hudi_spec(pipeline, {}).max_record_bytes == 4096
+    unlimited = parse_config(GOOD, "p.yaml").pipeline("orders")
+    assert clickhouse_spec(unlimited).max_record_bytes is None
+    assert hudi_spec(unlimited, {}).max_record_bytes is None
 
 
 def test_secrets_are_read_from_the_environment_only_when_used(
@@ -61,6 +72,10 @@ def test_secrets_are_read_from_the_environment_only_when_used(
         (("name: orders", "name: 9orders"), "pipelines[0].name: '9orders' is not a valid"),
         (("{env: ORDERS", "{envv: ORDERS"), "kafka.client.sasl.password.envv: unknown field"),
         (("max_records: 500", "max_records: 0"), "pipelines[0].batch.max_records: Input should"),
+        (
+            ("max_records: 500", "max_record_bytes: -1"),
+            "pipelines[0].batch.max_record_bytes: Input should be greater than 0",
+        ),
         (("topics: [orders]", "topics: [a, b]"), "a Hudi table's checkpoint covers exactly one"),
         (("security.protocol", "isolation.level"), "set by the pipeline itself"),
         (

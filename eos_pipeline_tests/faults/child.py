@@ -18,8 +18,9 @@ Commands:
 The armed step comes from ``EOS_FAULT_STEP`` (read by :mod:`eos_pipeline.sinks.faults`);
 ``EOS_FAULT_SKIP=n`` lets the first ``n`` passes of that step through, so a kill can land in any
 batch of a run, not only the first one. ``EOS_FAULT_PAUSE_STEP`` with ``EOS_FAULT_PAUSE_FILE``
-holds the run at the first pass of a step until the test releases it. ``EOS_FAULT_MID_INSERT=1``
-arms a watcher that kills the process while ClickHouse writes a part (:func:`_arm_mid_insert`).
+holds the run at the first pass of a step until the test releases it. ``EOS_FAULT_STEP=mid_insert``
+arms a watcher that kills the process while ClickHouse writes a part
+(:func:`eos_pipeline.sinks.faults.kill_when_clickhouse_inserts`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eos_pipeline.sinks.faults import armed_step, fault_point, kill_now
+from eos_pipeline.sinks.faults import (
+    armed_step,
+    fault_point,
+    kill_when_clickhouse_inserts,
+)
 
 RESULT_PREFIX = "EOS-RESULT "
 
@@ -77,34 +82,6 @@ def _pause(release_file: str) -> None:
         time.sleep(0.01)
 
 
-def _arm_mid_insert(chdb_path: str) -> None:
-    """Kill the process while ClickHouse writes a part, before the insert returns.
-
-    A MergeTree insert writes the part into a ``tmp_insert_*`` folder, then renames it into
-    place and records its token in the deduplication log. The watcher kills at the first
-    ``tmp_insert_*`` folder it sees: the block is being stored but the insert has not returned,
-    which no step boundary in Python can reach.
-    """
-    root = Path(chdb_path) / "store"
-
-    def tmp_parts() -> bool:
-        for dirpath, dirnames, _ in os.walk(root):
-            for name in dirnames:
-                if name.startswith("tmp_insert"):
-                    return True
-            if dirpath.count(os.sep) - str(root).count(os.sep) >= 2:
-                dirnames[:] = [d for d in dirnames if d.startswith("tmp")]
-        return False
-
-    def watch() -> None:
-        while True:
-            if tmp_parts():
-                kill_now("mid_insert")
-            time.sleep(0.0005)
-
-    threading.Thread(target=watch, name="eos-mid-insert-watcher", daemon=True).start()
-
-
 def _clickhouse(job: dict[str, Any]) -> None:
     from eos_pipeline.adapters.clickhouse import ClickHouseSink
     from eos_pipeline.adapters.dlq import DeadLetterWriter
@@ -125,8 +102,7 @@ def _clickhouse(job: dict[str, Any]) -> None:
         schema=schema,
         max_records=job.get("max_records", 100_000),
     )
-    if os.environ.get("EOS_FAULT_MID_INSERT") == "1":
-        _arm_mid_insert(job["chdb_path"])
+    kill_when_clickhouse_inserts(job["chdb_path"])  # only when mid_insert is the armed step
     settings = KeeperSettings(hosts=job["zookeeper"], root=job["keeper_root"])
     reports = {}
     with KeeperStateStore(settings) as store:

@@ -91,7 +91,13 @@ class Child:
     were imported before the fork; a fault suite must not be flaky itself.
     """
 
-    def __init__(self, command: str, job: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        command: str,
+        job: Mapping[str, Any],
+        env: Mapping[str, str],
+        module: str = "eos_pipeline_tests.faults.child",
+    ) -> None:
         self.command = command
         self.began = time.monotonic()
         self._tmp = tempfile.TemporaryDirectory(prefix="eos-child-")
@@ -99,7 +105,7 @@ class Child:
         self._err = os.path.join(self._tmp.name, "stderr")
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
         child_env.update(env)
-        argv = [sys.executable, "-m", "eos_pipeline_tests.faults.child", command]
+        argv = [sys.executable, "-m", module, command]
         with open(self._out, "w") as out, open(self._err, "w") as err:
             self._proc = subprocess.Popen(
                 [*argv, json.dumps(job)], cwd=REPO, env=child_env, stdout=out, stderr=err
@@ -376,13 +382,11 @@ class FaultRig:
         table: Mapping[int, Mapping[int, int]] | None = None,
         *,
         dlq_topic: str | None = None,
-        check_classes: bool = True,
     ) -> int:
         """Check every partition on the data; return the number of rows checked.
 
-        ``check_classes``: the dead letters' error classes must be the ones the bad records
-        were made for (the ClickHouse sink's Python decoder names every kind; Spark's decoder
-        of the Hudi sink names fewer, so that check is off there).
+        The dead letters must be exactly the bad records, each with the error class it was made
+        for (both sinks' decoders name the same classes).
         """
         table = self.table_offsets() if table is None else table
         dead = self.dead_letters(dlq_topic)
@@ -393,8 +397,7 @@ class FaultRig:
         for (p, o), headers in dead.items():
             assert headers["eos.source.topic"] == self.topic
             assert headers["eos.error.message"], (p, o, headers)
-            if check_classes:
-                assert headers["eos.error.class"] == self.produced.bad[(p, o)], (p, o, headers)
+            assert headers["eos.error.class"] == self.produced.bad[(p, o)], (p, o, headers)
         rows = 0
         for p in range(self.partitions):
             stored = table.get(p, {})

@@ -58,7 +58,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     _setup_logging()
-    _emit(run(json.loads(argv[1])))
+    _emit(run(json.loads(argv[-1])))  # argv: [prog, (command,) job]
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def test_hudi_chaos_kills_then_catch_up_is_exact(rig: FaultRig) -> None:
     offsets = {
         int(p): {int(o): n for o, n in r.items()} for p, r in final.result["offsets"].items()
     }
-    rows = rig.assert_exactly_once(offsets, dlq_topic=rig.hudi_dlq_topic, check_classes=False)
+    rows = rig.assert_exactly_once(offsets, dlq_topic=rig.hudi_dlq_topic)
     print(
         f"hudi chaos seed {seed}: {sum(kills.values())} kills {kills}, {rig.produced.total} "
         f"records, {rows} rows, {len(rig.produced.bad)} dead letters"

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -32,51 +28,24 @@ from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.faults import FAULT_ENV
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
 from eos_pipeline_tests.faults.child import _read_hudi_offsets
-from eos_pipeline_tests.faults.harness import (
-    REPO,
-    SCHEMA_MAPPING,
-    ChildResult,
-    FaultRig,
-    _dump_stacks,
-)
+from eos_pipeline_tests.faults.harness import SCHEMA_MAPPING, Child, ChildResult, FaultRig
 from eos_pipeline_tests.faults.test_infrastructure import OwnStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 # ------------------------------------------------------------------------------------ helpers
-class HudiChild:
-    """A running ``python -m eos_pipeline_tests.faults.hudi_fault_child``."""
+class HudiChild(Child):
+    """A running ``python -m eos_pipeline_tests.faults.hudi_fault_child`` that must not crash."""
 
     def __init__(self, job: Mapping[str, Any], env: Mapping[str, str] | None = None) -> None:
-        self.began = time.monotonic()
-        self._tmp = tempfile.TemporaryDirectory(prefix="eos-hudi-child-")
-        self._out = Path(self._tmp.name, "stdout")
-        self._err = Path(self._tmp.name, "stderr")
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
-        child_env.update(env or {})
-        argv = [sys.executable, "-m", "eos_pipeline_tests.faults.hudi_fault_child", json.dumps(job)]
-        with self._out.open("w") as out, self._err.open("w") as err:
-            self._proc = subprocess.Popen(argv, cwd=REPO, env=child_env, stdout=out, stderr=err)
+        super().__init__("hudi", job, env or {}, module=f"{__package__}.hudi_fault_child")
 
     def wait(self, timeout: float = 600.0) -> ChildResult:
-        try:
-            code = self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _dump_stacks(self._proc.pid)
-            self._proc.kill()
-            self._proc.wait()
-            tail = "\n".join(self._err.read_text().splitlines()[-40:])
-            raise AssertionError(f"hudi child ran over {timeout:.0f} s:\n{tail}") from None
-        result = ChildResult(
-            "hudi",
-            code,
-            self._out.read_text(),
-            self._err.read_text(),
-            time.monotonic() - self.began,
+        result = super().wait(timeout)
+        assert result.returncode == 0, (
+            f"hudi child crashed (rc={result.returncode}):\n{result.tail(40)}"
         )
-        self._tmp.cleanup()
-        assert code == 0, f"hudi child crashed (rc={code}):\n{result.tail(40)}"
         return result
 
 

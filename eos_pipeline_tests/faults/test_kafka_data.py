@@ -69,8 +69,11 @@ def test_aborted_transactions_open_transaction_and_marker_only_ranges(
     for n, commit in [(3, True), (4, False), (2, True), (5, False), (5, False), (1, True)]:
         _txn(rig, producer, 0, n, commit=commit)
     _txn(rig, producer, 1, 3, commit=False)  # partition 1: aborted records and a marker only
-    ends = end_offsets(rig.kafka, rig.topic)
-    assert ends[0] == 26 and ends[1] == 4
+    # The coordinator writes the markers after commit/abort returns: wait for the LSOs.
+    deadline = time.monotonic() + 30
+    while ((ends := end_offsets(rig.kafka, rig.topic))[0], ends[1]) != (26, 4):
+        assert time.monotonic() < deadline, f"last stable offsets stuck at {ends}"
+        time.sleep(0.1)
     with rig.keeper() as store:
         sync = rig.sync(store, max_records=3)  # batch edges fall on markers and aborted records
         assert sync.run(tp).end == 26

@@ -11,7 +11,7 @@ import pytest
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.sinks.faults import CLICKHOUSE_STEPS
+from eos_pipeline.sinks.faults import CLICKHOUSE_STEPS, MID_INSERT_STEP
 from eos_pipeline_tests.faults.harness import FaultRig, run_child
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def test_sigkill_while_clickhouse_writes_the_part_then_clean_run_is_exact(rig: F
     killed = run_child(
         "clickhouse",
         rig.job([0], max_records=200_000),
-        env={"EOS_FAULT_MID_INSERT": "1"},
+        fault=MID_INSERT_STEP,
     )
     assert killed.killed, f"rc={killed.returncode}\n{killed.tail()}"
     assert "at step mid_insert" in killed.stderr

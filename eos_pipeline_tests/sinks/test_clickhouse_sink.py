@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -270,8 +271,12 @@ def test_aborted_transactions_are_filtered_and_marker_only_ranges_advance(rig: R
     # partition 1: only an aborted transaction: records 0-4 aborted, marker 5
     _txn(producer, rig.topic, 1, range(100, 105), commit=False)
 
-    ends = end_offsets(rig.kafka, rig.topic)
-    assert ends[0] == 18 and ends[1] == 6
+    # A finished transaction's markers are written by the coordinator after the producer's
+    # commit/abort returns, so the last stable offsets catch up a moment later.
+    deadline = time.monotonic() + 30
+    while ((ends := end_offsets(rig.kafka, rig.topic))[0], ends[1]) != (18, 6):
+        assert time.monotonic() < deadline, f"last stable offsets stuck at {ends}"
+        time.sleep(0.1)
 
     sync = rig.sync()
     r0 = sync.run(TopicPartition(rig.topic, 0))
