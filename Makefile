@@ -26,9 +26,9 @@ test: fetch
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest
 
-# Benchmarks (README, "Performance"): starts its own stack on free ports, about 10 minutes.
+# Benchmarks (README, "Performance"): starts its own stack on free ports, about 8 minutes.
 bench: fetch
-	$(BIN)/python -m benchmarks --spark --hudi
+	$(BIN)/python -m benchmarks --spark --hudi --latency
 
 lint: $(STAMP)
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
