@@ -82,14 +82,12 @@ def _pause(release_file: str) -> None:
         time.sleep(0.01)
 
 
-def _clickhouse(job: dict[str, Any]) -> None:
+def _clickhouse_setup(job: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Kafka settings, the chDB sink (table ensured) and the table spec a ClickHouse job names."""
     from eos_pipeline.adapters.clickhouse import ClickHouseSink
-    from eos_pipeline.adapters.dlq import DeadLetterWriter
     from eos_pipeline.adapters.kafka import KafkaSettings
-    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-    from eos_pipeline.core.offsets import TopicPartition
     from eos_pipeline.core.schema import TableSchema
-    from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+    from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 
     schema = TableSchema.from_mapping(job["schema"])
     kafka = KafkaSettings(job["bootstrap"])
@@ -102,6 +100,16 @@ def _clickhouse(job: dict[str, Any]) -> None:
         schema=schema,
         max_records=job.get("max_records", 100_000),
     )
+    return kafka, sink, spec
+
+
+def _clickhouse(job: dict[str, Any]) -> None:
+    from eos_pipeline.adapters.dlq import DeadLetterWriter
+    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.core.offsets import TopicPartition
+    from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync
+
+    kafka, sink, spec = _clickhouse_setup(job)
     kill_when_clickhouse_inserts(job["chdb_path"])  # only when mid_insert is the armed step
     settings = KeeperSettings(hosts=job["zookeeper"], root=job["keeper_root"])
     reports = {}
@@ -136,25 +144,12 @@ def _zombie(job: dict[str, Any]) -> None:
     step boundary). ``mode="stalled"``: writer A stops right after its insert, writer B takes
     the partition and finishes, then A goes on to its keeper write. Prints who got what.
     """
-    from eos_pipeline.adapters.clickhouse import ClickHouseSink
     from eos_pipeline.adapters.dlq import DeadLetterWriter
-    from eos_pipeline.adapters.kafka import KafkaSettings
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
     from eos_pipeline.core.offsets import TopicPartition
-    from eos_pipeline.core.schema import TableSchema
-    from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+    from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync
 
-    schema = TableSchema.from_mapping(job["schema"])
-    kafka = KafkaSettings(job["bootstrap"])
-    sink = ClickHouseSink.connect(f"chdb://{job['chdb_path']}")
-    sink.ensure_table(job["database"], job["table"], schema)
-    spec = ClickHouseTableSpec(
-        pipeline=job["pipeline"],
-        database=job["database"],
-        table=job["table"],
-        schema=schema,
-        max_records=job.get("max_records", 100_000),
-    )
+    kafka, sink, spec = _clickhouse_setup(job)
     tp = TopicPartition(job["topic"], job["partitions"][0])
     settings = KeeperSettings(hosts=job["zookeeper"], root=job["keeper_root"])
     together = threading.Barrier(2, timeout=60)
