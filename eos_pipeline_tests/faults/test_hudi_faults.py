@@ -108,9 +108,10 @@ def _zookeeper_lock(rig: FaultRig) -> dict[str, str]:
     }
 
 
-# The ZooKeeper lock case (`("new", "zookeeper")`) passed in two CI runs and in the third had NO
-# writer commit (both failed, one with a bare Py4JJavaError from the save): nothing doubled, but
-# not understood yet, so it is out of CI until it is (see the session-3 note on issue 6).
+# The ZooKeeper lock case (`("new", "zookeeper")`, options from `_zookeeper_lock`) passed in two
+# CI runs; in the third neither writer reported success (one failed with a bare Py4JJavaError from
+# the save) and the table was not checked. Out of CI until that is understood (session-3 note on
+# issue 6).
 @pytest.mark.parametrize(("table", "lock"), [("new", "filesystem"), ("existing", "filesystem")])
 def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     rig: FaultRig, spark: SparkSession, tmp_path: Path, table: str, lock: str
