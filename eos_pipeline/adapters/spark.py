@@ -19,17 +19,28 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from eos_pipeline.adapters.spark_decode import (
+    ERROR_CLASS_COLUMN,
+    ERROR_COLUMN,
+    SOURCE_COLUMNS,
+    TIMESTAMP_COLUMN,
+    decode_json,
+    spark_schema,
+    spark_type,
+    split_tagged,
+    tag_json,
+)
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +56,6 @@ KAFKA_SCHEMA = T.StructType(
     ]
 )
 KAFKA_COLUMNS = tuple(KAFKA_SCHEMA.fieldNames())
-
-#: Source coordinates as carried into sink tables; underscored so they never clash with payload
-#: fields. ``(_topic, _partition, _offset)`` is the default Hudi record key.
-SOURCE_COLUMNS = {"topic": "_topic", "partition": "_partition", "offset": "_offset"}
-TIMESTAMP_COLUMN = "_kafka_timestamp"
-
-#: Columns holding why a record could not be decoded (bad rows only): a class, as the Python
-#: decoder names them (``Tombstone``, ``DecodeError``, ``TypeMismatch``, ``MissingField``,
-#: ``Oversized``), and a message.
-ERROR_COLUMN = "error"
-ERROR_CLASS_COLUMN = "error_class"
-_CORRUPT = "_eos_corrupt_record"
 
 # Kafka client settings that would break exactness if a caller could change them.
 _FORCED_CLIENT_OPTIONS = {"isolation.level": "read_committed"}
@@ -192,6 +191,9 @@ def spark_conf(
     a short-lived session (tests, one-off local runs) but costs throughput on large batches.
     Everything in ``extra`` wins over the defaults here.
     """
+    # PySpark takes the Python of its workers from the environment, not from the conf, when it
+    # builds a session in this process; the tasks decode with eos_pipeline, so it must be ours.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Hudi sizes objects with JOL, which warns loudly when it cannot attach to its own JVM.
     java_options = ["-Djdk.attach.allowAttachSelf=true", "-Djol.skipHotspotSAAttach=true"]
     if quick_start:
@@ -201,6 +203,10 @@ def spark_conf(
         "spark.app.name": "eos_pipeline",
         "spark.jars": ",".join(str(j) for j in (default_jars() if jars is None else jars)),
         "spark.sql.session.timeZone": "UTC",
+        # Tasks decode with the core's contract in Python workers (adapters.spark_decode):
+        # they must run this interpreter, which imports eos_pipeline.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
         "spark.driver.extraJavaOptions": " ".join(java_options),
         **HUDI_SPARK_CONF,
     }
@@ -313,250 +319,6 @@ def with_source_columns(df: DataFrame) -> DataFrame:
         "key",
         "value",
     )
-
-
-def _permissive(text: Column, schema: T.StructType) -> Column:
-    return F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
-
-
-def _decode_error(
-    key: Column,
-    value: Column,
-    text: Column,
-    parsed: Column,
-    schema: T.StructType,
-    max_record_bytes: int | None,
-) -> tuple[Column, Column]:
-    required = [f.name for f in schema.fields if not f.nullable]
-    missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required))
-    trimmed = F.trim(text)
-    is_object = trimmed.startswith("{")
-    # Every field read as a string: Spark turns any JSON token into its text for a string field,
-    # so this parse fails only on malformed JSON, and a record that fails the typed parse but
-    # not this one holds a value of the wrong JSON type. Case branches are evaluated lazily:
-    # the extra parses run for the failing records only.
-    loose = _permissive(
-        text,
-        T.StructType(
-            [T.StructField(f.name, T.StringType(), True) for f in schema.fields]
-            + [T.StructField(_CORRUPT, T.StringType(), True)]
-        ),
-    )
-    mismatched = F.concat_ws(
-        ", ",
-        *(
-            F.when(
-                loose[f.name].isNotNull()
-                & _permissive(text, T.StructType([T.StructField(f.name, f.dataType, True)]))[
-                    f.name
-                ].isNull(),
-                F.lit(f"{f.name} ({f.dataType.simpleString()})"),
-            )
-            for f in schema.fields
-        ),
-    )
-    size = F.coalesce(F.octet_length(key), F.lit(0)) + F.coalesce(F.octet_length(value), F.lit(0))
-    # (condition, class, message), checked in order; the first that holds names the problem.
-    rules: list[tuple[Column, str, Column]] = []
-    if max_record_bytes is not None:
-        rules.append(
-            (
-                size > F.lit(max_record_bytes),
-                "Oversized",
-                F.format_string(
-                    "key + value is %d bytes, above the pipeline's max_record_bytes of %d",
-                    size,
-                    F.lit(max_record_bytes),
-                ),
-            )
-        )
-    rules += [
-        (value.isNull(), "Tombstone", F.lit("value is null (tombstone)")),
-        (F.encode(text, "UTF-8") != value, "DecodeError", F.lit("value is not valid UTF-8")),
-        (parsed.isNull() | ~is_object, "DecodeError", F.lit("value is not a JSON object")),
-        (
-            parsed[_CORRUPT].isNotNull() & loose[_CORRUPT].isNotNull(),
-            "DecodeError",
-            F.lit("malformed JSON object"),
-        ),
-        (
-            parsed[_CORRUPT].isNotNull(),
-            "TypeMismatch",
-            F.concat(F.lit("field(s) of the wrong JSON type for their column: "), mismatched),
-        ),
-        (~trimmed.endswith("}"), "DecodeError", F.lit("unexpected content after the JSON object")),
-        (
-            missing != "",
-            "MissingField",
-            F.concat(F.lit("missing required field(s): "), missing),
-        ),
-    ]
-    message = F.when(rules[0][0], rules[0][2])
-    error_class = F.when(rules[0][0], F.lit(rules[0][1]))
-    for condition, cls, text_ in rules[1:]:
-        message = message.when(condition, text_)
-        error_class = error_class.when(condition, F.lit(cls))
-    return message, error_class
-
-
-_SPARK_SCALARS: dict[str, T.DataType] = {
-    "Bool": T.BooleanType(),
-    "Int8": T.ByteType(),
-    "Int16": T.ShortType(),
-    "Int32": T.IntegerType(),
-    "Int64": T.LongType(),
-    "UInt8": T.ShortType(),
-    "UInt16": T.IntegerType(),
-    "UInt32": T.LongType(),
-    "UInt64": T.DecimalType(20, 0),
-    "Int128": T.DecimalType(38, 0),
-    "UInt128": T.DecimalType(38, 0),
-    "Float32": T.FloatType(),
-    "Float64": T.DoubleType(),
-    "BFloat16": T.FloatType(),
-    "String": T.StringType(),
-    "UUID": T.StringType(),
-    "IPv4": T.StringType(),
-    "IPv6": T.StringType(),
-    "JSON": T.StringType(),
-    "Date": T.DateType(),
-    "Date32": T.DateType(),
-}
-
-
-def _split_args(inner: str) -> list[str]:
-    parts, depth, current = [], 0, ""
-    for ch in inner:
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-            continue
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        current += ch
-    parts.append(current.strip())
-    return parts
-
-
-def spark_type(ch_type: str) -> T.DataType:
-    """The Spark type that holds a canonical ClickHouse type (see ``core.schema``) without loss.
-
-    Unsigned 64-bit and 128-bit integers become decimals, strings of every kind become strings,
-    and ``DateTime``/``DateTime64`` become timestamps (microseconds in Spark).
-    """
-    if ch_type in _SPARK_SCALARS:
-        return _SPARK_SCALARS[ch_type]
-    name, _, rest = ch_type.partition("(")
-    args = _split_args(rest[:-1]) if rest else []
-    if name in ("LowCardinality", "Nullable"):
-        return spark_type(args[0])
-    if name in ("FixedString", "Enum8", "Enum16", "Enum"):
-        return T.StringType()
-    if name in ("DateTime", "DateTime64"):
-        return T.TimestampType()
-    if name.startswith("Decimal"):
-        if name == "Decimal" and len(args) == 2:
-            precision, scale = int(args[0]), int(args[1])
-        else:  # Decimal32(S), Decimal64(S), Decimal128(S)
-            precision = {"Decimal32": 9, "Decimal64": 18, "Decimal128": 38}.get(name, 38)
-            scale = int(args[-1])
-        if precision > 38:
-            raise ValueError(f"{ch_type}: Spark decimals hold at most 38 digits")
-        return T.DecimalType(precision, scale)
-    if name == "Array":
-        return T.ArrayType(spark_type(args[0]), True)
-    if name == "Map":
-        return T.MapType(spark_type(args[0]), spark_type(args[1]), True)
-    raise ValueError(f"ClickHouse type {ch_type} has no Spark counterpart in this project yet")
-
-
-def spark_schema(schema: TableSchema) -> T.StructType:
-    """Payload fields of ``schema`` for :func:`decode_json`.
-
-    A field is required (non-nullable) unless the column is nullable or has a default, the same
-    rule as the ClickHouse decoder, so a record goes to the dead-letter topic from both sinks.
-    """
-    return T.StructType(
-        [
-            T.StructField(
-                c.name,
-                spark_type(c.ch_type),
-                c.nullable or c.default is not None or c.ch_type.startswith("Nullable("),
-            )
-            for c in schema.columns
-        ]
-    )
-
-
-def decode_json(
-    df: DataFrame, schema: T.StructType, *, max_record_bytes: int | None = None
-) -> tuple[DataFrame, DataFrame]:
-    """Split Kafka rows into decoded rows and bad rows; no record is dropped.
-
-    Error classes match the ClickHouse sink's decoder: ``Tombstone``, ``DecodeError`` (not UTF-8,
-    not JSON, not an object), ``TypeMismatch`` (a field of the wrong JSON type), ``MissingField``,
-    and ``Oversized`` for a record whose key + value bytes exceed ``max_record_bytes``.
-
-    Good rows: the source coordinates (``_topic``, ``_partition``, ``_offset``,
-    ``_kafka_timestamp``) followed by the fields of ``schema``. Bad rows: the raw Kafka columns
-    plus ``error_class`` and ``error``, ready for a dead-letter topic. A field declared
-    non-nullable in ``schema`` is required: a JSON ``null`` or an absent key makes it bad.
-    Fields not in ``schema`` are ignored. Spark's JSON reader stops after the first complete
-    value, so two objects concatenated in one message would decode as the first one; a value
-    that does not end with ``}`` is refused, which catches most trailing garbage but not
-    ``{...} {...}``.
-
-    Both frames derive from ``df``: persist it first if reading the source twice is costly, or
-    persist :func:`tag_json`'s frame and split it with :func:`split_tagged` to parse only once.
-    """
-    return split_tagged(tag_json(df, schema, max_record_bytes=max_record_bytes), schema)
-
-
-def tag_json(
-    df: DataFrame, schema: T.StructType, *, max_record_bytes: int | None = None
-) -> DataFrame:
-    """Every Kafka row, parsed, with ``error``/``error_class`` set on the bad ones only.
-
-    The one pass of :func:`decode_json` that reads and parses; a caller that needs several
-    results (counts, dead letters, the rows to write) persists this frame and splits it with
-    :func:`split_tagged`, so the JSON is parsed once. ``key`` and ``value`` are kept on bad rows
-    only (the dead-letter topic needs them), which keeps a persisted frame small.
-    """
-    clash = set(schema.fieldNames()) & {*SOURCE_COLUMNS.values(), TIMESTAMP_COLUMN, _CORRUPT}
-    if clash:
-        raise ValueError(f"schema fields {sorted(clash)} clash with reserved column names")
-    parse_schema = T.StructType(
-        [T.StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields]
-        + [T.StructField(_CORRUPT, T.StringType(), True)]
-    )
-    text = F.col("value").cast("string")
-    parsed = _permissive(text, parse_schema)
-    message, error_class = _decode_error(
-        F.col("key"), F.col("value"), text, F.col("_eos_parsed"), schema, max_record_bytes
-    )
-    tagged = (
-        df.select(*KAFKA_COLUMNS, parsed.alias("_eos_parsed"))
-        .withColumn(ERROR_COLUMN, message)
-        .withColumn(ERROR_CLASS_COLUMN, error_class)
-    )
-    is_bad = F.col(ERROR_COLUMN).isNotNull()
-    return tagged.select(
-        *(c for c in tagged.columns if c not in ("key", "value")),
-        F.when(is_bad, F.col("key")).alias("key"),
-        F.when(is_bad, F.col("value")).alias("value"),
-    )
-
-
-def split_tagged(tagged: DataFrame, schema: T.StructType) -> tuple[DataFrame, DataFrame]:
-    """Good and bad rows of :func:`tag_json`'s frame, as :func:`decode_json` returns them."""
-    good = tagged.where(F.col(ERROR_COLUMN).isNull()).select(
-        *(F.col(src).alias(dst) for src, dst in SOURCE_COLUMNS.items()),
-        F.col("timestamp").alias(TIMESTAMP_COLUMN),
-        *(F.col("_eos_parsed")[f.name].alias(f.name) for f in schema.fields),
-    )
-    bad = tagged.where(F.col(ERROR_COLUMN).isNotNull()).select(
-        *KAFKA_COLUMNS, ERROR_CLASS_COLUMN, ERROR_COLUMN
-    )
-    return good, bad
 
 
 def fail_tasks(df: DataFrame, step: str, failing_attempts: int | None) -> DataFrame:

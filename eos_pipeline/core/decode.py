@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,20 +34,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from eos_pipeline.core.contract import ErrorClass, compile_contract, judge, unwrap
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.schema import Column, SourceColumns, TableSchema
-
-_INT = re.compile(r"^U?Int(8|16|32|64|128|256)$")
-_FLOAT = re.compile(r"^(Float32|Float64|BFloat16)$")
-_DECIMAL = re.compile(r"^Decimal")
-_STRINGISH = re.compile(r"^(String|FixedString|UUID|IPv4|IPv6|Enum8|Enum16|Enum)")
-_TIME = re.compile(r"^(Date|Date32|DateTime|DateTime64)\b")
+from eos_pipeline.core.schema import SourceColumns, TableSchema
 
 
 @dataclass(frozen=True, slots=True)
 class BadRecord:
     index: int  # position in the input sequence
-    error_class: str
+    error_class: ErrorClass
     message: str
 
 
@@ -61,103 +55,21 @@ class Decoded:
     bad: list[BadRecord] = field(default_factory=list)
 
 
-def _base(ch_type: str) -> tuple[str, bool]:
-    nullable = False
-    if ch_type.startswith("LowCardinality("):
-        ch_type = ch_type[len("LowCardinality(") : -1]
-    if ch_type.startswith("Nullable("):
-        ch_type, nullable = ch_type[len("Nullable(") : -1], True
-    return ch_type, nullable
-
-
-def _checker(ch_type: str) -> Callable[[Any], bool]:
-    if _INT.match(ch_type):
-        unsigned = ch_type.startswith("U")
-        return lambda v: type(v) is int and (not unsigned or v >= 0)
-    if _FLOAT.match(ch_type):
-        return lambda v: type(v) in (int, float)
-    if _DECIMAL.match(ch_type):
-        return lambda v: type(v) in (int, float, str)
-    if ch_type == "Bool":
-        return lambda v: type(v) is bool
-    if _STRINGISH.match(ch_type):
-        return lambda v: type(v) is str
-    if _TIME.match(ch_type):
-        return lambda v: type(v) in (int, str)
-    if ch_type.startswith("Array("):
-        return lambda v: type(v) is list
-    if ch_type.startswith(("Map(", "Tuple(", "JSON", "Object(")):
-        return lambda v: type(v) in (dict, list)
-    return lambda v: True  # types without a JSON counterpart check: ClickHouse will judge
-
-
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    name: str
-    accepts: Callable[[Any], bool]
-    nullable: bool
-    default: Any
-    type_name: str
-
-
-def _rule(col: Column) -> _Rule:
-    base, nullable = _base(col.ch_type)
-    return _Rule(col.name, _checker(base), nullable or col.nullable, col.default, col.ch_type)
-
-
 def decode_json(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:
-    """Parse each value as a JSON object and check it against the payload columns."""
-    rules = [_rule(c) for c in schema.columns]
-    out = Decoded(columns={r.name: [] for r in rules})
-    cols = [out.columns[r.name] for r in rules]
+    """Judge each value by the contract (:mod:`core.contract`); rows hold canonical values."""
+    contract = compile_contract(schema)
+    out = Decoded(columns={name: [] for name in contract.names})
+    cols = [out.columns[name] for name in contract.names]
     for i, raw in enumerate(values):
-        if raw is None:
-            out.bad.append(BadRecord(i, "Tombstone", "null value (tombstone): no row to insert"))
+        verdict = judge(raw, contract)
+        if verdict.row is None:
+            assert verdict.error_class is not None
+            out.bad.append(BadRecord(i, verdict.error_class, verdict.message))
             continue
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            out.bad.append(BadRecord(i, "DecodeError", f"not valid JSON: {exc}"))
-            continue
-        if type(obj) is not dict:
-            out.bad.append(
-                BadRecord(i, "DecodeError", f"expected a JSON object, got {type(obj).__name__}")
-            )
-            continue
-        row = []
-        problem = None
-        for rule in rules:
-            value = obj.get(rule.name, _MISSING)
-            if value is _MISSING or value is None:
-                if rule.default is not None:
-                    value = rule.default
-                elif rule.nullable:
-                    value = None
-                else:
-                    what = "missing" if value is _MISSING else "null"
-                    problem = BadRecord(
-                        i, "MissingField", f"required field {rule.name!r} is {what}"
-                    )
-                    break
-            elif not rule.accepts(value):
-                problem = BadRecord(
-                    i,
-                    "TypeMismatch",
-                    f"field {rule.name!r}: {type(value).__name__} value {str(value)[:60]!r} "
-                    f"does not fit {rule.type_name}",
-                )
-                break
-            row.append(value)
-        if problem is not None:
-            out.bad.append(problem)
-            continue
-        for column, value in zip(cols, row, strict=True):
+        for column, value in zip(cols, verdict.row, strict=True):
             column.append(value)
         out.index.append(i)
     return out
-
-
-_MISSING = object()
 
 
 # ---- the bulk path --------------------------------------------------------------------------
@@ -180,6 +92,12 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "Bool": pa.bool_(),
     "String": pa.string(),
 }
+# A surrogate escape that is not half of a pair (``\\ud83d\\ude00`` is fine): the reference
+# refuses the record, Arrow's reader would not.
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]"
+)
 # Arrow's reader cuts its input into blocks of this size and parses them on its thread pool.
 _ARROW_BLOCK_BYTES = 4 << 20
 
@@ -195,22 +113,18 @@ class _ArrowPlan:
 @functools.lru_cache(maxsize=64)
 def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
     """The Arrow schema for ``schema``'s payload, or None when a column needs the reference."""
+    contract = compile_contract(schema)
     fields = []
     fills = []
-    for col in schema.columns:
-        rule = _rule(col)
-        base, _ = _base(col.ch_type)
-        arrow_type = _ARROW_TYPES.get(base)
+    for col, rule in zip(schema.columns, contract.fields, strict=True):
+        arrow_type = _ARROW_TYPES.get(unwrap(col.ch_type)[0])
         if arrow_type is None:
             return None
         fill = None
-        if col.default is not None:
-            # The reference stores the default literally; only a default of the column's own
-            # JSON kind comes out the same through Arrow.
-            if not rule.accepts(col.default):
-                return None
+        if rule.has_default:
+            # The contract's canonical default, as the reference fills it in.
             try:
-                fill = pa.scalar(col.default, arrow_type)
+                fill = pa.scalar(rule.default, arrow_type)
             except (pa.ArrowException, ValueError, TypeError, OverflowError):
                 return None
         fields.append(pa.field(col.name, arrow_type))
@@ -246,6 +160,8 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
     raw = np.frombuffer(data, np.uint8)
     if not ((raw[last] == ord("}")).all() and (raw[last - lengths + 1] == ord("{")).all()):
         return None
+    if _SURROGATE_ESCAPE.search(data):
+        return None  # a \\uD8xx-\\uDFxx escape may be unpaired: the reference judges it
     if not data.isascii():
         # Arrow's JSON reader copies invalid UTF-8 into strings unchecked; the reference refuses
         # the record (a dead letter), so only valid UTF-8 may take this path.

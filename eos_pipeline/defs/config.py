@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.keeper_record import validate_root, validate_topic
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
@@ -184,7 +185,8 @@ class Pipeline(_Strict):
             except SchemaError as exc:
                 raise ValueError(str(exc)) from None
         try:
-            TableSchema.from_mapping(columns)
+            # The decoder contract refuses types the two sinks would store differently.
+            compile_contract(TableSchema.from_mapping(columns))
         except SchemaError as exc:
             raise ValueError(str(exc)) from None
         return columns

@@ -42,6 +42,7 @@ from eos_pipeline.adapters.kafka import (
     topic_id,
 )
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
+from eos_pipeline.core.contract import ErrorClass, oversized
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
@@ -272,7 +273,7 @@ class ClickHousePartitionSync:
             report.dead_letters += self._send_dead(
                 batch,
                 decision.dead_letter,
-                "UnrecoverableReplay",
+                ErrorClass.UNRECOVERABLE_REPLAY,
                 f"range {decision.dead_letter} is part of {state} which cannot be re-sent "
                 "identically",
             )
@@ -339,9 +340,8 @@ class ClickHousePartitionSync:
                         offsets[i],
                         keys[i],
                         values[i],
-                        "Oversized",
-                        f"key + value is {_size(keys[i], values[i])} bytes, above the pipeline's "
-                        f"max_record_bytes of {limit}",
+                        ErrorClass.OVERSIZED,
+                        oversized(keys[i], values[i], limit) or "",
                     )
                     for i in over
                 ],

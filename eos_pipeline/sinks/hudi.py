@@ -58,7 +58,6 @@ from eos_pipeline.adapters.spark import (
     fail_tasks,
     read_kafka_ranges,
     spark_failure,
-    spark_schema,
     split_tagged,
     tag_json,
 )
@@ -292,12 +291,11 @@ class HudiTableSync:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        schema = spark_schema(spec.schema)
         # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
         # and counts records and bad rows per partition; the bad rows are only fetched if there
         # are any, and the write reads the cache (no second Kafka read, no second parse).
         tagged = tag_json(
-            self._read(wanted), schema, max_record_bytes=spec.max_record_bytes
+            self._read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes
         ).persist()
         try:
             report.records_read = {tp: 0 for tp in plan.ranges}
@@ -308,7 +306,7 @@ class HudiTableSync:
             for row in self._collect(counts, plan):
                 report.records_read[TopicPartition(spec.topic, row["partition"])] = row["records"]
                 any_bad = any_bad or row["bad"] > 0
-            good, bad = split_tagged(tagged, schema)
+            good, bad = split_tagged(tagged, spec.schema)
             report.dead_letters = (
                 self._send_dead_letters(bad, plan) if any_bad else {tp: 0 for tp in plan.ranges}
             )
@@ -372,7 +370,7 @@ class HudiTableSync:
             ) from exc
 
     def _to_table(self, good: DataFrame) -> DataFrame:
-        """Decoded rows in the table's column names, with declared defaults filled in."""
+        """Decoded rows in the table's column names (the contract already filled defaults)."""
         source = self.spec.schema.source
         columns = [
             F.col("_topic").alias(source.topic),
@@ -381,11 +379,7 @@ class HudiTableSync:
         ]
         if source.timestamp is not None:
             columns.append(F.col(TIMESTAMP_COLUMN).alias(source.timestamp))
-        for col in self.spec.schema.columns:
-            value = F.col(col.name)
-            if col.default is not None:
-                value = F.coalesce(value, F.lit(col.default).cast(good.schema[col.name].dataType))
-            columns.append(value.alias(col.name))
+        columns += [F.col(col.name) for col in self.spec.schema.columns]
         return good.select(*columns)
 
     def _write_options(self) -> dict[str, str]:

@@ -21,7 +21,6 @@ from dagster_pyspark import PySparkResource
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from eos_pipeline.adapters.hudi import (
     SMALL_TABLE_OPTIONS,
@@ -51,7 +50,9 @@ from eos_pipeline.core.checkpoint import (
     CheckpointError,
     merge_checkpoint,
 )
+from eos_pipeline.core.decode import decode_json as core_decode_json
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import Column, TableSchema
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -518,7 +519,7 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
         b'{"id": 4, "name": ',  # truncated
         b'{"id": "two"}',  # wrong type
         b'{"id": 1.5, "name": "f"}',  # float for an integer
-        b'{"id": 5, "name": {"nested": true}}',  # an object for a string is its JSON text
+        b'{"id": 5, "name": {"nested": true}}',  # an object for a string: refused (issue 17)
         b'{"name": "no id"}',  # required field missing
         b'{"id": null, "name": "x"}',  # required field null
         b'{"id": 3} trailing',
@@ -528,9 +529,7 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
     ]
     delivered = produce_plain(kafka_settings, topic_name, [(0, v) for v in values])
     offset_of = {v: o for (_, o), v in delivered.items()}
-    schema = T.StructType(
-        [T.StructField("id", T.LongType(), False), T.StructField("name", T.StringType(), True)]
-    )
+    schema = TableSchema((Column("id", "Int64"), Column("name", "String", nullable=True)))
     df = read_kafka_ranges(
         spark,
         kafka_settings.bootstrap_servers,
@@ -545,22 +544,17 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
     assert good_rows == {
         offset_of[values[0]]: (1, "a"),
         offset_of[values[1]]: (2, None),
-        offset_of[values[6]]: (5, '{"nested":true}'),
     }
     assert set(good_rows) | set(bad_rows) == {o for (_, o) in delivered}
     assert not set(good_rows) & set(bad_rows)
     errors = {value: error for value, error in bad_rows.values()}
-    assert errors[b"not json"] == "value is not a JSON object"
-    assert errors[b'{"id": 4, "name": '] == "malformed JSON object"
-    wrong = "field(s) of the wrong JSON type for their column: id (bigint)"
-    assert errors[b'{"id": "two"}'] == wrong
-    assert errors[b'{"id": 1.5, "name": "f"}'] == wrong
-    # The same classes as the ClickHouse sink's decoder (core.decode).
+    # The same classes and messages as the ClickHouse sink's decoder: both run the contract.
     assert classes == {
         b"not json": "DecodeError",
         b'{"id": 4, "name": ': "DecodeError",
         b'{"id": "two"}': "TypeMismatch",
         b'{"id": 1.5, "name": "f"}': "TypeMismatch",
+        b'{"id": 5, "name": {"nested": true}}': "TypeMismatch",
         b'{"name": "no id"}': "MissingField",
         b'{"id": null, "name": "x"}': "MissingField",
         b'{"id": 3} trailing': "DecodeError",
@@ -568,12 +562,13 @@ def test_decode_json_keeps_bad_records_with_their_coordinates(
         b"\xff\xfe": "DecodeError",
         b"": "DecodeError",
     }
-    assert errors[b'{"name": "no id"}'] == "missing required field(s): id"
-    assert errors[b'{"id": null, "name": "x"}'] == "missing required field(s): id"
-    assert errors[b'{"id": 3} trailing'] == "unexpected content after the JSON object"
-    assert errors[b"[1, 2]"] == "value is not a JSON object"
-    assert errors[b"\xff\xfe"] == "value is not valid UTF-8"
-    assert errors[b""] == "value is not a JSON object"
+    reference = core_decode_json(values, schema)
+    assert errors == {values[b.index]: b.message for b in reference.bad}
+    assert errors[b'{"id": "two"}'] == (
+        "field 'id': string \"two\" does not fit Int64 (needs a JSON integer)"
+    )
+    assert errors[b'{"name": "no id"}'] == "required field 'id' is missing"
+    assert errors[b"[1, 2]"] == "expected a JSON object, got array"
     assert set(good.columns) == {
         "_topic",
         "_partition",

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.schema import Column, SourceColumns, TableSchema
+from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
 SCHEMA = TableSchema(
     (
@@ -118,8 +118,10 @@ def test_schemas_with_types_arrow_cannot_vouch_for_use_the_reference() -> None:
         schema = TableSchema((Column("id", "Int64"), Column("x", ch_type)))
         values = [json.dumps({"id": 1, "x": value}).encode()]
         assert decode_json_arrow(values, schema) is None
+    # A default the contract would refuse as a value is a configuration error, for both paths.
     mismatched_default = TableSchema((Column("id", "Int64", default="5"),))
-    assert decode_json_arrow([b'{"id": 1}'], mismatched_default) is None
+    with pytest.raises(SchemaError, match=r"default '5'.*does not fit Int64"):
+        decode_json_arrow([b'{"id": 1}'], mismatched_default)
 
 
 _scalars = st.one_of(

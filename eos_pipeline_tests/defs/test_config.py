@@ -64,6 +64,7 @@ def test_secrets_are_read_from_the_environment_only_when_used(
     [
         (("table: orders}", "table: or-ders}"), "pipelines[0].clickhouse.table: invalid name"),
         (("Int64", "Int65"), "pipelines[0].schema: invalid type of column 'id' 'Int65'"),
+        (("Int64", "Int128"), "column 'id': type Int128 is not supported by both sinks"),
         (("topics: [orders]", "topics: []"), "pipelines[0].kafka.topics: List should have at"),
         (("topics: [orders]", "topics: [or/ders]"), "pipelines[0].kafka.topics: "),
         (("bootstrap_servers", "bootstrap"), "pipelines[0].kafka.bootstrap: unknown field"),
