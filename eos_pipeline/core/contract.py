@@ -596,8 +596,10 @@ def parse_object(raw: bytes, contract: Contract) -> dict[str, Any] | str:
         return f"not valid JSON: {str(exc)[:120]}"
     if type(obj) is not dict:
         return f"expected a JSON object, got {_kind(obj)}"
-    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(
-        json.dumps(obj, ensure_ascii=False, default=str)
+    if (
+        "\\u" in text
+        and _SURROGATE_ESCAPE.search(text)
+        and _has_lone_surrogate(json.dumps(obj, ensure_ascii=False, default=str))
     ):
         return "a string holds an unpaired UTF-16 surrogate escape (not text)"
     return obj
