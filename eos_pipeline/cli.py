@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 from eos_pipeline.stack.artifacts import ArtifactError, default_cache_dir, ensure_all
-from eos_pipeline.stack.services import Stack, StackConfig, StackError
+from eos_pipeline.stack.mirror import MirrorCluster, MirrorConfig, MirrorStack
+from eos_pipeline.stack.services import ServiceStatus, Stack, StackConfig, StackError
 
 EPILOG = """\
 environment variables (flags win over them):
@@ -16,14 +18,24 @@ environment variables (flags win over them):
   EOS_ZOOKEEPER_PORT         ZooKeeper client port (default: 2181)
   EOS_KAFKA_PORT             Kafka broker port (default: 9092)
   EOS_KAFKA_CONTROLLER_PORT  Kafka KRaft controller port (default: 9093)
+  EOS_SPARK                  1/0: whether `stack up` starts Spark Connect (default: 1)
+  EOS_SPARK_CONNECT_PORT     Spark Connect (sc://) port (default: 15002)
+  EOS_SPARK_MEMORY           heap of the Spark driver and of each executor (default: 2g)
+  EOS_SPARK_CORES            cores of local[N], or of each standalone worker (default: 2)
+  EOS_SPARK_WORKERS          0: Spark in local mode; N: a standalone master + N workers (default: 0)
+  EOS_SPARK_MASTER_PORT      standalone master port (default: 7077)
   EOS_ARTIFACT_CACHE         where fetched JVM jars are kept (default: ./.cache/jvm)
   EOS_MAVEN_REPOSITORY       Maven Central mirror to fetch from
   EOS_PIPELINES_FILE         pipelines file of the Dagster code location (default: ./pipelines.yaml)
 
 examples:
-  eos-pipeline stack up                  start ZooKeeper and Kafka, wait until both answer
+  eos-pipeline stack up                  start ZooKeeper, Kafka and Spark Connect, wait for each
+  eos-pipeline stack up --no-spark       ... only ZooKeeper and Kafka
+  eos-pipeline stack up --spark-workers 1  ... Spark Connect on a standalone master + 1 worker
   eos-pipeline stack status              show what runs where
-  eos-pipeline stack down                stop both, leaving no process behind
+  eos-pipeline stack up --mirror         ... plus a second Kafka cluster (B) and MirrorMaker 2
+                                         copying topics both ways (T on A is A.T on B)
+  eos-pipeline stack down                stop everything, leaving no process behind
   eos-pipeline demo                      run the main job end to end (Dagster drives it)
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
 """
@@ -48,11 +60,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     stack = commands.add_parser(
         "stack",
-        help="start, stop or inspect the local ZooKeeper + Kafka",
-        description="Manage the local development stack (ZooKeeper and a KRaft Kafka broker).",
+        help="start, stop or inspect the local ZooKeeper + Kafka (+ Spark Connect)",
+        description="Manage the local development stack (ZooKeeper, a KRaft Kafka broker and a "
+        "Spark Connect server, optionally on a standalone Spark master + workers).",
     )
     stack.add_argument("action", choices=["up", "down", "status"], help="what to do")
     _add_stack_options(stack)
+    mirror = stack.add_argument_group(
+        "failover stack (status and down cover it whenever it was started)"
+    )
+    mirror.add_argument(
+        "--mirror",
+        action="store_true",
+        help="with up: also start a second KRaft cluster and MirrorMaker 2 replicating both ways "
+        "(the main Kafka is the first cluster)",
+    )
+    mirror.add_argument(
+        "--aliases", default="A,B", help="MM2 aliases of the main and the second cluster (A,B)"
+    )
+    mirror.add_argument(
+        "--mirror-kafka-port", type=int, default=9094, help="second cluster's broker port"
+    )
+    mirror.add_argument(
+        "--mirror-controller-port", type=int, default=9095, help="second cluster's controller port"
+    )
+    mirror.add_argument(
+        "--mirror-rest-port", type=int, default=9096, help="MirrorMaker 2's internal REST port"
+    )
+    spark = stack.add_argument_group("Spark")
+    spark.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start the Spark Connect server with `up` (default: on, or EOS_SPARK)",
+    )
+    spark.add_argument("--spark-connect-port", type=int, help="Spark Connect (sc://) port")
+    spark.add_argument("--spark-memory", help="heap of the driver and of each executor, e.g. 2g")
+    spark.add_argument("--spark-cores", type=int, help="cores of local[N] or of each worker")
+    spark.add_argument(
+        "--spark-workers", type=int, help="0: local mode; N: standalone master + N workers"
+    )
+    spark.add_argument("--spark-master-port", type=int, help="standalone master port")
 
     fetch = commands.add_parser(
         "fetch",
@@ -95,28 +143,79 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _stack_config(args: argparse.Namespace) -> StackConfig:
+    # The Spark options exist on `stack` only; `demo` keeps StackConfig's (or EOS_SPARK's) choice.
     return StackConfig.from_env(
         state_dir=args.state_dir,
         zookeeper_port=args.zookeeper_port,
         kafka_port=args.kafka_port,
         controller_port=args.controller_port,
+        spark=getattr(args, "spark", None),
+        spark_connect_port=getattr(args, "spark_connect_port", None),
+        spark_memory=getattr(args, "spark_memory", None),
+        spark_cores=getattr(args, "spark_cores", None),
+        spark_workers=getattr(args, "spark_workers", None),
+        spark_master_port=getattr(args, "spark_master_port", None),
     )
 
 
+def _mirror_config(args: argparse.Namespace, main: StackConfig) -> MirrorConfig:
+    """The failover stack: the main Kafka as the first cluster, a second one started beside it."""
+    aliases = [a.strip() for a in args.aliases.split(",")]
+    if len(aliases) != 2:
+        raise StackError(f"--aliases needs two comma-separated aliases, got {args.aliases!r}")
+    return MirrorConfig(
+        state_dir=main.state_dir / "mirror",
+        host=main.host,
+        clusters=(
+            MirrorCluster(aliases[0], main.kafka_port, main.controller_port, managed=False),
+            MirrorCluster(aliases[1], args.mirror_kafka_port, args.mirror_controller_port),
+        ),
+        rest_port=args.mirror_rest_port,
+        cache_dir=main.cache_dir,
+    )
+
+
+def _mirror_services(mirror_dir: Path) -> list[ServiceStatus]:
+    """The failover stack's own processes, if one was started (the main Kafka is listed already)."""
+    if MirrorConfig.load(mirror_dir) is None:
+        return []
+    mirror = MirrorStack.from_state_dir(mirror_dir)
+    managed = {f"kafka-{c.alias}" for c in mirror.config.clusters if c.managed}
+    return [s for s in mirror.status() if s.name in managed or s.name == "mirrormaker"]
+
+
 def _run_stack(args: argparse.Namespace) -> int:
+    if args.action == "up" and args.spark is None and "EOS_SPARK" not in os.environ:
+        args.spark = True  # `stack up` brings the whole stack, Spark included, unless told
     stack = Stack(_stack_config(args))
     if args.action == "up":
+        # A bad failover option is refused before anything starts.
+        mirror_config = _mirror_config(args, stack.config) if args.mirror else None
         stack.up()
         print(f"zookeeper: {stack.config.zookeeper_hosts}")
         print(f"kafka:     {stack.config.kafka_bootstrap}")
+        if stack.config.spark:
+            print(f"spark:     {stack.config.spark_connect_url}")
+        if mirror_config is not None:
+            mirror = MirrorStack(mirror_config)
+            mirror.up()
+            first, second = mirror.config.aliases
+            print(
+                f"clusters:  {first}={mirror.bootstrap(first)} {second}={mirror.bootstrap(second)}"
+            )
+            print(f"mm2:       {mirror.config.rest_url}  (T on {first} is {first}.T on {second})")
         print(f"state:     {stack.config.state_dir}  (stop with: eos-pipeline stack down)")
     elif args.action == "down":
+        mirror_dir = stack.config.state_dir / "mirror"
+        if MirrorConfig.load(mirror_dir) is not None:
+            # MirrorMaker 2 first: it holds clients of the main Kafka.
+            MirrorStack.from_state_dir(mirror_dir).down()
         stack.down()
         print("stack stopped")
     else:
-        for service in stack.status():
+        for service in stack.status() + _mirror_services(stack.config.state_dir / "mirror"):
             state = f"running (pid {service.pid})" if service.running else "stopped"
-            print(f"{service.name:<10} {state:<22} {service.endpoint:<22} log: {service.log}")
+            print(f"{service.name:<16} {state:<22} {service.endpoint:<26} log: {service.log}")
     return 0
 
 

@@ -21,6 +21,9 @@ from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
+# The two-cluster MirrorMaker 2 stack: started only by the failover tests that ask for it.
+pytest_plugins = ["eos_pipeline_tests.mirror_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:

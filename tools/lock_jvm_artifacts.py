@@ -6,6 +6,7 @@ from Maven Central with plain HTTP and no Maven. This script lets Maven resolve 
 closure once (with strict checksum checking against Central's ``.sha1`` files), then records it.
 
     python tools/lock_jvm_artifacts.py            # rewrite the lock file
+    python tools/lock_jvm_artifacts.py mirror     # re-resolve one bundle, keep the others as pinned
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ BUNDLES: dict[str, dict] = {
         # Central holds no hudi-utilities(-slim)-bundle and no hudi-utilities newer than 0.14.0,
         # so the plain hudi-utilities jar runs on top of the 0.14.0 Spark bundle; the adapter
         # relocates its references to the bundle's shaded packages, as Hudi's utilities bundle
-        # build does (eos_pipeline/adapters/hoodie_streamer.py).
+        # build does (eos_pipeline_tests/support/hoodie_streamer.py).
         "roots": [
             "org.apache.hudi:hudi-utilities_2.12:0.14.0",
             "org.apache.hudi:hudi-spark3.4-bundle_2.12:0.14.0",
@@ -101,6 +102,25 @@ BUNDLES: dict[str, dict] = {
             "xz",
         ],
         "about": "HoodieStreamer 0.14.0 (hudi-utilities) with its Spark bundle and Kafka DStream",
+    },
+    "spark-connect": {
+        # The Connect server plugin at PySpark's exact version. It shades its own gRPC,
+        # protobuf and Guava; Spark itself is "provided" (PySpark's jars directory).
+        "roots": ["org.apache.spark:spark-connect_2.12:3.5.7"],
+        "exclude": ["unused"],
+        "about": "Spark Connect server for the stack's long-lived Spark (sc://)",
+    },
+    "mirror": {
+        # MirrorMaker 2 in dedicated mode (org.apache.kafka.connect.mirror.MirrorMaker) at the
+        # broker's version. Kafka's own jars log through the SLF4J 1.7 API only, so without a
+        # binding MM2 would be silent; log4j-slf4j-impl routes it to the log4j-core 2.x that
+        # connect-runtime already depends on.
+        "roots": [
+            "org.apache.kafka:connect-mirror:4.1.2",
+            "org.apache.logging.log4j:log4j-slf4j-impl:2.25.3",
+        ],
+        "exclude": [],
+        "about": "Kafka MirrorMaker 2 (dedicated mode) for the two-cluster failover stack",
     },
 }
 
@@ -168,17 +188,22 @@ def resolve(name: str, spec: dict) -> list[dict]:
     return sorted(artifacts, key=lambda a: a["coords"])
 
 
-def main() -> None:
-    lock = {
-        "repository": REPOSITORY,
-        "bundles": {
-            name: {"about": spec["about"], "artifacts": resolve(name, spec)}
-            for name, spec in BUNDLES.items()
-        },
-    }
+def main(only: list[str]) -> None:
+    """Resolve every bundle, or only those named (the others stay exactly as already pinned)."""
+    unknown = sorted(set(only) - set(BUNDLES))
+    if unknown:
+        sys.exit(f"unknown bundle(s) {', '.join(unknown)}; known: {', '.join(BUNDLES)}")
+    pinned = json.loads(LOCK_FILE.read_text())["bundles"] if only else {}
+    bundles = {}
+    for name, spec in BUNDLES.items():
+        if only and name not in only and name in pinned:
+            bundles[name] = pinned[name]
+        else:
+            bundles[name] = {"about": spec["about"], "artifacts": resolve(name, spec)}
+    lock = {"repository": REPOSITORY, "bundles": bundles}
     LOCK_FILE.write_text(json.dumps(lock, indent=1) + "\n")
     print(f"wrote {LOCK_FILE}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

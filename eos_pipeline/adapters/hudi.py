@@ -9,9 +9,9 @@ write back on the next write to the table (its default eager policy for a single
 The checkpoint is stored as HoodieStreamer 1.x stores it (see :mod:`eos_pipeline.core.checkpoint`),
 so a table can be handed over between HoodieStreamer and this project in either direction.
 
-Commit metadata is read through Hudi's own Java API over py4j (``HoodieTableMetaClient``), not by
-parsing ``.hoodie/timeline``: in Hudi 1.x completed instants are Avro files named
-``<requested>_<completed>.<action>`` and the layout is versioned, which the API hides.
+Commit metadata is read without a JVM by hudi-rs (:mod:`eos_pipeline.adapters.hudi_timeline`),
+which knows Hudi's versioned timeline layouts (Avro instants in ``.hoodie/timeline`` since 1.x),
+so the same code serves an in-process session, a Spark Connect client and a sensor.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
+from typing import TYPE_CHECKING, Final, Literal, TypedDict
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -35,7 +35,6 @@ from eos_pipeline.core.checkpoint import (
     CHECKPOINT_KEY_V2,
     Checkpoint,
     CheckpointError,
-    checkpoint_from_metadata,
     checkpoint_metadata,
     validate_checkpoint,
 )
@@ -304,8 +303,12 @@ def _conflict(exc: BaseException) -> str | None:
 
 
 def _fencing_available(spark: SparkSession) -> bool:
-    """The fencing strategy's jar is on the session's classpath (see ``adapters.spark``)."""
-    if FENCING_JAR_STEM in spark.sparkContext.getConf().get("spark.jars", ""):
+    """The fencing strategy's jar is on the session's classpath (see ``adapters.spark``).
+
+    Asked through the session's runtime config, which a Spark Connect client reaches too (it
+    has no SparkContext); it shows the static ``spark.jars`` of the driver, local or server.
+    """
+    if FENCING_JAR_STEM in (spark.conf.get("spark.jars", "") or ""):
         return True
     log.warning(
         "Hudi commit without the checkpoint fence: %s is not in spark.jars", FENCING_JAR_STEM
@@ -333,107 +336,39 @@ def _check_progress(
 
 
 # ----------------------------------------------------------------------------------- reading
+# The timeline is read without Spark (hudi-rs, see ``adapters.hudi_timeline``): the same answer
+# from a classic session, a Spark Connect client (no py4j there) or a process with no Spark at
+# all. ``spark`` stays the first parameter so callers need not change; it is not used.
 
 
-def _jvm(spark: SparkSession) -> Any:
-    return spark.sparkContext._jvm  # type: ignore[attr-defined]
-
-
-def _table_exists(spark: SparkSession, table_path: str) -> bool:
-    jvm = _jvm(spark)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    props = jvm.org.apache.hadoop.fs.Path(table_path.rstrip("/") + "/.hoodie/hoodie.properties")
-    return bool(props.getFileSystem(conf).exists(props))
-
-
-def _meta_client(spark: SparkSession, table_path: str) -> Any:
-    jvm = _jvm(spark)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    storage_conf = jvm.org.apache.hudi.hadoop.fs.HadoopFSUtils.getStorageConf(conf)
-    return (
-        jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder()
-        .setConf(storage_conf)
-        .setBasePath(table_path)
-        .build()
-    )
-
-
-def _completed_timeline(spark: SparkSession, table_path: str) -> Any | None:
-    # Only the commits timeline (commit, deltacommit, replacecommit) and only completed
-    # instants: a requested or inflight instant is an unfinished transaction and says nothing.
-    if not _table_exists(spark, table_path):
-        return None
-    return (
-        _meta_client(spark, table_path)
-        .getActiveTimeline()
-        .getCommitsTimeline()
-        .filterCompletedInstants()
-    )
-
-
-def _newest_first(timeline: Any) -> list[Any]:
-    return sorted(
-        timeline.getInstants(),
-        key=lambda i: (str(i.getCompletionTime() or ""), str(i.requestedTime())),
-        reverse=True,
-    )
-
-
-def completed_commits(spark: SparkSession, table_path: str) -> list[tuple[str, str, str]]:
+def completed_commits(
+    spark: SparkSession | None, table_path: str
+) -> list[tuple[str, str | None, str]]:
     """``(instant_time, completion_time, action)`` of the completed commits, newest first."""
-    timeline = _completed_timeline(spark, table_path)
-    if timeline is None:
-        return []
-    return [
-        (str(i.requestedTime()), str(i.getCompletionTime()), str(i.getAction()))
-        for i in _newest_first(timeline)
-    ]
+    from eos_pipeline.adapters import hudi_timeline
+
+    return hudi_timeline.completed_commits(table_path)
 
 
-def _commit_info(timeline: Any, instant: Any) -> CommitInfo | None:
-    extra = timeline.readCommitMetadata(instant).getExtraMetadata()
-    metadata = {str(k): str(v) for k, v in extra.items() if v is not None}
-    found = checkpoint_from_metadata(metadata)
-    if found is None:
-        return None
-    completion = instant.getCompletionTime()
-    return CommitInfo(
-        instant_time=str(instant.requestedTime()),
-        completion_time=str(completion) if completion else None,
-        action=str(instant.getAction()),
-        checkpoint=found,
-        extra_metadata=metadata,
-    )
-
-
-def checkpoint_history(spark: SparkSession, table_path: str) -> list[CommitInfo]:
+def checkpoint_history(spark: SparkSession | None, table_path: str) -> list[CommitInfo]:
     """Every completed commit that carries a checkpoint, newest first (the table's audit trail)."""
-    timeline = _completed_timeline(spark, table_path)
-    if timeline is None:
-        return []
-    found = (_commit_info(timeline, i) for i in _newest_first(timeline) if i.isCompleted())
-    return [c for c in found if c is not None]
+    from eos_pipeline.adapters import hudi_timeline
+
+    return hudi_timeline.checkpoint_history(table_path)
 
 
-def latest_commit(spark: SparkSession, table_path: str) -> CommitInfo | None:
+def latest_commit(spark: SparkSession | None, table_path: str) -> CommitInfo | None:
     """The newest completed commit carrying a Kafka checkpoint, or None.
 
     Like HoodieStreamer, commits without a checkpoint (Merge-on-Read compactions, clustering)
     are passed over: they move files, not the source position.
     """
-    timeline = _completed_timeline(spark, table_path)
-    if timeline is None:
-        return None
-    for instant in _newest_first(timeline):
-        if not instant.isCompleted():  # belt and braces: filterCompletedInstants did this
-            continue
-        commit = _commit_info(timeline, instant)
-        if commit is not None:
-            return commit
-    return None
+    from eos_pipeline.adapters import hudi_timeline
+
+    return hudi_timeline.latest_commit(table_path)
 
 
-def latest_checkpoint(spark: SparkSession, table_path: str) -> Checkpoint | None:
+def latest_checkpoint(spark: SparkSession | None, table_path: str) -> Checkpoint | None:
     """Next offset per topic-partition after the latest completed commit; None for a new table."""
     commit = latest_commit(spark, table_path)
     return commit.checkpoint if commit else None

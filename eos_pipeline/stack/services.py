@@ -1,5 +1,9 @@
 """The local development stack: ZooKeeper and a KRaft Kafka broker as background JVM processes.
 
+On request (``spark=True``, ``stack up --spark``) also a long-lived Spark: a Spark Connect server
+and, with ``spark_workers`` > 0, a standalone master and workers behind it (see
+:mod:`eos_pipeline.stack.spark_connect`).
+
 Everything lives under one state directory (data, logs, pid files, the rendered configs), so
 ``stack down`` plus deleting that directory returns the machine to where it was. The processes run
 in their own session, outlive the command that started them, and are found again through their pid
@@ -44,6 +48,16 @@ class StackConfig:
     cache_dir: Path | None = None
     kafka_heap: str = "768m"
     zookeeper_heap: str = "256m"
+    #: Start the Spark Connect server too (off by default: most callers need only Kafka).
+    spark: bool = False
+    spark_connect_port: int = 15002
+    #: Heap of the Connect server's driver (and of each executor on a standalone cluster).
+    spark_memory: str = "2g"
+    #: Cores of ``local[N]``, or of each standalone worker.
+    spark_cores: int = 2
+    #: 0: the Connect server runs Spark in local mode; N: a standalone master and N workers.
+    spark_workers: int = 0
+    spark_master_port: int = 7077
 
     @classmethod
     def from_env(cls, **overrides: object) -> StackConfig:
@@ -56,12 +70,27 @@ class StackConfig:
             ("zookeeper_port", "EOS_ZOOKEEPER_PORT"),
             ("kafka_port", "EOS_KAFKA_PORT"),
             ("controller_port", "EOS_KAFKA_CONTROLLER_PORT"),
+            ("spark_connect_port", "EOS_SPARK_CONNECT_PORT"),
+            ("spark_master_port", "EOS_SPARK_MASTER_PORT"),
         ):
             if var in env:
                 try:
                     values[key] = int(env[var])
                 except ValueError:
                     raise StackError(f"{var}={env[var]!r} is not a port number") from None
+        for key, var in (
+            ("spark_cores", "EOS_SPARK_CORES"),
+            ("spark_workers", "EOS_SPARK_WORKERS"),
+        ):
+            if var in env:
+                try:
+                    values[key] = int(env[var])
+                except ValueError:
+                    raise StackError(f"{var}={env[var]!r} is not a whole number") from None
+        if "EOS_SPARK_MEMORY" in env:
+            values["spark_memory"] = env["EOS_SPARK_MEMORY"]
+        if "EOS_SPARK" in env:
+            values["spark"] = env["EOS_SPARK"].strip().lower() in ("1", "true", "yes", "on")
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "state_dir" in values:
             values["state_dir"] = Path(str(values["state_dir"])).resolve()
@@ -74,6 +103,14 @@ class StackConfig:
     @property
     def kafka_bootstrap(self) -> str:
         return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def spark_connect_url(self) -> str:
+        return f"sc://{self.host}:{self.spark_connect_port}"
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://{self.host}:{self.spark_master_port}"
 
 
 @dataclass(frozen=True)
@@ -233,7 +270,17 @@ class Stack:
         return pid if pid is not None and pid_alive(pid) else None
 
     def _endpoint(self, name: str) -> str:
+        if name.startswith("spark-"):
+            from eos_pipeline.stack.spark_connect import spark_endpoint
+
+            return spark_endpoint(self.config, name)
         return self.config.zookeeper_hosts if name == "zookeeper" else self.config.kafka_bootstrap
+
+    def services(self) -> list[str]:
+        """Services in start order: the two base ones, then Spark's if asked for or running."""
+        from eos_pipeline.stack.spark_connect import spark_services
+
+        return [*self.SERVICES, *spark_services(self)]
 
     # public --------------------------------------------------------------------------------
     def status(self) -> list[ServiceStatus]:
@@ -245,7 +292,7 @@ class Stack:
                 self._endpoint(name),
                 self.log_path(name),
             )
-            for name in self.SERVICES
+            for name in self.services()
         ]
 
     def up(self) -> None:
@@ -256,10 +303,15 @@ class Stack:
         )
         self._start_zookeeper(java)
         self._start_kafka(java)
+        if self.config.spark:
+            from eos_pipeline.stack.spark_connect import start_spark
+
+            start_spark(self, java)
 
     def down(self, timeout: float = 30.0) -> None:
-        # Kafka first: it is the one holding client connections and a data log to flush.
-        for name in reversed(self.SERVICES):
+        # Spark first (its jobs read Kafka), then Kafka: it holds client connections and a
+        # data log to flush.
+        for name in reversed(self.services()):
             pid = self._running_pid(name)
             if pid is None:
                 self._pidfile(name).unlink(missing_ok=True)

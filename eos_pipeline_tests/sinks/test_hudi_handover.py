@@ -37,6 +37,7 @@ from eos_pipeline.core.checkpoint import CHECKPOINT_KEY_V1, format_checkpoint
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import SourceColumns, TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline_tests.adapters.hudi_java_oracle import java_checkpoint_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -162,6 +163,9 @@ def test_table_moves_from_hoodie_streamer_to_project_and_back(
     # The audit trail: three commits, each holding the position right after its phase.
     history = list(reversed(checkpoint_history(spark, str(table))))
     assert [c.checkpoint for c in history] == [after_streamer, after_project, final]
+    # The product reads the timeline with hudi-rs; Hudi's Java API must agree on this table,
+    # two of whose commits HoodieStreamer 0.14 wrote (table version 6, JSON commit files).
+    assert history == list(reversed(java_checkpoint_history(spark, str(table))))
     for commit in history:
         assert commit.extra_metadata.get(CHECKPOINT_KEY_V1) == format_checkpoint(
             commit.checkpoint

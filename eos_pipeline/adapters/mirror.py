@@ -1,0 +1,229 @@
+"""MirrorMaker 2 through confluent-kafka: the offset syncs of a flow, and re-read windows.
+
+MM2 writes the syncs of flow ``S->T`` to ``mm2-offset-syncs.<T>.internal`` on S (its default
+``offset-syncs.topic.location=source``; with ``target`` they are ``mm2-offset-syncs.<S>.internal``
+on T). That topic has one partition and is compacted, so only the latest sync per partition is
+sure to survive: :func:`read_offset_syncs` folds whatever is there into a
+:class:`~eos_pipeline.core.failover.SyncHistory` and continues from where the history stopped on
+the next call, so a caller that keeps the history keeps every sync it ever saw.
+
+:func:`read_window` reads the records of a re-read window with everything MM2 copies (key, value,
+timestamp, headers), and :func:`find_resume_point` ties it together: the window where a record's
+counterpart must be, its records, and the exact position after the match.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, admin_client
+from eos_pipeline.core.failover import (
+    DEFAULT_POLICY,
+    Flow,
+    MirroredRecord,
+    ReplicationPolicy,
+    ResumePoint,
+    Route,
+    SyncHistory,
+    Window,
+    decode_offset_sync,
+    resume_after,
+)
+from eos_pipeline.core.offsets import TopicPartition
+
+SYNCS_PARTITION = 0  # MM2 writes every sync of a flow to partition 0 of its syncs topic
+
+
+class MirrorReadError(KafkaReadError):
+    """The offset syncs or a re-read window could not be read as asked."""
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    return Consumer(
+        settings.config(
+            **{
+                # Assignment only, nothing is committed under this group.
+                "group.id": "eos-pipeline-mirror-reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+            }
+        )
+    )
+
+
+def _watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or partition not in meta.partitions:
+        raise MirrorReadError(f"{topic}[{partition}] does not exist")
+    low, high = consumer.get_watermark_offsets(
+        KafkaTopicPartition(topic, partition), timeout=timeout, cached=False
+    )
+    return int(low), int(high)
+
+
+def _consume(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float
+) -> list[Any]:
+    """Every message of ``[start, end)`` (``end`` at most the last stable offset)."""
+    messages: list[Any] = []
+    if start >= end:
+        return messages
+    consumer.assign([KafkaTopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + timeout
+    position = start
+    while position < end:
+        if time.monotonic() > deadline:
+            raise MirrorReadError(
+                f"{topic}[{partition}]: reading [{start}, {end}) stalled at {position} after "
+                f"{timeout:.0f}s"
+            )
+        for msg in consumer.consume(num_messages=min(10_000, end - position), timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, msg.offset())
+                    continue
+                raise MirrorReadError(f"{topic}[{partition}]: {err.str()}")
+            if msg.offset() >= end:
+                position = end
+                break
+            messages.append(msg)
+            position = msg.offset() + 1
+        if position < end:
+            # Markers and compacted records leave holes the messages alone cannot show.
+            position = max(
+                position, consumer.position([KafkaTopicPartition(topic, partition)])[0].offset
+            )
+    return messages
+
+
+def read_offset_syncs(
+    settings: KafkaSettings,
+    flow: Flow,
+    history: SyncHistory | None = None,
+    *,
+    location: str = "source",
+    policy: ReplicationPolicy = DEFAULT_POLICY,
+    timeout: float = 30.0,
+) -> SyncHistory:
+    """Fold the syncs of ``flow`` written since ``history.source_position`` into ``history``.
+
+    ``settings`` reach the cluster holding the syncs (``flow.offset_syncs_cluster(location)``:
+    the flow's source by MM2's default, so while that cluster is down its syncs are only what
+    an earlier call kept). Returns the (new or given) history, now at the topic's end.
+    """
+    history = history if history is not None else SyncHistory(flow)
+    if history.flow != flow:
+        raise MirrorReadError(f"a history of flow {history.flow} cannot take syncs of {flow}")
+    topic = flow.offset_syncs_topic(location, policy)
+    consumer = _consumer(settings)
+    try:
+        try:
+            low, high = _watermarks(consumer, topic, SYNCS_PARTITION, timeout)
+        except MirrorReadError:
+            raise MirrorReadError(
+                f"offset-syncs topic {topic!r} of flow {flow} not found on "
+                f"{settings.bootstrap_servers}: MM2 has not replicated anything on this flow yet, "
+                f"or its offset-syncs.topic.location is not {location!r}"
+            ) from None
+        start = max(history.source_position, low)
+        for msg in _consume(consumer, topic, SYNCS_PARTITION, start, high, timeout):
+            history.add(decode_offset_sync(msg.key(), msg.value()))
+        history.source_position = max(history.source_position, high)
+    finally:
+        consumer.close()
+    return history
+
+
+def _record(msg: Any) -> MirroredRecord:
+    headers = tuple((name, value) for name, value in (msg.headers() or ()))
+    return MirroredRecord(msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], headers)
+
+
+def read_window(
+    settings: KafkaSettings,
+    tp: TopicPartition,
+    window: Window,
+    *,
+    timeout: float = 60.0,
+) -> list[MirroredRecord]:
+    """The committed records of ``tp`` in ``window``; an open window is read to the stable end.
+
+    The start is raised to the partition's first offset (an earlier one is gone to retention,
+    which :func:`~eos_pipeline.core.failover.resume_after` then reports as not found rather than
+    this read failing).
+    """
+    consumer = _consumer(settings)
+    try:
+        low, _ = _watermarks(consumer, tp.topic, tp.partition, timeout)
+        stable = _stable_end(settings, tp, timeout)
+        end = stable if window.end is None else min(window.end, stable)
+        messages = _consume(consumer, tp.topic, tp.partition, max(window.start, low), end, timeout)
+    finally:
+        consumer.close()
+    return [_record(m) for m in messages]
+
+
+def _stable_end(settings: KafkaSettings, tp: TopicPartition, timeout: float) -> int:
+    """The last stable offset: the end of what a read_committed consumer sees now.
+
+    A client of its own rather than the process-wide one: failover reads reach clusters that
+    may go away, and a cached client would keep reconnecting to them for the process's life.
+    """
+    admin = admin_client(settings)
+    future = admin.list_offsets(
+        {KafkaTopicPartition(tp.topic, tp.partition): OffsetSpec.latest()},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=timeout,
+    )
+    [result] = future.values()
+    return int(result.result().offset)
+
+
+def first_offset(settings: KafkaSettings, tp: TopicPartition, timeout: float = 10.0) -> int:
+    """The partition's first offset still held (the floor of a translation onto it)."""
+    consumer = _consumer(settings)
+    try:
+        return _watermarks(consumer, tp.topic, tp.partition, timeout)[0]
+    finally:
+        consumer.close()
+
+
+def find_resume_point(
+    target: KafkaSettings,
+    route: Route,
+    history: SyncHistory,
+    partition: int,
+    last_offset: int,
+    fingerprint: str,
+    *,
+    timeout: float = 60.0,
+) -> ResumePoint:
+    """Exact next position on ``route.target`` after the last record written from the source.
+
+    ``last_offset`` and ``fingerprint`` are those of the last record the sink wrote, read from
+    ``route.source``; ``target`` reaches the cluster switched to. Raises the core's
+    :class:`~eos_pipeline.core.failover.ResumeError` subclasses when it cannot be exact.
+    """
+    tp = TopicPartition(route.target.topic, partition)
+    floor = first_offset(target, tp, timeout)
+    window = route.window(history, partition, last_offset, floor)
+    records = read_window(target, tp, window, timeout=timeout)
+    return resume_after(TopicPartition(route.target.topic, partition), fingerprint, records, window)
+
+
+__all__ = [
+    "MirrorReadError",
+    "find_resume_point",
+    "first_offset",
+    "read_offset_syncs",
+    "read_window",
+]

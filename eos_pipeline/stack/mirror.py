@@ -1,0 +1,479 @@
+"""Two KRaft Kafka clusters with MirrorMaker 2 replicating both ways: the failover stack.
+
+MirrorMaker 2 runs in dedicated mode (``org.apache.kafka.connect.mirror.MirrorMaker``) with the
+default replication policy, so topic ``T`` of cluster A appears on B as ``A.T`` and ``T`` of B on A
+as ``B.T``. Exactly-once source support is on for both target clusters (a replica holds each
+record once; see PLATFORM.md for why each property is set the way it is).
+
+The brokers reuse :class:`~eos_pipeline.stack.services.Stack` (same launch, pid files, readiness
+and shutdown), each in its own state directory. One cluster may be an already running broker that
+this stack does not own (``eos-pipeline stack up --mirror`` mirrors the main stack's Kafka); it is
+then neither started nor stopped here. Readiness proves replication: a record produced on each
+cluster must be read back from its replica on the other, never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from eos_pipeline.stack.services import (
+    ServiceStatus,
+    Stack,
+    StackConfig,
+    StackError,
+    _wait,
+    find_java,
+    kafka_ready,
+)
+
+MIRROR_MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
+#: Topic produced on every cluster to prove that both flows replicate (no dot: MM2's default
+#: policy reads the part before the first dot as a cluster alias).
+PROBE_TOPIC = "eos-mirror-probe"
+CONFIG_FILE = "mirror.json"
+
+
+@dataclass(frozen=True)
+class MirrorCluster:
+    """One Kafka cluster of the pair, by its MM2 alias.
+
+    ``managed`` clusters are started and stopped by :class:`MirrorStack`; an unmanaged one is an
+    existing broker reached at ``host:kafka_port`` (its controller port is then unused).
+    """
+
+    alias: str
+    kafka_port: int
+    controller_port: int
+    managed: bool = True
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """Where the two clusters and MirrorMaker 2 run, and how MM2 replicates between them.
+
+    ``offset_lag_max`` is MM2's ``offset.lag.max``: the most records a translated position can
+    be behind; ``offset_syncs_location`` is MM2's ``offset-syncs.topic.location`` (``source``,
+    MM2's default, keeps flow A->B's syncs on A; ``target`` keeps them on B, readable while A is
+    down). ``topics`` is the regex of topics replicated by both flows.
+    """
+
+    state_dir: Path
+    clusters: tuple[MirrorCluster, MirrorCluster]
+    rest_port: int
+    host: str = "127.0.0.1"
+    topics: str = ".*"
+    offset_lag_max: int = 100
+    offset_syncs_location: str = "source"
+    refresh_seconds: int = 1
+    exactly_once: bool = True
+    kafka_heap: str = "512m"
+    mirror_heap: str = "512m"
+    cache_dir: Path | None = None
+    extra_properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        aliases = self.aliases
+        if len(set(aliases)) != 2:
+            raise StackError(f"the two clusters need distinct aliases, got {aliases}")
+        for alias in aliases:
+            if not alias or not alias.replace("_", "").replace("-", "").isalnum():
+                raise StackError(
+                    f"cluster alias {alias!r} must be letters, digits, '-' or '_' (no '.': MM2 "
+                    "separates the alias from the topic name with a dot)"
+                )
+        if self.offset_syncs_location not in ("source", "target"):
+            raise StackError(
+                f"offset_syncs_location must be 'source' or 'target', got "
+                f"{self.offset_syncs_location!r}"
+            )
+        if self.offset_lag_max < 0:
+            raise StackError(f"offset_lag_max must be >= 0, got {self.offset_lag_max}")
+
+    @property
+    def aliases(self) -> tuple[str, str]:
+        return (self.clusters[0].alias, self.clusters[1].alias)
+
+    def cluster(self, alias: str) -> MirrorCluster:
+        for cluster in self.clusters:
+            if cluster.alias == alias:
+                return cluster
+        raise StackError(f"unknown cluster alias {alias!r}; this stack has {self.aliases}")
+
+    def bootstrap(self, alias: str) -> str:
+        return f"{self.host}:{self.cluster(alias).kafka_port}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{self.host}:{self.rest_port}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> MirrorConfig:
+        raw: dict[str, Any] = json.loads(text)
+        raw["state_dir"] = Path(raw["state_dir"])
+        raw["cache_dir"] = Path(raw["cache_dir"]) if raw.get("cache_dir") else None
+        raw["clusters"] = tuple(MirrorCluster(**c) for c in raw["clusters"])
+        return cls(**raw)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> MirrorConfig | None:
+        """The config a previous ``up`` left in ``state_dir``, or None if there is none."""
+        path = Path(state_dir) / CONFIG_FILE
+        try:
+            return cls.from_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StackError(
+                f"{path} is unreadable ({exc}); remove it or run `stack down`"
+            ) from exc
+
+
+def mm2_properties(config: MirrorConfig) -> str:
+    """The dedicated-mode MM2 properties file for ``config`` (both flows enabled)."""
+    a, b = config.aliases
+    lines = [
+        f"clusters={a},{b}",
+        f"{a}.bootstrap.servers={config.bootstrap(a)}",
+        f"{b}.bootstrap.servers={config.bootstrap(b)}",
+        "replication.policy.class=org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
+        "tasks.max=1",
+        # A single-broker cluster can hold no more than one replica of anything.
+        "replication.factor=1",
+        "checkpoints.topic.replication.factor=1",
+        "heartbeats.topic.replication.factor=1",
+        "offset-syncs.topic.replication.factor=1",
+        "offset.storage.replication.factor=1",
+        "status.storage.replication.factor=1",
+        "config.storage.replication.factor=1",
+        # Short intervals: a new topic is mirrored within seconds, not MM2's ten minutes.
+        f"refresh.topics.interval.seconds={config.refresh_seconds}",
+        f"refresh.groups.interval.seconds={config.refresh_seconds}",
+        f"emit.checkpoints.interval.seconds={config.refresh_seconds}",
+        f"emit.heartbeats.interval.seconds={config.refresh_seconds}",
+        f"sync.group.offsets.interval.seconds={config.refresh_seconds}",
+        "offset.flush.interval.ms=1000",
+        f"offset.lag.max={config.offset_lag_max}",
+        f"offset-syncs.topic.location={config.offset_syncs_location}",
+        # KRaft here runs without an authorizer: syncing ACLs would only log errors.
+        "sync.topic.acls.enabled=false",
+        # Every plugin on the classpath ships a ServiceLoader manifest: skipping the reflective
+        # classpath scan saves seconds of CPU per herder at start.
+        "plugin.discovery=service_load",
+    ]
+    for source, target in ((a, b), (b, a)):
+        lines += [
+            f"{source}->{target}.enabled=true",
+            f"{source}->{target}.topics={config.topics}",
+        ]
+    # The workers' internal REST server: exactly-once source needs it to fence zombie tasks,
+    # and it keeps MM2 off the default port 8083.
+    lines += [
+        "dedicated.mode.enable.internal.rest=true",
+        f"listeners=http://{config.host}:{config.rest_port}",
+    ]
+    if config.exactly_once:
+        # Per target cluster: the unprefixed key is silently ignored.
+        lines += [
+            f"{a}.exactly.once.source.support=enabled",
+            f"{b}.exactly.once.source.support=enabled",
+            f"{a}->{b}.consumer.isolation.level=read_committed",
+            f"{b}->{a}.consumer.isolation.level=read_committed",
+        ]
+    lines += [f"{k}={v}" for k, v in sorted(config.extra_properties.items())]
+    return "\n".join(lines) + "\n"
+
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+# Client config dumps and per-record chatter: thousands of lines that say nothing new.
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = warn
+logger.common.name = org.apache.kafka.common
+logger.common.level = warn
+logger.jetty.name = org.eclipse.jetty
+logger.jetty.level = warn
+logger.reflections.name = org.reflections
+logger.reflections.level = error
+logger.isolation.name = org.apache.kafka.connect.runtime.isolation
+logger.isolation.level = warn
+"""
+
+
+class _KafkaOnly(Stack):
+    """A single KRaft broker (no ZooKeeper), with the main stack's launch and shutdown code."""
+
+    SERVICES = ("kafka",)
+
+    def services(self) -> list[str]:
+        return list(self.SERVICES)  # never the main stack's optional extras
+
+    def up(self) -> None:
+        java = find_java()
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._start_kafka(java)
+
+
+class _MirrorMakerProcess(Stack):
+    """The MM2 JVM, managed like the other services (pid file, own session, log file)."""
+
+    SERVICES = ("mirrormaker",)
+
+    def services(self) -> list[str]:
+        return list(self.SERVICES)
+
+    def __init__(self, mirror: MirrorConfig, say: Callable[[str], None]) -> None:
+        super().__init__(
+            StackConfig(state_dir=mirror.state_dir, host=mirror.host, cache_dir=mirror.cache_dir),
+            say,
+        )
+        self.mirror = mirror
+
+    def _endpoint(self, name: str) -> str:
+        return self.mirror.rest_url
+
+    def start(self, probe: Callable[[], bool], timeout: float) -> None:
+        java = find_java()
+        home = self._dir("mirrormaker")
+        home.mkdir(parents=True, exist_ok=True)
+        props = home / "mm2.properties"
+        props.write_text(mm2_properties(self.mirror))
+        log4j = home / "log4j2.properties"
+        log4j.write_text(_LOG4J2)
+        self._check_ports("mirrormaker", {"--mirror-rest-port": self.mirror.rest_port})
+        pid = self._launch(
+            "mirrormaker",
+            java,
+            [
+                f"-Dlog4j2.configurationFile={log4j}",
+                "-cp",
+                self._classpath("mirror"),
+                MIRROR_MAIN_CLASS,
+                str(props),
+            ],
+            self.mirror.mirror_heap,
+        )
+        self.say(f"starting mirrormaker (pid {pid}) ...")
+        _wait("mirrormaker", probe, pid, self.log_path("mirrormaker"), timeout=timeout)
+
+
+class ReplicationProbe:
+    """Proof that both flows replicate: a fresh record on each cluster, read from its replica.
+
+    The probe topic exists on both clusters; a unique payload is produced to it on each, and
+    :meth:`__call__` is true once each payload was read (``read_committed``) from the remote
+    topic on the other cluster. Until MM2 has discovered the topic, the remote topic is absent
+    and the call is simply false.
+    """
+
+    def __init__(self, config: MirrorConfig, topic: str = PROBE_TOPIC) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
+
+        self.config = config
+        self.topic = topic
+        self.token = uuid.uuid4().hex.encode()
+        self.pending: set[str] = set(config.aliases)  # source aliases not yet seen on the peer
+        self._consumers: dict[str, Any] = {}
+        self._assigned: set[str] = set()
+        for alias in config.aliases:
+            # Warnings and errors only: librdkafka's notices about purged admin events are noise.
+            settings = KafkaSettings(config.bootstrap(alias), {"log_level": 4})
+            create_topic(settings, topic, partitions=1)
+            producer = Producer({"bootstrap.servers": config.bootstrap(alias), "acks": "all"})
+            producer.produce(topic, key=alias.encode(), value=self.token)
+            if producer.flush(30.0):
+                raise StackError(f"could not produce the replication probe to cluster {alias}")
+            self._consumers[alias] = Consumer(
+                {
+                    "bootstrap.servers": config.bootstrap(alias),
+                    "group.id": "eos-mirror-probe",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "log_level": 0,
+                }
+            )
+
+    def remote(self, source: str) -> tuple[str, str]:
+        """(cluster to read, topic to read) where ``source``'s probe record is replicated."""
+        peer = next(a for a in self.config.aliases if a != source)
+        return peer, f"{source}.{self.topic}"
+
+    def _seen(self, source: str) -> bool:
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        peer, remote = self.remote(source)
+        consumer = self._consumers[peer]
+        if source not in self._assigned:
+            meta = consumer.list_topics(remote, timeout=2.0).topics.get(remote)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return False
+            consumer.assign([KafkaTopicPartition(remote, 0, 0)])
+            self._assigned.add(source)
+        for msg in consumer.consume(num_messages=100, timeout=0.5):
+            if msg.error() is None and msg.value() == self.token and msg.key() == source.encode():
+                return True
+        return False
+
+    def __call__(self) -> bool:
+        for source in sorted(self.pending):
+            if self._seen(source):
+                self.pending.discard(source)
+        return not self.pending
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
+
+
+class MirrorStack:
+    """Start, check and stop the two clusters and MirrorMaker 2 of one :class:`MirrorConfig`."""
+
+    def __init__(self, config: MirrorConfig, say: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.say = say
+        self._brokers = {
+            c.alias: _KafkaOnly(
+                StackConfig(
+                    state_dir=config.state_dir / c.alias,
+                    host=config.host,
+                    kafka_port=c.kafka_port,
+                    controller_port=c.controller_port,
+                    cache_dir=config.cache_dir,
+                    kafka_heap=config.kafka_heap,
+                ),
+                say=lambda line, alias=c.alias: say(f"[{alias}] {line}"),
+            )
+            for c in config.clusters
+            if c.managed
+        }
+        self._mirror = _MirrorMakerProcess(config, say)
+
+    @classmethod
+    def from_state_dir(cls, state_dir: Path, say: Callable[[str], None] = print) -> MirrorStack:
+        """The stack a previous ``up`` wrote to ``state_dir`` (for status and down)."""
+        config = MirrorConfig.load(state_dir)
+        if config is None:
+            raise StackError(f"no mirror stack was started in {state_dir}")
+        return cls(config, say)
+
+    def bootstrap(self, alias: str) -> str:
+        return self.config.bootstrap(alias)
+
+    def status(self) -> list[ServiceStatus]:
+        found = []
+        for cluster in self.config.clusters:
+            broker = self._brokers.get(cluster.alias)
+            if broker is None:
+                running = kafka_ready(self.bootstrap(cluster.alias))
+                found.append(
+                    ServiceStatus(
+                        f"kafka-{cluster.alias}",
+                        running,
+                        None,
+                        self.bootstrap(cluster.alias),
+                        Path("(not managed by the mirror stack)"),
+                    )
+                )
+            else:
+                [service] = broker.status()
+                found.append(replace(service, name=f"kafka-{cluster.alias}"))
+        found += self._mirror.status()
+        return found
+
+    def up(self, timeout: float = 120.0) -> None:
+        """Start what is not running, then prove both flows replicate (idempotent)."""
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        (cfg.state_dir / CONFIG_FILE).write_text(cfg.to_json())
+        started = time.monotonic()
+        # The brokers boot in parallel: each waits for its own readiness.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for future in [pool.submit(b.up) for b in self._brokers.values()]:
+                future.result()
+        for cluster in cfg.clusters:
+            if not cluster.managed and not kafka_ready(self.bootstrap(cluster.alias)):
+                raise StackError(
+                    f"cluster {cluster.alias} at {self.bootstrap(cluster.alias)} is not managed by "
+                    "the mirror stack and does not answer: start it first (`eos-pipeline stack up`)"
+                )
+        probe = ReplicationProbe(cfg)
+        try:
+            if pid := self._mirror._running_pid("mirrormaker"):
+                self.say(f"mirrormaker already running (pid {pid}); checking replication")
+                _wait(
+                    "mirrormaker replication",
+                    probe,
+                    pid,
+                    self._mirror.log_path("mirrormaker"),
+                    timeout=timeout,
+                )
+            else:
+                self._mirror.start(probe, timeout)
+        finally:
+            probe.close()
+        a, b = cfg.aliases
+        self.say(
+            f"mirrormaker replicating {a}<->{b} ({a}: {self.bootstrap(a)}, {b}: "
+            f"{self.bootstrap(b)}), ready in {time.monotonic() - started:.1f}s"
+        )
+
+    def down(self, timeout: float = 30.0) -> None:
+        """Stop MM2 first (it holds clients of both clusters), then the managed brokers."""
+        self._mirror.down(timeout)
+        for broker in self._brokers.values():
+            broker.down(timeout)
+
+    def processes(self) -> list[int]:
+        """Pids of every process this stack runs now (for tests proving ``down`` left none)."""
+        return [s.pid for s in self.status() if s.pid is not None and s.running]
+
+
+def mirror_config(
+    state_dir: Path,
+    ports: Sequence[tuple[int, int]],
+    rest_port: int,
+    aliases: tuple[str, str] = ("A", "B"),
+    **options: Any,
+) -> MirrorConfig:
+    """A config with both clusters managed, from ``(kafka_port, controller_port)`` per alias."""
+    clusters = tuple(
+        MirrorCluster(alias, kafka, controller)
+        for alias, (kafka, controller) in zip(aliases, ports, strict=True)
+    )
+    return MirrorConfig(
+        state_dir=Path(state_dir).resolve(),
+        clusters=clusters,  # type: ignore[arg-type]
+        rest_port=rest_port,
+        **options,
+    )
+
+
+__all__ = [
+    "MIRROR_MAIN_CLASS",
+    "PROBE_TOPIC",
+    "MirrorCluster",
+    "MirrorConfig",
+    "MirrorStack",
+    "ReplicationProbe",
+    "mirror_config",
+    "mm2_properties",
+]

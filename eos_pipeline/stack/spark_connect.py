@@ -1,0 +1,410 @@
+"""The stack's long-lived Spark: a Spark Connect server, optionally on a standalone cluster.
+
+Why a server: a Spark JVM started per Dagster run pays the session start and a cold first write
+(~20 s here) before any work. One server started by ``stack up`` stays warm, and runs talk to
+it over ``sc://`` as thin clients. With ``spark_workers`` > 0 the server is the driver of a real
+standalone cluster (a master and N workers on this machine), which shows the product's jobs run
+on a distributed engine and not only inside one JVM.
+
+Everything is launched through PySpark's own scripts (``bin/spark-submit``, ``bin/spark-class``):
+the PySpark wheel carries a whole Spark runtime but not ``sbin/start-*.sh``. Those scripts
+``exec`` the JVM, so the recorded pid is the JVM itself and its session (process group) holds
+everything it spawns (executors, Python workers): ``stack down`` signals that group and leaves
+nothing. The Connect server is ready when a query sent from an ``sc://`` client has run a Spark
+job and returned the right answer, not when a port opens.
+
+The server carries the same jars and Hudi settings as an in-process session (the Hudi bundle,
+Spark's Kafka connector, the checkpoint fencing strategy; Hudi's SQL extension, catalog and Kryo
+registrator), plus the Connect plugin pinned in ``jvm_artifacts.json``. Spark 3.5's Connect
+plugin has no bind-address setting, so its gRPC port listens on every interface; the driver, its
+block manager and the standalone daemons are bound to the stack's host (loopback by default).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from eos_pipeline.stack.artifacts import default_cache_dir, ensure_bundle
+from eos_pipeline.stack.services import StackConfig, StackError, _tail, _wait
+
+if TYPE_CHECKING:
+    from eos_pipeline.stack.services import Stack
+
+CONNECT_BUNDLE = "spark-connect"
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+CONNECT = "spark-connect"
+MASTER = "spark-master"
+WORKER_PREFIX = "spark-worker-"
+
+#: Answer of the readiness query: a real Spark job of two tasks (executors must run them).
+_PROBE_SQL = "SELECT count(*) AS n FROM range(0, 1000, 1, 2)"
+_PROBE_ANSWER = 1000
+#: Heap of the standalone master and worker daemons (they only schedule; executors do the work).
+_DAEMON_HEAP = "256m"
+#: Environment that would turn a launched JVM's Python workers into Connect clients.
+_CLIENT_ONLY_ENV = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
+
+
+def spark_home() -> Path:
+    """PySpark's Spark runtime: ``bin/spark-submit``, ``bin/spark-class``, ``jars/``."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+# ------------------------------------------------------------------------------- naming
+
+
+def worker_names(count: int) -> list[str]:
+    return [f"{WORKER_PREFIX}{i}" for i in range(1, count + 1)]
+
+
+def spark_services(stack: Stack) -> list[str]:
+    """Spark's services in start order: those the config asks for, and any left running.
+
+    Services found through a pid file are kept so that ``down`` and ``status`` still cover a
+    server or cluster started with other settings (say ``--spark-workers 2``, then plain down).
+    """
+    cfg = stack.config
+    on_disk = {
+        path.parent.name
+        for pattern in (f"{WORKER_PREFIX}*/pid", f"{MASTER}/pid", f"{CONNECT}/pid")
+        for path in cfg.state_dir.glob(pattern)
+    }
+    wanted = set(on_disk)
+    if cfg.spark:
+        wanted.add(CONNECT)
+        if cfg.spark_workers > 0:
+            wanted.update([MASTER, *worker_names(cfg.spark_workers)])
+    workers = sorted(
+        (n for n in wanted if n.startswith(WORKER_PREFIX)),
+        key=lambda n: int(n.removeprefix(WORKER_PREFIX) or 0),
+    )
+    return [n for n in (MASTER, *workers, CONNECT) if n in wanted]
+
+
+def spark_endpoint(config: StackConfig, name: str) -> str:
+    if name == CONNECT:
+        return config.spark_connect_url
+    if name == MASTER:
+        return config.spark_master_url
+    return f"-> {config.spark_master_url}"
+
+
+def spark_master(config: StackConfig) -> str:
+    """Where the Connect server runs its jobs: ``local[N]``, or the stack's standalone master."""
+    if config.spark_workers > 0:
+        return config.spark_master_url
+    return f"local[{config.spark_cores}]"
+
+
+# ------------------------------------------------------------------------------- probes
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parsed = urlparse(url.replace("sc://", "http://", 1))
+    return parsed.hostname or "127.0.0.1", parsed.port or 15002
+
+
+def connect_ready(url: str, errors: list[str] | None = None) -> bool:
+    """True once the server at ``url`` answers a query that runs a Spark job.
+
+    Talks through PySpark's low-level Connect client, not ``SparkSession.builder.remote``:
+    the builder switches the whole process into Connect mode (an environment variable every
+    ``pyspark.sql.functions`` call checks) and refuses to start next to a classic session, and
+    ``stack up`` may run inside a process that has one (the test session). Why a probe failed
+    once the port is open is appended to ``errors``.
+    """
+    host, port = _host_port(url)
+    if not _port_open(host, port):
+        return False
+    from pyspark.sql.connect.client import SparkConnectClient
+    from pyspark.sql.connect.plan import SQL
+
+    client = SparkConnectClient(url, retry_policy={"max_retries": 0})
+    try:
+        table, _ = client.to_table(SQL(_PROBE_SQL).to_proto(client))
+        answer = table.column(0).to_pylist()
+        if answer != [_PROBE_ANSWER]:
+            raise RuntimeError(f"{_PROBE_SQL!r} returned {answer}, not [{_PROBE_ANSWER}]")
+        return True
+    except Exception as exc:
+        if errors is not None:
+            errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+        return False
+    finally:
+        client.close()
+
+
+def server_version(url: str) -> str:
+    """The Spark version of the server at ``url`` (one AnalyzePlan call)."""
+    from pyspark.sql.connect.client import SparkConnectClient
+
+    client = SparkConnectClient(url, retry_policy={"max_retries": 0})
+    try:
+        return str(client._analyze(method="spark_version").spark_version)
+    finally:
+        client.close()
+
+
+def _log_has(log: Path, since: int, text: str) -> bool:
+    """``text`` was logged after byte ``since`` (logs are appended to across restarts)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(since)
+            return text.encode() in f.read()
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------- commands
+
+
+def server_jars(
+    cache_dir: Path | None = None, progress: Callable[[str], None] | None = None
+) -> list[Path]:
+    """The Connect plugin, the Hudi bundle, Spark's Kafka connector and the fencing strategy."""
+    from eos_pipeline.adapters.spark import fencing_jar
+
+    cache = cache_dir or default_cache_dir()
+    jars = [
+        *ensure_bundle(CONNECT_BUNDLE, cache, progress),
+        *ensure_bundle("hudi", cache, progress),
+        *ensure_bundle("spark-kafka", cache, progress),
+    ]
+    hudi = [j for j in jars if "hudi-spark" in j.name]
+    fencing = fencing_jar(hudi[0], cache) if hudi else None
+    return jars + ([fencing] if fencing else [])
+
+
+def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
+    """Spark settings of the Connect server: Hudi's, loopback, and small-batch sizing."""
+    from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
+
+    java_options = "-Djdk.attach.allowAttachSelf=true -Djol.skipHotspotSAAttach=true"
+    width = str(config.spark_cores * max(config.spark_workers, 1))
+    conf = {
+        "spark.app.name": "eos_pipeline Spark Connect",
+        "spark.connect.grpc.binding.port": str(config.spark_connect_port),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.host": config.host,
+        "spark.driver.bindAddress": config.host,
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Spark's default of 200 tasks per shuffle costs seconds on small incremental batches.
+        "spark.sql.shuffle.partitions": width,
+        "spark.default.parallelism": width,
+        # Scratch space (shuffle, spills) inside the state dir, removed with it.
+        "spark.local.dir": str(log_dir / "tmp"),
+        **HUDI_SPARK_CONF,
+    }
+    if config.spark_workers > 0:
+        conf.update(
+            {
+                "spark.executor.memory": config.spark_memory,
+                "spark.executor.cores": str(config.spark_cores),
+            }
+        )
+    return conf
+
+
+def connect_command(config: StackConfig, jars: list[Path], home: Path) -> list[str]:
+    """``spark-submit`` of the Connect server (the class alone: no application jar needed)."""
+    command = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        spark_master(config),
+        "--driver-memory",
+        config.spark_memory,
+        "--jars",
+        ",".join(str(j) for j in jars),
+        "--class",
+        CONNECT_SERVER_CLASS,
+        "--name",
+        "eos_pipeline Spark Connect",
+    ]
+    for key, value in server_conf(config, home).items():
+        command += ["--conf", f"{key}={value}"]
+    return command
+
+
+def _env(config: StackConfig, *, daemon: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _CLIENT_ONLY_ENV}
+    env.pop("SPARK_DAEMON_MEMORY", None)
+    env.update(
+        {
+            "SPARK_HOME": str(spark_home()),
+            # Python UDFs run in workers the server starts: the same interpreter (and so the
+            # same pyspark and cloudpickle) as the clients of this checkout.
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": config.host,
+        }
+    )
+    if daemon:
+        # Only for master and worker: Spark's launcher also sizes the Connect server (as it
+        # does the Thrift server) by this variable, ahead of --driver-memory.
+        env["SPARK_DAEMON_MEMORY"] = _DAEMON_HEAP
+    return env
+
+
+def _launch(stack: Stack, name: str, command: list[str], env: dict[str, str]) -> int:
+    home = stack._dir(name)
+    home.mkdir(parents=True, exist_ok=True)
+    with stack.log_path(name).open("ab") as out:
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=home,
+            env=env,
+        )
+    stack._pidfile(name).write_text(str(proc.pid))
+    return proc.pid
+
+
+# ------------------------------------------------------------------------------- start
+
+
+def start_spark(stack: Stack, java: str | None = None) -> None:
+    """Start (or check) the standalone cluster if asked for, then the Connect server."""
+    del java  # PySpark's scripts find Java themselves (JAVA_HOME, else java on PATH)
+    cfg = stack.config
+    if cfg.spark_workers > 0:
+        _start_master(stack)
+        for name in worker_names(cfg.spark_workers):
+            _start_worker(stack, name)
+    _start_connect(stack)
+
+
+def _start_master(stack: Stack) -> None:
+    cfg = stack.config
+    if pid := stack._running_pid(MASTER):
+        stack.say(f"{MASTER} already running (pid {pid}) at {cfg.spark_master_url}")
+        return
+    stack._check_ports(MASTER, {"--spark-master-port": cfg.spark_master_port})
+    command = [
+        str(spark_home() / "bin" / "spark-class"),
+        MASTER_CLASS,
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.spark_master_port),
+        "--webui-port",
+        "0",  # any free port: the UI is not needed and must not collide
+    ]
+    pid = _launch(stack, MASTER, command, _env(cfg, daemon=True))
+    stack.say(f"starting {MASTER} (pid {pid}) ...")
+    log = stack.log_path(MASTER)
+    _wait(MASTER, lambda: _port_open(cfg.host, cfg.spark_master_port), pid, log, timeout=120)
+    stack.say(f"{MASTER} ready at {cfg.spark_master_url}")
+
+
+def _start_worker(stack: Stack, name: str) -> None:
+    cfg = stack.config
+    if pid := stack._running_pid(name):
+        stack.say(f"{name} already running (pid {pid})")
+        return
+    work = stack._dir(name) / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    command = [
+        str(spark_home() / "bin" / "spark-class"),
+        WORKER_CLASS,
+        "--host",
+        cfg.host,
+        "--webui-port",
+        "0",
+        "--cores",
+        str(cfg.spark_cores),
+        "--memory",
+        cfg.spark_memory,
+        "--work-dir",
+        str(work),
+        cfg.spark_master_url,
+    ]
+    log = stack.log_path(name)
+    since = log.stat().st_size if log.exists() else 0
+    pid = _launch(stack, name, command, _env(cfg, daemon=True))
+    stack.say(f"starting {name} (pid {pid}) ...")
+    _wait(
+        name,
+        lambda: _log_has(log, since, "Successfully registered with master"),
+        pid,
+        log,
+        timeout=120,
+    )
+    stack.say(f"{name} registered with {cfg.spark_master_url}")
+
+
+def _start_connect(stack: Stack) -> None:
+    cfg = stack.config
+    url = cfg.spark_connect_url
+    if pid := stack._running_pid(CONNECT):
+        if not connect_ready(url):
+            raise StackError(
+                f"{CONNECT} (pid {pid}) is running but does not answer a query on {url}; see "
+                f"{stack.log_path(CONNECT)} or run `eos-pipeline stack down`."
+            )
+        stack.say(f"{CONNECT} already running (pid {pid}) at {url}")
+        return
+    stack._check_ports(CONNECT, {"--spark-connect-port": cfg.spark_connect_port})
+    home = stack._dir(CONNECT)
+    home.mkdir(parents=True, exist_ok=True)
+    jars = server_jars(cfg.cache_dir, stack.say)
+    if not any("eos-hudi-fencing" in j.name for j in jars):
+        stack.say(f"warning: {CONNECT} starts without the Hudi checkpoint fence (no javac)")
+    began = time.monotonic()
+    pid = _launch(stack, CONNECT, connect_command(cfg, jars, home), _env(cfg))
+    stack.say(f"starting {CONNECT} (pid {pid}, Spark on {spark_master(cfg)}) ...")
+    log = stack.log_path(CONNECT)
+    errors: list[str] = []
+    try:
+        _wait(CONNECT, lambda: connect_ready(url, errors), pid, log, timeout=300)
+    except StackError as exc:
+        if errors:
+            raise StackError(f"{exc}\nLast answer of the probe query: {errors[-1]}") from None
+        raise
+    except Exception as exc:  # a client-side failure: say where the server's log is
+        raise StackError(f"{CONNECT}: readiness probe failed: {exc}\n{_tail(log)}") from exc
+    stack.say(f"{CONNECT} ready at {url} in {time.monotonic() - began:.1f}s")
+
+
+__all__ = [
+    "CONNECT",
+    "CONNECT_SERVER_CLASS",
+    "MASTER",
+    "WORKER_PREFIX",
+    "connect_command",
+    "connect_ready",
+    "server_conf",
+    "server_jars",
+    "server_version",
+    "spark_endpoint",
+    "spark_home",
+    "spark_master",
+    "spark_services",
+    "start_spark",
+    "worker_names",
+]

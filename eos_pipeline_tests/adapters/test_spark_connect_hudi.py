@@ -1,0 +1,303 @@
+"""The product's Hudi write path, run by a thin client of the stack's Spark Connect server.
+
+One server for the module, started by the stack's own code (``start_spark``) on a free port,
+ready only once it answered a real query; its teardown proves ``down`` leaves no process. The
+client side is what a Dagster run would be: a ``sc://`` session, no JVM and no py4j in this
+process for the Connect part. Kafka ranges are read with the product's ``read_kafka_ranges``
+(the Kafka source runs on the server), written with ``write_transaction`` (the checkpoint
+fence runs under the server's commit lock), and the checkpoint is read back with hudi-rs.
+
+``EOS_TEST_SPARK_WORKERS=1`` runs the same tests with the server on a standalone master and
+one worker (a real cluster; slower to start, so not the default).
+
+PySpark 3.5 picks classic or Connect column functions by one process-wide environment variable
+(``SPARK_CONNECT_MODE_ENABLED``) and refuses ``SparkSession.builder.remote()`` while a classic
+session exists, which the test process has (the ``spark`` fixture). Tests here therefore build
+the remote session with the Connect builder itself and set the variable only while they run.
+The classic session is started before the first gRPC channel opens, and the channels are closed
+when the module ends: PySpark launches its JVM with a ``fork`` that gRPC's fork handlers can
+break while channels are live (seen here as ``JAVA_GATEWAY_EXITED``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from eos_pipeline.adapters import hudi as hudi_adapter
+from eos_pipeline.adapters import hudi_timeline
+from eos_pipeline.adapters.dlq import DeadLetterWriter
+from eos_pipeline.adapters.hudi import (
+    SMALL_TABLE_OPTIONS,
+    HudiFencedError,
+    write_transaction,
+)
+from eos_pipeline.adapters.kafka import (
+    KafkaSettings,
+    create_topic,
+    end_offsets,
+    idempotent_producer,
+    produce_all,
+    topic_id,
+)
+from eos_pipeline.adapters.spark import read_kafka_ranges, with_source_columns
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.stack.services import Stack, StackConfig, free_port, pid_alive
+from eos_pipeline.stack.spark_connect import CONNECT, server_version, start_spark
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+WORKERS = int(os.environ.get("EOS_TEST_SPARK_WORKERS", "0"))
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+
+
+def _session_members(pid: int) -> set[int]:
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == pid:
+                    members.add(int(entry.name))
+            except OSError:
+                continue
+    return members
+
+
+_SESSIONS: list[SparkSession] = []
+
+
+@pytest.fixture(scope="module")
+def connect_server(
+    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
+) -> Iterator[StackConfig]:
+    config = StackConfig(
+        state_dir=tmp_path_factory.mktemp("spark-connect"),
+        spark=True,
+        spark_connect_port=free_port(),
+        spark_master_port=free_port(),
+        spark_memory="1g",
+        spark_workers=WORKERS,
+    )
+    stack = Stack(config, say=lambda line: print(f"[stack] {line}"))
+    started = time.monotonic()
+    try:
+        start_spark(stack)
+    except BaseException:
+        stack.down()
+        raise
+    print(f"[timing] spark connect server ready in {time.monotonic() - started:.1f}s")
+    running = [s.pid for s in stack.status() if s.running and s.pid]
+    members = {pid: _session_members(pid) for pid in running}
+    try:
+        yield config
+    finally:
+        while _SESSIONS:
+            _SESSIONS.pop().stop()
+        stack.down()
+        left = {pid: {m for m in group if pid_alive(m)} for pid, group in members.items()}
+        assert not any(left.values()), f"processes left after stack down: {left}"
+
+
+def remote_session(url: str, *, new: bool = False) -> SparkSession:
+    """A Spark Connect client session (the caller has put the process in Connect mode)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    builder = RemoteSparkSession.builder.remote(url)
+    session = builder.create() if new else builder.getOrCreate()
+    if session not in _SESSIONS:
+        _SESSIONS.append(session)  # type: ignore[arg-type]
+    return session  # type: ignore[return-value]
+
+
+@pytest.fixture
+def remote(connect_server: StackConfig, monkeypatch: pytest.MonkeyPatch) -> SparkSession:
+    monkeypatch.setenv(CONNECT_MODE, "1")
+    return remote_session(connect_server.spark_connect_url)
+
+
+def produce(kafka: KafkaSettings, topic: str, count: int, partitions: int) -> set[tuple[int, int]]:
+    """``count`` JSON records spread over the partitions; their (partition, offset) as acked."""
+    records = [
+        (i % partitions, str(i).encode(), json.dumps({"id": i, "name": f"n{i}"}).encode())
+        for i in range(count)
+    ]
+    return set(produce_all(idempotent_producer(kafka), topic, records))
+
+
+def hudi_rs_coordinates(table: str) -> set[tuple[int, int]]:
+    """The table's (partition, offset) column pairs, read by hudi-rs: no Spark involved."""
+    from hudi import HudiTableBuilder
+
+    data = pa.Table.from_batches(HudiTableBuilder.from_base_uri(table).build().read())
+    return set(zip(data["_partition"].to_pylist(), data["_offset"].to_pylist(), strict=True))
+
+
+# --------------------------------------------------------------------------------------- tests
+
+
+def test_server_is_the_products_spark(connect_server: StackConfig, remote: SparkSession) -> None:
+    statuses = {s.name: s for s in Stack(connect_server).status()}
+    assert statuses[CONNECT].running
+    assert statuses[CONNECT].endpoint == connect_server.spark_connect_url
+    assert server_version(connect_server.spark_connect_url) == pyspark.__version__
+    assert remote.conf.get("spark.sql.extensions") == (
+        "org.apache.spark.sql.hudi.HoodieSparkSessionExtension"
+    )
+    jars = remote.conf.get("spark.jars")
+    for jar in (
+        "spark-connect_2.12",
+        "hudi-spark3.5-bundle",
+        "spark-sql-kafka",
+        "eos-hudi-fencing",
+    ):
+        assert jar in jars, f"{jar} is not on the server's classpath"
+    assert remote.sql("SELECT count(*) FROM range(10)").collect()[0][0] == 10
+
+
+def test_kafka_ranges_into_hudi_through_connect(
+    remote: SparkSession,
+    kafka_settings: KafkaSettings,
+    topic_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    create_topic(kafka_settings, topic_name, partitions=3)
+    delivered = produce(kafka_settings, topic_name, 1000, 3)
+    ends = end_offsets(kafka_settings, topic_name)
+    tps = [TopicPartition(topic_name, p) for p in range(3)]
+    table = str(tmp_path / "connect")
+    kafka_id = topic_id(kafka_settings, topic_name)
+
+    def write(ranges: dict[TopicPartition, OffsetRange], checkpoint: dict, previous: Any) -> Any:
+        df = read_kafka_ranges(remote, kafka_settings.bootstrap_servers, {}, ranges)
+        return write_transaction(
+            with_source_columns(df),
+            table,
+            "connect",
+            checkpoint,
+            expected_previous=previous,
+            partition_count=3,
+            topic_id=kafka_id,
+            options=SMALL_TABLE_OPTIONS,
+        )
+
+    # Partitions 0 and 1 whole, partition 2 only in part: the server reads an `assign`ed subset.
+    first_ranges = {tps[0]: OffsetRange(0, ends[0]), tps[1]: OffsetRange(0, ends[1])}
+    first_ranges[tps[2]] = OffsetRange(0, 50)
+    first = write(first_ranges, {tp: r.end for tp, r in first_ranges.items()}, None)
+    assert hudi_timeline.latest_commit(table) == first
+    assert first.topic_id == kafka_id
+    final = {tp: ends[tp.partition] for tp in tps}
+    second = write({tps[2]: OffsetRange(50, ends[2])}, final, first.checkpoint)
+    assert hudi_timeline.latest_checkpoint(table) == final
+    assert [c.instant_time for c in hudi_timeline.checkpoint_history(table)] == [
+        second.instant_time,
+        first.instant_time,
+    ]
+
+    # Every produced record exactly once, seen through the server and without any Spark.
+    rows = remote.read.format("hudi").load(table).select("_partition", "_offset").collect()
+    assert len(rows) == 1000
+    assert {(r[0], r[1]) for r in rows} == delivered
+    assert hudi_rs_coordinates(table) == delivered
+
+    # A writer that planned from the first commit is fenced on the server, under Hudi's
+    # commit lock: its early check is made to see the stale commit, so only the fence stops it.
+    real = hudi_adapter.latest_commit
+    calls = iter([first])
+    monkeypatch.setattr(hudi_adapter, "latest_commit", lambda s, p: next(calls, None) or real(s, p))
+    with pytest.raises(HudiFencedError, match="moved the table's checkpoint"):
+        write({tps[2]: OffsetRange(50, ends[2])}, final, first.checkpoint)
+    monkeypatch.setattr(hudi_adapter, "latest_commit", real)
+    assert hudi_timeline.latest_commit(table) == second
+    assert hudi_rs_coordinates(table) == delivered
+
+
+def _sync(
+    spark: SparkSession, kafka: KafkaSettings, topic: str, table: str, name: str
+) -> HudiTableSync:
+    spec = HudiTableSpec(
+        pipeline=name,
+        topic=topic,
+        table_path=table,
+        table_name=name,
+        schema=TableSchema.from_mapping({"id": "Int64", "name": "String"}),
+        hudi_options=SMALL_TABLE_OPTIONS,
+    )
+    return HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{topic}.dlq", name))
+
+
+def test_sink_runs_in_process_and_through_connect_alike(
+    spark: SparkSession,
+    connect_server: StackConfig,
+    kafka_settings: KafkaSettings,
+    topic_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sink's whole transaction (plan, read, decode, dead letters, commit) in both modes.
+
+    Also the measurements of issue 14: connect, a run with nothing to do, and runs of 1,000
+    records, through the server and on the test session's in-process Spark.
+    """
+    create_topic(kafka_settings, topic_name, partitions=2)
+    create_topic(kafka_settings, f"{topic_name}.dlq", partitions=2)
+    timings: dict[str, float] = {}
+
+    def timed(label: str, action: Any) -> Any:
+        started = time.monotonic()
+        result = action()
+        timings[label] = time.monotonic() - started
+        return result
+
+    url = connect_server.spark_connect_url
+    monkeypatch.setenv(CONNECT_MODE, "1")
+    remote = timed("connect: new session", lambda: remote_session(url, new=True))
+    timed("connect: first query", lambda: remote.sql("SELECT 1").collect())
+    monkeypatch.delenv(CONNECT_MODE)
+    timed("in-process: first query", lambda: spark.sql("SELECT 1").collect())
+
+    # The fence is found on the classpath of either kind of session (no SparkContext needed).
+    assert hudi_adapter._fencing_available(spark)
+    monkeypatch.setenv(CONNECT_MODE, "1")
+    assert hudi_adapter._fencing_available(remote)
+    monkeypatch.delenv(CONNECT_MODE)
+
+    modes = {"connect": remote, "in-process": spark}
+    syncs = {
+        mode: _sync(session, kafka_settings, topic_name, str(tmp_path / mode), mode)
+        for mode, session in modes.items()
+    }
+    produced: set[tuple[int, int]] = set()
+    for round_ in (1, 2):
+        batch = produce(kafka_settings, topic_name, 1000, 2)
+        produce_all(idempotent_producer(kafka_settings), topic_name, [(0, None, b"{bad")])
+        produced |= batch
+        for mode, sync in syncs.items():
+            if mode == "connect":
+                monkeypatch.setenv(CONNECT_MODE, "1")
+            report = timed(f"{mode}: run of 1,000 records (round {round_})", sync.run)
+            assert report.total_rows_written == 1000 and report.total_dead_letters == 1
+            noop = timed(f"{mode}: run with nothing to do", sync.run)
+            assert noop.instant_time is None and noop.total_records_read == 0
+            monkeypatch.delenv(CONNECT_MODE, raising=False)
+
+    expected_ends = end_offsets(kafka_settings, topic_name)
+    for mode, sync in syncs.items():
+        table = sync.spec.table_path
+        checkpoint = hudi_timeline.latest_checkpoint(table)
+        assert checkpoint == {TopicPartition(topic_name, p): e for p, e in expected_ends.items()}
+        assert hudi_rs_coordinates(table) == produced, f"{mode}: table is not exact"
+    for label, seconds in timings.items():
+        print(f"[timing] {label}: {seconds:.2f}s")

@@ -1,0 +1,122 @@
+"""The two-cluster MirrorMaker 2 stack, started once per session for the tests that ask for it.
+
+Only failover tests request ``mirror_stack``; every other test keeps the single-cluster session
+stack of ``conftest.py``. Like that one, it runs on free ports in a temporary state directory, and
+its teardown checks that ``down`` left no process behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, idempotent_producer
+from eos_pipeline.adapters.mirror import read_window
+from eos_pipeline.core.failover import MirroredRecord, Window
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.stack.mirror import MirrorStack, mirror_config
+from eos_pipeline.stack.services import free_port, pid_alive
+
+
+@pytest.fixture(scope="session")
+def mirror_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorStack]:
+    config = mirror_config(
+        tmp_path_factory.mktemp("mirror"),
+        [(free_port(), free_port()), (free_port(), free_port())],
+        rest_port=free_port(),
+    )
+    stack = MirrorStack(config, say=lambda line: print(f"[mirror] {line}"))
+    started = time.monotonic()
+    try:
+        stack.up()
+        print(f"[timing] mirror stack up in {time.monotonic() - started:.1f}s")
+        yield stack
+    finally:
+        pids = stack.processes()
+        stack.down()
+        left = [pid for pid in pids if pid_alive(pid)]
+        assert not left, f"mirror stack down left processes {left}"
+
+
+@pytest.fixture(scope="session")
+def cluster_settings(mirror_stack: MirrorStack) -> dict[str, KafkaSettings]:
+    """Client settings per cluster alias of the mirror stack."""
+    return {
+        alias: KafkaSettings(mirror_stack.bootstrap(alias)) for alias in mirror_stack.config.aliases
+    }
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+
+def produce_events(
+    settings: KafkaSettings,
+    topic: str,
+    partitions: int,
+    count: int,
+    *,
+    prefix: str,
+    batch: int = 25,
+    pause: float = 0.02,
+) -> dict[int, list[tuple[int, str]]]:
+    """Produce ``count`` events round-robin over the partitions, in small paced batches.
+
+    Each event carries its id (``<prefix>-<n>``) in the value and in a header, plus a header
+    without value, so that tests can follow a record across clusters by payload. Pacing makes
+    MirrorMaker 2 copy them in many transactions, as live traffic would. Returns, per partition,
+    the (offset, event id) of each record in offset order.
+    """
+    producer = idempotent_producer(settings)
+    placed: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
+    for first in range(0, count, batch):
+        records = []
+        for n in range(first, min(count, first + batch)):
+            event_id = f"{prefix}-{n}"
+            records.append((n % partitions, event_id))
+        for (partition, event_id), (_, offset) in zip(
+            records, _send(producer, topic, records), strict=True
+        ):
+            placed[partition].append((offset, event_id))
+        time.sleep(pause)
+    return {p: sorted(v) for p, v in placed.items()}
+
+
+def _send(producer: Any, topic: str, records: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    delivered: dict[int, tuple[int, int]] = {}
+    for index, (partition, event_id) in enumerate(records):
+        producer.produce(
+            topic,
+            key=event_id.encode(),
+            value=f'{{"id": "{event_id}"}}'.encode(),
+            partition=partition,
+            headers=[("event-id", event_id.encode()), ("no-value", None)],
+            on_delivery=lambda err, msg, i=index: delivered.__setitem__(
+                i, (msg.partition(), msg.offset()) if err is None else (-1, -1)
+            ),
+        )
+    assert producer.flush(30.0) == 0, "records not delivered"
+    assert all(delivered[i][0] >= 0 for i in range(len(records))), "a record failed"
+    return [delivered[i] for i in range(len(records))]
+
+
+def event_id(record: MirroredRecord) -> str:
+    return dict(record.headers)["event-id"].decode()  # type: ignore[union-attr]
+
+
+def wait_for_records(
+    settings: KafkaSettings, tp: TopicPartition, count: int, timeout: float = 60.0
+) -> list[MirroredRecord]:
+    """All records of ``tp`` once it holds ``count`` (MM2 copies asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            records = read_window(settings, tp, Window(0, None))
+        except KafkaReadError:
+            records = []  # the replica topic is not created yet
+        if len(records) >= count or time.monotonic() > deadline:
+            assert len(records) == count, f"{tp}: {len(records)} records, expected {count}"
+            return records
+        time.sleep(0.3)
