@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         result["runs"] = _profile(args, kafka, topic, work)
         if args.streamer:
             from benchmarks.spark_phase import _avro_schema
-            from eos_pipeline.adapters.hoodie_streamer import StreamerTable, run_streamer
+            from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
             table = StreamerTable(
                 topic=topic,

@@ -9,7 +9,7 @@ The peers get the same records, the same Spark session settings, the same table 
   the usual way to stream Kafka into Hudi from Spark;
 * **a raw Hudi bulk write**: one batch read of the range, parsed, written with
   ``bulk_insert`` (no index lookup, no checkpoint): the upper bound for writing these rows;
-* **HoodieStreamer** (hudi-utilities), through ``eos_pipeline.adapters.hoodie_streamer``: the
+* **HoodieStreamer** (hudi-utilities), through ``eos_pipeline_tests.support.hoodie_streamer``: the
   only version runnable from the reachable Maven Central is 0.14.0 (table version 6), started
   with spark-submit as its users do, so its figure includes a JVM start; it keys rows by
   ``event_id`` (its JSON source does not carry the Kafka coordinates).
@@ -276,7 +276,7 @@ _STREAMER = "HoodieStreamer 0.14.0 (spark-submit)"
 
 
 def _hoodie_streamer(bench: Bench, spark: Any, topic: Topic, base: Path) -> Figure:
-    from eos_pipeline.adapters.hoodie_streamer import StreamerTable, run_streamer
+    from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
     path = base / "streamer"
     table = StreamerTable(

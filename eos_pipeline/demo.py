@@ -131,10 +131,16 @@ def prepare_dagster_home(home: Path) -> Path:
     return home
 
 
-def start_dagster(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    """``dagster dev`` in its own process group (so stopping it stops its daemon and runs)."""
+def start_dagster(
+    env: dict[str, str], port: int, log: Path, workspace: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``dagster dev`` in its own process group (so stopping it stops its daemon and runs).
+
+    ``workspace`` defaults to the repository's ``workspace.yaml``.
+    """
     exe = Path(sys.executable).with_name("dagster")
-    command = [str(exe) if exe.exists() else "dagster", "dev", "-w", str(REPO / "workspace.yaml")]
+    workspace = workspace or REPO / "workspace.yaml"
+    command = [str(exe) if exe.exists() else "dagster", "dev", "-w", str(workspace)]
     command += ["-h", "127.0.0.1", "-p", str(port)]
     with log.open("ab") as out:
         return subprocess.Popen(

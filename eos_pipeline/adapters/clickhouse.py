@@ -9,10 +9,12 @@ with chDB 26.9 (ClickHouse 26.9.2.1, clickhouse-connect 1.12) and what this modu
   MergeTree default) a repeated token inserts the rows again. Tables are created with a window,
   and :meth:`ClickHouseSink.ensure_table` refuses an existing table whose window is 0. The window
   counts the last N *blocks of the whole table*, across all topic-partitions writing to it, so it
-  must exceed the inserts that can happen between a crash and its retry. Replicated tables also
-  forget tokens after ``replicated_deduplication_window_seconds`` (server default 1 h): we set
-  7 days. The non-replicated log lives on disk (``deduplication_logs/``) and survived closing all
-  clients, re-opening the engine in-process, and restarting the process.
+  must exceed the inserts that can happen between a crash and its retry. Replicated tables (the
+  sink creates MergeTree tables; a replicated one is created beforehand and accepted) also forget
+  tokens after ``replicated_deduplication_window_seconds`` (server default 1 h): give them longer
+  than a crash can take to be retried. The non-replicated log lives on disk
+  (``deduplication_logs/``) and survived closing all clients, re-opening the engine in-process,
+  and restarting the process.
 * **Only the token counts, not the rows.** Different rows under a token already seen are dropped
   too, so a token must name exactly one set of rows: the chunk's own offset bounds (Kafka never
   changes what a given offset range holds). The tokens themselves are built elsewhere.
@@ -96,7 +98,6 @@ _UNKNOWN_DATABASE = 81
 _READONLY = 164
 # Server error codes worth retrying: an idempotent insert can simply be sent again.
 _RETRYABLE_CODES = frozenset({159, 202, 209, 210, 242, 252, 319, 999})
-_REPLICA_PATH_RE = re.compile(r"^[A-Za-z0-9_/{}.\-]{1,256}$")
 
 
 class ClickHouseSinkError(RuntimeError):
@@ -106,29 +107,6 @@ class ClickHouseSinkError(RuntimeError):
         super().__init__(message)
         self.code = code
         self.retryable = retryable
-
-
-@dataclass(frozen=True, slots=True)
-class Replication:
-    """Create ReplicatedMergeTree tables (optionally ON CLUSTER) instead of MergeTree."""
-
-    cluster: str | None = None
-    zookeeper_path: str = "/clickhouse/tables/{shard}/{database}/{table}"
-    replica_name: str = "{replica}"
-    dedup_window_seconds: int = 7 * 24 * 3600
-
-    def __post_init__(self) -> None:
-        if self.cluster is not None:
-            validate_identifier(self.cluster, "cluster name")
-        for what in ("zookeeper_path", "replica_name"):
-            value = getattr(self, what)
-            if not isinstance(value, str) or not _REPLICA_PATH_RE.fullmatch(value):
-                raise ValueError(
-                    f"invalid {what} {value!r}: use letters, digits, '_', '/', '.', '-' and "
-                    "{macros}"
-                )
-        if not isinstance(self.dedup_window_seconds, int) or self.dedup_window_seconds < 1:
-            raise ValueError(f"dedup_window_seconds must be >= 1, got {self.dedup_window_seconds}")
 
 
 # ---- URLs ---------------------------------------------------------------------------------------
@@ -251,15 +229,8 @@ def _validate_dedup_window(dedup_window: int) -> None:
         )
 
 
-def _on_cluster(replication: Replication | None) -> str:
-    if replication is None or replication.cluster is None:
-        return ""
-    return f" ON CLUSTER {quote_identifier(replication.cluster, 'cluster name')}"
-
-
-def create_database_sql(database: str, replication: Replication | None = None) -> str:
-    name = quote_identifier(database, "database name")
-    return f"CREATE DATABASE IF NOT EXISTS {name}{_on_cluster(replication)}"
+def create_database_sql(database: str) -> str:
+    return f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database, 'database name')}"
 
 
 def create_table_sql(
@@ -268,27 +239,15 @@ def create_table_sql(
     schema: TableSchema,
     *,
     dedup_window: int = DEFAULT_DEDUP_WINDOW,
-    replication: Replication | None = None,
 ) -> str:
-    """DDL for a pipeline table: sorted by (topic, partition, offset), deduplication window on."""
+    """DDL for a pipeline table: MergeTree sorted by (topic, partition, offset), dedup window on."""
     _validate_dedup_window(dedup_window)
     columns = ",\n    ".join(_column_sql(c) for c in schema.all_columns)
     order_by = ", ".join(quote_identifier(n, "source column name") for n in schema.source.order_by)
-    if replication is None:
-        engine = "MergeTree"
-        settings = f"non_replicated_deduplication_window = {dedup_window}"
-    else:
-        engine = (
-            f"ReplicatedMergeTree({_literal(replication.zookeeper_path)}, "
-            f"{_literal(replication.replica_name)})"
-        )
-        settings = (
-            f"replicated_deduplication_window = {dedup_window}, "
-            f"replicated_deduplication_window_seconds = {replication.dedup_window_seconds}"
-        )
     return (
-        f"CREATE TABLE IF NOT EXISTS {_table_ref(database, table)}{_on_cluster(replication)}\n(\n"
-        f"    {columns}\n)\nENGINE = {engine}\nORDER BY ({order_by})\nSETTINGS {settings}"
+        f"CREATE TABLE IF NOT EXISTS {_table_ref(database, table)}\n(\n"
+        f"    {columns}\n)\nENGINE = MergeTree\nORDER BY ({order_by})\n"
+        f"SETTINGS non_replicated_deduplication_window = {dedup_window}"
     )
 
 
@@ -473,17 +432,14 @@ class ClickHouseSink:
         schema: TableSchema,
         *,
         dedup_window: int = DEFAULT_DEDUP_WINDOW,
-        replication: Replication | None = None,
     ) -> None:
         """Create the database and table if missing; fail if an existing one cannot be used.
 
         An existing table must have every declared column with the declared type (extra columns
         are allowed: inserts name their columns) and a deduplication window above 0.
         """
-        db_sql = create_database_sql(database, replication)
-        table_sql = create_table_sql(
-            database, table, schema, dedup_window=dedup_window, replication=replication
-        )
+        db_sql = create_database_sql(database)
+        table_sql = create_table_sql(database, table, schema, dedup_window=dedup_window)
         with self._errors("creating the table", database, table):
             self._client.command(db_sql)
             self._client.command(table_sql)
@@ -671,32 +627,6 @@ class ClickHouseSink:
         self._client.raw_insert(
             ref, table.column_names, memoryview(sink.getvalue()), settings=settings, fmt="Arrow"
         )
-
-    def insert_json_each_row(
-        self,
-        database: str,
-        table: str,
-        raw_lines: bytes,
-        dedup_token: str,
-        *,
-        column_names: Sequence[str] | None = None,
-    ) -> None:
-        """Insert newline-separated JSON objects as one block, parsed by ClickHouse itself.
-
-        The fast path: ClickHouse parses the bytes, Python only joins them. Each object carries
-        its source fields too (``_topic``, ``_partition``, ``_offset``, and ``_timestamp`` as
-        seconds with three decimals), e.g. spliced in front of the Kafka value's bytes. Unknown
-        keys are skipped and missing ones take column defaults (ClickHouse's defaults); one
-        unparseable object fails the whole insert, so nothing of the chunk lands. The caller
-        knows how many records it joined, so nothing is returned.
-        """
-        ref = _table_ref(database, table)
-        names = validate_identifiers(column_names, "column name") if column_names else None
-        settings = self.insert_settings(dedup_token)
-        if not raw_lines.strip():
-            return
-        with self._errors(f"inserting into {ref}", database, table):
-            self._client.raw_insert(ref, names, raw_lines, settings=settings, fmt="JSONEachRow")
 
     # ---- reads for proofs and checks ------------------------------------------------------------
 

@@ -321,29 +321,6 @@ def with_source_columns(df: DataFrame) -> DataFrame:
     )
 
 
-def fail_tasks(df: DataFrame, step: str, failing_attempts: int | None) -> DataFrame:
-    """Test-only: every task over ``df`` raises on its first ``failing_attempts`` attempts.
-
-    ``None`` fails every attempt. The check runs in the executor's Python worker, inside the
-    task, so Spark's own task retry (``local[N,maxFailures]`` or ``spark.task.maxFailures``) is
-    what a transient failure exercises. Wired to ``EOS_FAULT_STEP`` by the Hudi sink.
-    """
-
-    def check(partition: int) -> bool:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        attempt = context.attemptNumber() if context is not None else 0
-        if failing_attempts is None or attempt < failing_attempts:
-            raise RuntimeError(
-                f"eos fault injection ({step}): task over Kafka partition {partition} "
-                f"failed on attempt {attempt}"
-            )
-        return True
-
-    return df.where(F.udf(check, T.BooleanType())(F.col("partition")))
-
-
 # An exception line of a Python traceback (the executor's Python worker): no dotted module path.
 _PY_ERROR = re.compile(r"^\s*((?!Py4J)[A-Za-z_]\w*(?:Error|Exception): .+)$", re.MULTILINE)
 _JAVA_CAUSE = re.compile(r"^\s*Caused by: ([\w.$]+: .+)$", re.MULTILINE)
@@ -376,7 +353,6 @@ __all__ = [
     "SparkKafkaError",
     "decode_json",
     "default_jars",
-    "fail_tasks",
     "fencing_jar",
     "kafka_source_options",
     "read_kafka_ranges",

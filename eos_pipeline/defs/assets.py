@@ -18,7 +18,7 @@ sink's committed range minus the dead letters (:mod:`eos_pipeline.defs.proof`).
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -26,9 +26,9 @@ import dagster as dg
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.kafka import start_offsets
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.positions import committed, committed_low, lag, sink_state
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
 from eos_pipeline.defs.proof import (
@@ -38,19 +38,18 @@ from eos_pipeline.defs.proof import (
     kafka_offsets,
     markdown_table,
 )
-from eos_pipeline.defs.resources import chdb_path, kafka_resource_key
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, state_of
-from eos_pipeline.sinks.faults import (
-    BEFORE_MATERIALIZATION_STEP,
-    fault_point,
-    kill_when_clickhouse_inserts,
-)
+from eos_pipeline.defs.resources import kafka_resource_key
+from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
 CLICKHOUSE_SINK = "clickhouse"
 CHECK_NAME = "exactly_once"
 #: Metadata key under which the Hudi asset records the table's checkpoint after its run; the
 #: lag sensor reads it instead of starting a JVM (see ``sensors.py``).
 HUDI_CHECKPOINT_KEY = "checkpoint_after"
+#: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product
+#: passes none; a test code location injects some (see :mod:`eos_pipeline.sinks.hooks`).
+HooksFor = Callable[[Pipeline, str], SinkHooks]
 
 
 def clickhouse_key(pipeline: Pipeline) -> dg.AssetKey:
@@ -109,7 +108,9 @@ def _width(ranges: list[OffsetRange]) -> int:
 # ------------------------------------------------------------------------------- ClickHouse
 
 
-def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinition:
+def clickhouse_asset(
+    pipeline: Pipeline, pool: str | None, hooks: SinkHooks = NO_HOOKS
+) -> dg.AssetsDefinition:
     kafka_key = kafka_resource_key(pipeline.name)
     spec = clickhouse_spec(pipeline)
 
@@ -133,11 +134,14 @@ def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinitio
         reports = []
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             sink.ensure_table(spec.database, spec.table, spec.schema)
-            path = chdb_path(context.resources.clickhouse.url)
-            if path:  # test-only: a kill inside the INSERT when the fault suite arms it
-                kill_when_clickhouse_inserts(path)
             sync = ClickHousePartitionSync(
-                spec, kafka, st, sink, dlq, writer=default_writer_id(context.run.run_id)
+                spec,
+                kafka,
+                st,
+                sink,
+                dlq,
+                writer=default_writer_id(context.run.run_id),
+                fault=hooks.fault,
             )
             for key in sorted(context.partition_keys):
                 report = sync.run(parse_partition_key(key))
@@ -160,7 +164,7 @@ def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinitio
                     cropped,
                     r.dead_letters,
                     ", ".join(r.cases) or "caught up",
-                    r.target_end - r.end,
+                    lag(r.end, r.target_end),
                     r.epoch,
                 ]
             )
@@ -187,7 +191,7 @@ def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinitio
             "lag_after": sum(row[8] for row in rows),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
-        fault_point(BEFORE_MATERIALIZATION_STEP, scope=CLICKHOUSE_SINK)
+        hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 
     return _clickhouse
@@ -196,10 +200,7 @@ def clickhouse_asset(pipeline: Pipeline, pool: str | None) -> dg.AssetsDefinitio
 def _clickhouse_committed(store: Any, pipeline: Pipeline, tp: TopicPartition) -> int | None:
     """The next offset the ClickHouse sink will write: everything below it is committed."""
     stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, tp))
-    state = state_of(stored.record if stored else None)
-    if state is None:
-        return None
-    return state.range.start if state.phase is Phase.BEFORE else state.range.end
+    return committed(sink_state(stored.record if stored else None))
 
 
 def _check_result(proofs: list[PartitionProof], asset_key: dg.AssetKey) -> dg.AssetCheckResult:
@@ -294,24 +295,15 @@ def _low_bound(
     dead: set[int],
     position: int,
 ) -> int:
-    """Where the comparable committed range starts.
-
-    With ``reset: earliest`` it is Kafka's first offset still held (older offsets may have been
-    deleted by retention). With ``reset: latest`` the sink started wherever the end was when it
-    first saw the partition, which is not recorded, so the first offset stored (in the table or
-    the dead-letter topic) stands in for it: a gap at the very start cannot be seen then.
-    """
-    low = start_offsets(kafka, tp.topic)[tp.partition]
-    if pipeline.reset == "latest":
-        seen = [o for o in (*table.keys(), *dead) if o < position]
-        low = max(low, min(seen)) if seen else position
-    return low
+    """Where the comparable committed range starts (see ``positions.committed_low``)."""
+    log_start = start_offsets(kafka, tp.topic)[tp.partition]
+    return committed_low(log_start, pipeline.reset, (*table.keys(), *dead), position)
 
 
 # ------------------------------------------------------------------------------- Hudi
 
 
-def hudi_asset(pipeline: Pipeline, pool: str) -> dg.AssetsDefinition:
+def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg.AssetsDefinition:
     kafka_key = kafka_resource_key(pipeline.name)
     hudi = pipeline.hudi
     assert hudi is not None
@@ -342,6 +334,8 @@ def hudi_asset(pipeline: Pipeline, pool: str) -> dg.AssetsDefinition:
             kafka,
             spark,
             DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name),
+            fault=hooks.fault,
+            source_hook=hooks.source_hook,
         )
         tps = [parse_partition_key(k) for k in context.partition_keys]
         foreign = sorted({tp.topic for tp in tps} - {topic})
@@ -395,7 +389,7 @@ def hudi_asset(pipeline: Pipeline, pool: str) -> dg.AssetsDefinition:
             ),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
-        fault_point(BEFORE_MATERIALIZATION_STEP, scope="hudi")
+        hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 
     return _hudi
@@ -474,14 +468,16 @@ def checkpoint_from_materialization(
 
 
 def iter_pipeline_assets(
-    pipeline: Pipeline, clickhouse_pool: str | None
+    pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
 ) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
     if pipeline.clickhouse is not None:
-        yield clickhouse_asset(pipeline, clickhouse_pool)
+        yield clickhouse_asset(
+            pipeline, clickhouse_pool, hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
+        )
         yield clickhouse_check(pipeline, clickhouse_pool)
     if pipeline.hudi is not None:
         pool = hudi_pool(pipeline)
-        yield hudi_asset(pipeline, pool)
+        yield hudi_asset(pipeline, pool, hooks(pipeline, "hudi") if hooks else NO_HOOKS)
         yield hudi_check(pipeline, pool)
 
 

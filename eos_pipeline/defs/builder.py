@@ -6,7 +6,7 @@ import warnings
 
 import dagster as dg
 
-from eos_pipeline.defs.assets import iter_pipeline_assets
+from eos_pipeline.defs.assets import HooksFor, iter_pipeline_assets
 from eos_pipeline.defs.config import PipelinesFile
 from eos_pipeline.defs.resources import build_resources, chdb_path
 from eos_pipeline.defs.sensors import clickhouse_lag_sensor, hudi_lag_sensor, partitions_sensor
@@ -18,8 +18,12 @@ SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
 CHDB_POOL = "chdb"
 
 
-def build_definitions(config: PipelinesFile) -> dg.Definitions:
-    """Assets, checks, sensors and resources for every pipeline of ``config``."""
+def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:
+    """Assets, checks, sensors and resources for every pipeline of ``config``.
+
+    ``hooks`` gives each sink's runs their hooks (:mod:`eos_pipeline.sinks.hooks`); the product
+    passes none, the fault suite's code location does.
+    """
     interval = int(os.environ.get(SENSOR_INTERVAL_ENV) or config.sensor_interval_seconds)
     url = config.clickhouse.url
     # A URL from a secret is only known at run time: serialize to be safe.
@@ -34,7 +38,7 @@ def build_definitions(config: PipelinesFile) -> dg.Definitions:
             # the single-run backfill policy (beta). Said once here, not on every load.
             warnings.simplefilter("ignore", dg.PreviewWarning)
             warnings.simplefilter("ignore", dg.BetaWarning)
-            items = list(iter_pipeline_assets(pipeline, pool))
+            items = list(iter_pipeline_assets(pipeline, pool, hooks))
         for item in items:
             if isinstance(item, dg.AssetChecksDefinition):
                 checks.append(item)

@@ -16,8 +16,9 @@ read Kafka, keep state in the keeper and insert into ClickHouse. Per batch:
 A crash anywhere leaves a state from which the next run re-derives the same steps: ClickHouse drops
 a re-sent block by its token, and the keeper's ``AFTER`` says which ranges are done.
 
-Every step is logged, and a test-only hook (``EOS_FAULT_STEP=<step name>``) kills the process at a
-named step boundary, so fault tests reach each boundary deterministically.
+Every step is logged, and the sink's ``fault`` hook is called at each step boundary: it does
+nothing unless a caller injects one (the fault tests kill the process there; see
+:mod:`eos_pipeline.sinks.hooks`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.core.tokens import dedup_token
-from eos_pipeline.sinks.faults import FaultHook, fault_point
+from eos_pipeline.sinks.hooks import FaultHook, no_fault
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class ClickHousePartitionSync:
         dead_letters: DeadLetterWriter,
         *,
         writer: str | None = None,
-        fault: FaultHook = fault_point,
+        fault: FaultHook = no_fault,
     ) -> None:
         self.spec = spec
         self.kafka = kafka

@@ -55,7 +55,6 @@ from eos_pipeline.adapters.spark import (
     ERROR_CLASS_COLUMN,
     ERROR_COLUMN,
     TIMESTAMP_COLUMN,
-    fail_tasks,
     read_kafka_ranges,
     spark_failure,
     split_tagged,
@@ -64,13 +63,7 @@ from eos_pipeline.adapters.spark import (
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.faults import (
-    SPARK_TASK_STEPS,
-    FaultHook,
-    armed_step,
-    fault_point,
-    kill_when_hudi_write_starts,
-)
+from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +167,15 @@ class HudiTableSync:
         spark: SparkSession,
         dead_letters: DeadLetterWriter,
         *,
-        fault: FaultHook = fault_point,
+        fault: FaultHook = no_fault,
+        source_hook: SourceHook | None = None,
     ) -> None:
         self.spec = spec
         self.kafka = kafka
         self.spark = spark
         self.dead_letters = dead_letters
         self.fault = fault
+        self.source_hook = source_hook
 
     # ------------------------------------------------------------------------------- reading
     def positions(self) -> Checkpoint | None:
@@ -314,7 +309,6 @@ class HudiTableSync:
                 tp: report.records_read[tp] - report.dead_letters.get(tp, 0) for tp in plan.ranges
             }
             self.fault("before_hudi_write")
-            stop_watcher = kill_when_hudi_write_starts(spec.table_path)
             commit = write_transaction(
                 self._to_table(good),
                 spec.table_path,
@@ -330,8 +324,6 @@ class HudiTableSync:
                 topic_id=plan.topic_id,
                 options=self._write_options(),
             )
-            if stop_watcher is not None:
-                stop_watcher.set()
             self.fault("after_hudi_commit")
         finally:
             tagged.unpersist()
@@ -353,10 +345,7 @@ class HudiTableSync:
         raw = read_kafka_ranges(
             self.spark, self.kafka.bootstrap_servers, self.spec.kafka_options, wanted
         )
-        step = armed_step()
-        if step is not None and step in SPARK_TASK_STEPS:  # test-only, see sinks/faults.py
-            raw = fail_tasks(raw, step, 1 if step == "hudi_task_fails_once" else None)
-        return raw
+        return raw if self.source_hook is None else self.source_hook(raw)
 
     def _collect(self, frame: DataFrame, plan: HudiPlan) -> list[Row]:
         """Run the job that reads and decodes; a Spark failure becomes one clear error."""

@@ -28,14 +28,17 @@ from eos_pipeline.adapters.clickhouse import (
     ONE_BLOCK_THRESHOLD,
     ClickHouseSink,
     ClickHouseSinkError,
-    Replication,
-    create_database_sql,
-    create_table_sql,
     parse_url,
     redact_url,
 )
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
+from eos_pipeline_tests.support.clickhouse import (
+    JsonEachRowSink,
+    Replication,
+    create_database_sql,
+    create_table_sql,
+)
 
 SCHEMA = TableSchema.from_mapping({"user": "String", "amount": "Int64"})
 UTC = dt.UTC
@@ -93,9 +96,10 @@ def active_parts(client: Client, db: str, table: str) -> list[int]:
 
 
 @pytest.fixture
-def sink(chdb_client: Client) -> ClickHouseSink:
-    # Shares the session client: closing it would stop the engine for everyone.
-    return ClickHouseSink(chdb_client, target="chdb (test session)")
+def sink(chdb_client: Client) -> JsonEachRowSink:
+    # Shares the session client: closing it would stop the engine for everyone. The product's
+    # sink, plus the JSONEachRow insert some tests compare it with.
+    return JsonEachRowSink(chdb_client, target="chdb (test session)")
 
 
 @pytest.fixture
@@ -392,7 +396,7 @@ def _table_without_merges(sink: ClickHouseSink, client: Client, db: str, tb: str
     "profile_client", SPLIT_PROFILES.values(), ids=SPLIT_PROFILES.keys(), indirect=True
 )
 def test_one_call_is_one_block_whatever_the_session_block_settings(
-    sink: ClickHouseSink, chdb_client: Client, profile_client: Client, db: str
+    sink: JsonEachRowSink, chdb_client: Client, profile_client: Client, db: str
 ) -> None:
     for tb in ("raw", "sunk"):
         _table_without_merges(sink, chdb_client, db, tb)
@@ -400,7 +404,7 @@ def test_one_call_is_one_block_whatever_the_session_block_settings(
     profile_client.raw_insert(f"`{db}`.`raw`", None, json_lines("t", 0, 0, 5000), fmt="JSONEachRow")
     assert len(active_parts(chdb_client, db, "raw")) > 1
 
-    small = ClickHouseSink(profile_client, target="profile client")
+    small = JsonEachRowSink(profile_client, target="profile client")
     small.insert_json_each_row(db, "sunk", json_lines("t", 0, 0, 5000), token("t", 0, 0, 5000))
     small.insert_chunk(db, "sunk", rows("t", 0, 5000, 10000), token("t", 0, 5000, 10000))
     assert active_parts(chdb_client, db, "sunk") == [5000, 5000]
@@ -449,7 +453,7 @@ def _arrow_in_batches(chunk: dict[str, list[Any]], batches: int) -> pa.Table:
     [("json", "columns"), ("columns", "arrow"), ("arrow", "json"), ("json", "json")],
 )
 def test_a_chunk_resent_by_any_path_is_dropped(
-    sink: ClickHouseSink, chdb_client: Client, db: str, table: str, first: str, retry: str
+    sink: JsonEachRowSink, chdb_client: Client, db: str, table: str, first: str, retry: str
 ) -> None:
     # 100,000 rows: more than one default Native block (~2 MiB), JSON read block (65,409 rows)
     # and, for Arrow, built from four record batches, so each path would split by default.
@@ -513,7 +517,7 @@ def test_arrow_chunk_dedups_and_keeps_millisecond_timestamps(
 
 
 def test_json_each_row_fast_path_dedups(
-    sink: ClickHouseSink, chdb_client: Client, db: str, table: str
+    sink: JsonEachRowSink, chdb_client: Client, db: str, table: str
 ) -> None:
     raw = json_lines("t", 2, 0, 50)
     sink.insert_json_each_row(db, table, raw, token("t", 2, 0, 50))
@@ -526,7 +530,7 @@ def test_json_each_row_fast_path_dedups(
 
 
 def test_a_bad_record_fails_the_whole_chunk_and_does_not_burn_its_token(
-    sink: ClickHouseSink, chdb_client: Client, db: str, table: str
+    sink: JsonEachRowSink, chdb_client: Client, db: str, table: str
 ) -> None:
     good = json_lines("t", 0, 0, 100).split(b"\n")
     broken = b"\n".join([*good[:50], b'{"_offset": "not a number"}', *good[50:]])
@@ -538,7 +542,7 @@ def test_a_bad_record_fails_the_whole_chunk_and_does_not_burn_its_token(
 
 
 def test_empty_chunk_sends_nothing(
-    sink: ClickHouseSink, chdb_client: Client, db: str, table: str
+    sink: JsonEachRowSink, chdb_client: Client, db: str, table: str
 ) -> None:
     assert sink.insert_chunk(db, table, rows("t", 0, 5, 5), token("t", 0, 5, 5)) == 0
     sink.insert_json_each_row(db, table, b"\n", token("t", 0, 5, 5))
@@ -650,7 +654,7 @@ def test_injection_through_names_is_rejected_before_sql(
     real = ClickHouseSink(chdb_client)
     real.ensure_table(db, "canary", SCHEMA)
     recorder = RecordingClient(chdb_client)
-    sink = ClickHouseSink(recorder)  # type: ignore[arg-type]
+    sink = JsonEachRowSink(recorder)  # type: ignore[arg-type]
     chunk = rows("t", 0, 0, 1)
     attempts = [
         lambda: sink.ensure_table(db, bad, SCHEMA),
@@ -677,7 +681,7 @@ def test_injection_through_names_is_rejected_before_sql(
 # ---- clear errors -------------------------------------------------------------------------------
 
 
-def test_insert_into_missing_table_says_to_create_it(sink: ClickHouseSink, db: str) -> None:
+def test_insert_into_missing_table_says_to_create_it(sink: JsonEachRowSink, db: str) -> None:
     sink.ensure_table(db, "events", SCHEMA)
     with pytest.raises(ClickHouseSinkError, match=r"does not exist.*ensure_table") as err:
         sink.insert_chunk(db, "evnets", rows("t", 0, 0, 1), "tok")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eos_pipeline.adapters.hoodie_streamer import (
+from eos_pipeline_tests.support.hoodie_streamer import (
     STREAMER_CLASS,
     StreamerError,
     StreamerTable,

@@ -29,10 +29,10 @@ from eos_pipeline.adapters.keeper import (
     KeeperUnavailableError,
     Lease,
     StateStore,
-    UnsafeInMemoryStateStore,
 )
 from eos_pipeline.core.keeper_record import CorruptRecordError, KeeperKey
 from eos_pipeline.stack.services import free_port
+from eos_pipeline_tests.support.memory_keeper import UnsafeInMemoryStateStore
 
 pytestmark = pytest.mark.integration
 

@@ -15,12 +15,14 @@ Commands:
 * ``hudi``: run :class:`HudiTableSync` once and print its report;
 * ``hudi-offsets``: print the Hudi table's ``_offset`` counts per partition.
 
-The armed step comes from ``EOS_FAULT_STEP`` (read by :mod:`eos_pipeline.sinks.faults`);
+The armed step comes from ``EOS_FAULT_STEP`` (read by :mod:`eos_pipeline_tests.support.faults`,
+whose hooks each command passes to the sink it builds);
 ``EOS_FAULT_SKIP=n`` lets the first ``n`` passes of that step through, so a kill can land in any
 batch of a run, not only the first one. ``EOS_FAULT_PAUSE_STEP`` with ``EOS_FAULT_PAUSE_FILE``
 holds the run at the first pass of a step until the test releases it. ``EOS_FAULT_STEP=mid_insert``
 arms a watcher that kills the process while ClickHouse writes a part
-(:func:`eos_pipeline.sinks.faults.kill_when_clickhouse_inserts`).
+(:func:`eos_pipeline_tests.support.faults.kill_when_clickhouse_inserts`); ``mid_hudi_write`` and
+the Spark task steps work in the ``hudi`` command as in the Hudi fault tests.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eos_pipeline.sinks.faults import (
+from eos_pipeline_tests.support.faults import (
     armed_step,
     fault_point,
+    hudi_fault,
     kill_when_clickhouse_inserts,
 )
 
@@ -250,6 +253,7 @@ def _hudi(job: dict[str, Any]) -> None:
     from eos_pipeline.adapters.dlq import DeadLetterWriter
     from eos_pipeline.adapters.kafka import KafkaSettings
     from eos_pipeline.sinks.hudi import HudiTableSync
+    from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
     kafka = KafkaSettings(job["bootstrap"])
     spark = _spark(job)
@@ -259,7 +263,8 @@ def _hudi(job: dict[str, Any]) -> None:
             kafka,
             spark,
             DeadLetterWriter(kafka, job["hudi_dlq_topic"], job["pipeline"]),
-            fault=_counting_fault(),
+            fault=hudi_fault(job["table_path"], _counting_fault()),
+            source_hook=fail_armed_tasks,
         )
         runs = []
         for _ in range(job.get("runs", 1)):

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from eos_pipeline_tests.faults.child import _counting_fault, _emit, _setup_logging, _spark
+from eos_pipeline_tests.support.faults import hudi_fault
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +23,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     from eos_pipeline.adapters.kafka import KafkaSettings
     from eos_pipeline.core.schema import TableSchema
     from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+    from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
     kafka = KafkaSettings(job["bootstrap"])
     spec = HudiTableSpec(
@@ -40,7 +42,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             kafka,
             spark,
             DeadLetterWriter(kafka, job["hudi_dlq_topic"], job["pipeline"]),
-            fault=_counting_fault(),
+            fault=hudi_fault(spec.table_path, _counting_fault()),
+            source_hook=fail_armed_tasks,
         )
         try:
             report = sync.run()

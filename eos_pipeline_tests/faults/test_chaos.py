@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from eos_pipeline.sinks.faults import CLICKHOUSE_STEPS, HUDI_STEPS
 from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed, run_child
+from eos_pipeline_tests.support.faults import CLICKHOUSE_STEPS, HUDI_STEPS
 
 pytestmark = pytest.mark.integration
 

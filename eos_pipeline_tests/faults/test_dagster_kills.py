@@ -1,11 +1,13 @@
 """SIGKILL through real Dagster materializations, then recovery by the sensors alone.
 
 ``dagster dev`` runs over a temporary ``DAGSTER_HOME`` (the repository's ``dagster.yaml``) and a
-pipelines file with one pipeline writing ClickHouse (embedded chDB) and Hudi. The sensors launch
-every run; each run is a process of its own, spawned by the code server. The run processes
-inherit the code server's environment, so the fault is armed per run with files:
-``EOS_FAULT_STEP=@<folder>`` and one file per armed fault; the run that reaches the step renames
-the file (``.fired-<pid>``) and kills itself (see ``eos_pipeline/sinks/faults.py``).
+pipelines file with one pipeline writing ClickHouse (embedded chDB) and Hudi. Its workspace loads
+the test code location ``eos_pipeline_tests/support/fault_definitions.py``: the product's
+definitions with the fault suite's hooks. The sensors launch every run; each run is a process of
+its own, spawned by the code server. The run processes inherit the code server's environment,
+so the fault is armed per run with files: ``EOS_FAULT_STEP=@<folder>`` and one file per armed
+fault; the run that reaches the step renames the file (``.fired-<pid>``) and kills itself (see
+``eos_pipeline_tests/support/faults.py``).
 
 Per round: arm one ClickHouse step and one Hudi step, produce records (some bad), wait for both
 runs to die at their step, check where each died (keeper record, Hudi timeline), check Dagster
@@ -42,13 +44,16 @@ from eos_pipeline.core.dedup import Phase
 from eos_pipeline.defs.assets import CLICKHOUSE_SINK, checkpoint_from_materialization
 from eos_pipeline.defs.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.demo import (
+    REPO,
     _code_location_failed,
     prepare_dagster_home,
     start_dagster,
     stop_dagster,
 )
 from eos_pipeline.sinks.clickhouse import state_of
-from eos_pipeline.sinks.faults import (
+from eos_pipeline.stack.services import free_port
+from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed, run_child
+from eos_pipeline_tests.support.faults import (
     BEFORE_MATERIALIZATION_STEP,
     CLICKHOUSE_STEPS,
     FAULT_ENV,
@@ -56,8 +61,6 @@ from eos_pipeline.sinks.faults import (
     HUDI_STEPS,
     MID_INSERT_STEP,
 )
-from eos_pipeline.stack.services import free_port
-from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed, run_child
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -79,6 +82,8 @@ assert sorted(CLICKHOUSE_KILLS) == sorted(
 #: Records of the mid-insert round (and the batch limit, so they are one insert).
 BIG_ROUND = 50_000
 WAIT = float(os.environ.get("EOS_DAGSTER_KILLS_TIMEOUT", "420"))
+#: The code location ``dagster dev`` loads: the product's definitions with the fault hooks.
+CODE_LOCATION = "eos_pipeline_tests.support.fault_definitions"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -105,6 +110,18 @@ pipelines:
     clickhouse: {{database: {rig.database}, table: {rig.table}}}
     hudi: {{path: '{rig.hudi_path}', table: {rig.pipeline}_events}}
 """
+
+
+def _workspace(tmp_path: Path) -> Path:
+    """A workspace loading the test code location (the product's definitions, fault hooks)."""
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n"
+        "  - python_module:\n"
+        f"      module_name: {CODE_LOCATION}\n"
+        f"      working_directory: '{REPO}'\n"
+    )
+    return workspace
 
 
 def _message(event: Any) -> str:
@@ -278,7 +295,7 @@ def dagster_session(rig: FaultRig, tmp_path: Path, max_attempts: int) -> Iterato
     instance = dg.DagsterInstance.from_config(str(home))
     instance.upgrade(print_fn=lambda _msg: None)
     log = tmp_path / "dagster.log"
-    process = start_dagster(env, free_port(), log)
+    process = start_dagster(env, free_port(), log, _workspace(tmp_path))
     store = KeeperStateStore(KeeperSettings(hosts=rig.zookeeper, root=rig.keeper_root))
     store.start()
     try:

@@ -25,11 +25,12 @@ from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets, topic_id
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.faults import FAULT_ENV
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
 from eos_pipeline_tests.faults.child import _read_hudi_offsets
 from eos_pipeline_tests.faults.harness import SCHEMA_MAPPING, Child, ChildResult, FaultRig
 from eos_pipeline_tests.faults.test_infrastructure import OwnStack
+from eos_pipeline_tests.support.faults import FAULT_ENV, hudi_fault
+from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -55,7 +56,10 @@ def hudi_job(rig: FaultRig, **extra: Any) -> dict[str, Any]:
 
 
 def hudi_sync(rig: FaultRig, spark: SparkSession, **spec: Any) -> HudiTableSync:
-    """The Hudi sink in this process, on the session's Spark, writing the rig's table."""
+    """The Hudi sink in this process, on the session's Spark, writing the rig's table.
+
+    With the fault suite's hooks: ``EOS_FAULT_STEP`` set in this process arms them.
+    """
     return HudiTableSync(
         HudiTableSpec(
             pipeline=rig.pipeline,
@@ -69,6 +73,8 @@ def hudi_sync(rig: FaultRig, spark: SparkSession, **spec: Any) -> HudiTableSync:
         rig.kafka,
         spark,
         DeadLetterWriter(rig.kafka, rig.hudi_dlq_topic, rig.pipeline),
+        fault=hudi_fault(rig.hudi_path),
+        source_hook=fail_armed_tasks,
     )
 
 

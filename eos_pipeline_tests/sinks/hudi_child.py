@@ -2,7 +2,8 @@
 
 Run as ``python -m eos_pipeline_tests.sinks.hudi_child '<json>'``. It starts its own Spark
 session (a SIGKILL must take the driver JVM's work down with it, as a lost machine would) and
-runs one :class:`HudiTableSync` transaction. Exit code 0 means the transaction committed; a kill
+runs one :class:`HudiTableSync` transaction with the fault suite's hooks
+(:mod:`eos_pipeline_tests.support.faults`). Exit code 0 means the transaction committed; a kill
 shows up to the parent as -SIGKILL.
 """
 
@@ -20,6 +21,8 @@ from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline_tests.support.faults import hudi_fault
+from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +44,14 @@ def main(argv: list[str]) -> int:
         max_records_per_partition=args.get("max_records", 1_000_000),
         hudi_options=SMALL_TABLE_OPTIONS,
     )
-    sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, args["dlq"], spec.pipeline))
+    sync = HudiTableSync(
+        spec,
+        kafka,
+        spark,
+        DeadLetterWriter(kafka, args["dlq"], spec.pipeline),
+        fault=hudi_fault(spec.table_path),
+        source_hook=fail_armed_tasks,
+    )
     report = sync.run()
     print(json.dumps({"instant": report.instant_time}), flush=True)
     spark.stop()

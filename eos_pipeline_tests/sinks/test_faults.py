@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eos_pipeline.sinks.faults import FAULT_ENV, parse_arm
+from eos_pipeline_tests.support.faults import FAULT_ENV, parse_arm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def _child(code: str, fault: str | None) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
     if fault is not None:
         env[FAULT_ENV] = fault
-    script = "from eos_pipeline.sinks.faults import *\n" + textwrap.dedent(code)
+    script = "from eos_pipeline_tests.support.faults import *\n" + textwrap.dedent(code)
     return subprocess.Popen(
         [sys.executable, "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True
     )

@@ -1,7 +1,7 @@
 """Hand-over between Hudi's own HoodieStreamer and this project, on one table, both directions.
 
 HoodieStreamer (0.14.0, the newest on the reachable Maven Central; see
-``eos_pipeline.adapters.hoodie_streamer``) ingests a topic into a new table, this project's
+``eos_pipeline_tests.support.hoodie_streamer``) ingests a topic into a new table, this project's
 ``HudiTableSync`` continues from the streamer's checkpoint, then HoodieStreamer continues from
 the project's. The table is version 6 (what 0.14 writes and reads), so the project writes it
 with ``hoodie.write.table.version=6`` and must leave the position under the V1 key
@@ -24,7 +24,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.hoodie_streamer import StreamerTable, run_streamer
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
@@ -38,6 +37,7 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import SourceColumns, TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline_tests.adapters.hudi_java_oracle import java_checkpoint_history
+from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

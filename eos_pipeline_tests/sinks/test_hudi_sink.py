@@ -37,8 +37,8 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.faults import FAULT_ENV
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
+from eos_pipeline_tests.support.faults import FAULT_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

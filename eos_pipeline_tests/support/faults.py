@@ -1,9 +1,12 @@
-"""Test-only fault injection: kill the process at a named step boundary.
+"""Fault injection for the fault suite: kill the process at a named step boundary.
 
 Fault tests must reach every step boundary of a sink deterministically, not by timing luck. Each
-sink calls :func:`fault_point` at its boundaries; when the environment variable ``EOS_FAULT_STEP``
-names that step, the process kills itself with SIGKILL, exactly as a lost machine or an OOM kill
-would end it (no ``finally`` blocks, no atexit handlers, no flushed buffers).
+sink calls its ``fault`` hook at its boundaries (:mod:`eos_pipeline.sinks.hooks`; the product's
+hook does nothing); the hooks here call :func:`fault_point`, and when the environment variable
+``EOS_FAULT_STEP`` names that step, the process kills itself with SIGKILL, exactly as a lost
+machine or an OOM kill would end it (no ``finally`` blocks, no atexit handlers, no flushed
+buffers). Child processes of the suite pass these hooks to the sinks they build; Dagster runs
+get them from the test code location :mod:`eos_pipeline_tests.support.fault_definitions`.
 
 ``EOS_FAULT_STEP`` is unset in normal operation and the check is one dictionary lookup.
 
@@ -21,6 +24,10 @@ Two forms:
 A step may be written ``<scope>:<step>`` to fire only where the caller names that scope (both
 assets call ``before_materialization_event``; ``clickhouse:before_materialization_event`` picks
 one of them).
+
+Two steps are not boundaries the sinks pass but watchers started here: ``mid_insert`` (inside
+ClickHouse's INSERT) and ``mid_hudi_write`` (a Hudi commit in flight); and two Hudi steps fail
+Spark tasks instead of killing (:mod:`eos_pipeline_tests.support.spark_faults`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from eos_pipeline.sinks.hooks import FaultHook
+
 log = logging.getLogger(__name__)
 
 FAULT_ENV: Final = "EOS_FAULT_STEP"
@@ -42,32 +51,35 @@ FAULT_ENV: Final = "EOS_FAULT_STEP"
 FILE_PREFIX: Final = "@"
 FIRED_MARK: Final = ".fired-"
 
-#: Step boundaries of the ClickHouse sink, in the order a batch passes them.
+#: Step boundaries of the ClickHouse sink, in the order a batch passes them (its ``fault`` hook
+#: is called with each).
 CLICKHOUSE_STEPS: Final = (
     "before_keeper_before",
     "after_keeper_before",
     "after_insert",
     "after_keeper_after",
 )
-#: Step boundaries of the Hudi sink. ``mid_hudi_write`` fires while Spark is writing: after the
-#: commit is requested on the timeline and before it completes.
+#: Fires while Spark is writing: after the commit is requested on the timeline and before it
+#: completes (:func:`kill_when_hudi_write_starts`, started by :func:`hudi_fault`).
+MID_HUDI_WRITE_STEP: Final = "mid_hudi_write"
+#: Steps of the Hudi sink: its two boundaries and, between them, ``mid_hudi_write``.
 HUDI_STEPS: Final = (
     "before_hudi_write",
-    "mid_hudi_write",
+    MID_HUDI_WRITE_STEP,
     "after_hudi_commit",
 )
-#: Fires while ClickHouse writes a part (a ``tmp_insert_*`` folder exists), inside the INSERT:
-#: armed by the ClickHouse asset on an embedded chDB path (:func:`kill_when_clickhouse_inserts`).
+#: Fires while ClickHouse writes a part (a ``tmp_insert_*`` folder exists), inside the INSERT, on
+#: an embedded chDB path (:func:`kill_when_clickhouse_inserts`, started by the fault child and by
+#: :func:`clickhouse_fault`).
 MID_INSERT_STEP: Final = "mid_insert"
 #: Fires in both assets after the sink finished and before Dagster records the materialization;
 #: scope it (``clickhouse:`` / ``hudi:``) to pick one asset.
 BEFORE_MATERIALIZATION_STEP: Final = "before_materialization_event"
 
 #: Hudi sink steps that fail Spark tasks instead of killing: every task reading Kafka raises on
-#: its first attempt only (Spark's task retry must absorb it), or on every attempt.
+#: its first attempt only (Spark's task retry must absorb it), or on every attempt
+#: (:mod:`eos_pipeline_tests.support.spark_faults`).
 SPARK_TASK_STEPS: Final = ("hudi_task_fails_once", "hudi_task_always_fails")
-
-FaultHook = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -187,7 +199,7 @@ def _peek(step: str) -> bool:
 
 
 def kill_when_hudi_write_starts(
-    table_path: str, step: str = "mid_hudi_write", poll_seconds: float = 0.005
+    table_path: str, step: str = MID_HUDI_WRITE_STEP, poll_seconds: float = 0.005
 ) -> threading.Event | None:
     """If ``step`` is armed, kill the process as soon as a new Hudi write is on the timeline.
 
@@ -236,19 +248,71 @@ def kill_when_clickhouse_inserts(
     return _kill_on(step, writing, poll_seconds)
 
 
+# ------------------------------------------------------------------------------ sink hooks
+def hudi_fault(table_path: str, inner: FaultHook = fault_point) -> FaultHook:
+    """The Hudi sink's ``fault`` hook: ``inner`` at each boundary, plus ``mid_hudi_write``.
+
+    After ``before_hudi_write`` passed, a watcher (:func:`kill_when_hudi_write_starts`) kills
+    the process at the first new inflight instant if ``mid_hudi_write`` is armed; it stops when
+    the write returned, at ``after_hudi_commit``.
+    """
+    watching: list[threading.Event] = []
+
+    def hook(step: str) -> None:
+        if step == "after_hudi_commit":
+            while watching:
+                watching.pop().set()
+        inner(step)
+        if step == "before_hudi_write":
+            stop = kill_when_hudi_write_starts(table_path)
+            if stop is not None:
+                watching.append(stop)
+
+    return hook
+
+
+def scoped_fault(scope: str) -> FaultHook:
+    """:func:`fault_point` for one sink's steps: a step armed plain or as ``<scope>:<step>``."""
+    return lambda step: fault_point(step, scope)
+
+
+def clickhouse_fault(chdb_path: str | None, scope: str = "clickhouse") -> FaultHook:
+    """A ClickHouse run's ``fault`` hook: :func:`scoped_fault`, plus ``mid_insert``.
+
+    On an embedded chDB path the insert watcher (:func:`kill_when_clickhouse_inserts`) starts at
+    the first step the run passes, before its first insert; once per process, which is once per
+    Dagster run.
+    """
+    started = False
+
+    def hook(step: str) -> None:
+        nonlocal started
+        if chdb_path and not started:
+            started = True
+            kill_when_clickhouse_inserts(chdb_path)
+        fault_point(step, scope)
+
+    return hook
+
+
 __all__ = [
     "BEFORE_MATERIALIZATION_STEP",
     "CLICKHOUSE_STEPS",
     "FAULT_ENV",
     "FILE_PREFIX",
     "HUDI_STEPS",
+    "MID_HUDI_WRITE_STEP",
     "MID_INSERT_STEP",
+    "SPARK_TASK_STEPS",
     "Arm",
     "FaultHook",
     "armed_step",
     "arms",
+    "clickhouse_fault",
     "fault_point",
+    "hudi_fault",
     "kill_when_clickhouse_inserts",
     "kill_when_hudi_write_starts",
     "parse_arm",
+    "scoped_fault",
 ]

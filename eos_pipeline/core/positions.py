@@ -1,0 +1,160 @@
+"""Where a sink starts and stands on one topic-partition: one rule for every caller.
+
+Each sink keeps one position per topic-partition, in its own store:
+
+* ClickHouse: the keeper record's state (:class:`~eos_pipeline.core.dedup.SinkState`).
+  ``AFTER [s, e)``: everything below ``e`` is written. ``BEFORE [s, e)``: ``[s, e)`` is in
+  flight (it may have landed fully, partly or not at all) and is re-read, exactly, before
+  anything else; everything below ``s`` is written.
+* Hudi: the checkpoint of the table's latest completed commit, the next offset per partition;
+  everything below it is written. :func:`checkpoint_state` reads such an offset as the
+  ``AFTER`` state it amounts to, so both sinks go through the same rule.
+
+A partition with no stored position starts from the reset policy: ``earliest`` is Kafka's first
+offset still held (the log start); ``latest`` is the end (last stable offset) when the partition
+is first seen. With ``latest`` the first run *pins* that start (ClickHouse: an ``AFTER [end,
+end)`` record; Hudi: a commit carrying it), otherwise every later run would start at the
+then-latest offset and skip the records produced in between: so a partition with nothing stored
+under ``latest`` always has work, even with no record to read.
+
+Nothing here does I/O: the log start is passed in, and only where :func:`needs_log_start` says
+so (one Kafka request the callers make lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.offsets import OffsetRange
+
+__all__ = [
+    "NEW",
+    "Reset",
+    "Standing",
+    "checkpoint_state",
+    "committed",
+    "committed_low",
+    "lag",
+    "needs_log_start",
+    "sink_state",
+    "standing",
+    "start_offset",
+]
+
+Reset = Literal["earliest", "latest"]
+#: The phase of a partition with no stored position.
+NEW = "new"
+
+
+def sink_state(record: KeeperRecord | None) -> SinkState | None:
+    """The position a keeper record holds; None for no record, or a record without state yet.
+
+    A record can exist only to hold the epoch of the writer that took the partition (see
+    :mod:`eos_pipeline.core.keeper_record`): that is "nothing stored" too.
+    """
+    if record is None or not record.has_state:
+        return None
+    assert record.range_start is not None and record.range_end is not None
+    return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
+
+
+def checkpoint_state(offset: int | None) -> SinkState | None:
+    """A Hudi checkpoint's next offset as a sink state: ``AFTER [offset, offset)``."""
+    return None if offset is None else SinkState(OffsetRange(offset, offset), Phase.AFTER)
+
+
+def committed(state: SinkState | None) -> int | None:
+    """The next offset the sink writes; everything below it is committed. None: nothing stored.
+
+    In ``BEFORE`` that is the start of the range in flight: its rows are not confirmed.
+    """
+    if state is None:
+        return None
+    return state.range.start if state.phase is Phase.BEFORE else state.range.end
+
+
+def needs_log_start(state: SinkState | None, reset: Reset) -> bool:
+    """Whether :func:`standing` needs Kafka's log start: nothing stored and ``reset: earliest``."""
+    return state is None and reset == "earliest"
+
+
+def start_offset(state: SinkState | None, reset: Reset, *, end: int, log_start: int | None) -> int:
+    """Where the next read of a partition starts: the stored position, else the reset policy.
+
+    ``end`` is the offset the run reads up to (a ``latest`` start is pinned there); ``log_start``
+    is Kafka's first offset still held, needed only where :func:`needs_log_start` says so.
+    """
+    stored = committed(state)
+    if stored is not None:
+        return stored
+    if reset == "latest":
+        return end
+    if reset != "earliest":
+        raise ValueError(f"reset must be 'earliest' or 'latest', got {reset!r}")
+    if log_start is None:
+        raise ValueError("nothing is stored and reset is 'earliest': the log start is needed")
+    return log_start
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a sink stands on one partition against Kafka's end offset."""
+
+    #: ``"new"`` (nothing stored), ``"AFTER"`` or ``"BEFORE"``.
+    phase: str
+    #: The next offset a run reads (in ``BEFORE``: the start of the range to re-read).
+    start: int
+    #: How far the sink has taken the log: the stored range's end (in ``BEFORE``, the end of
+    #: the range in flight), or for ``"new"`` where the first run starts.
+    position: int
+    #: Whether a run has work to do: records below the end, a ``BEFORE`` range to resolve, or
+    #: a ``latest`` start to pin.
+    lagging: bool
+
+    @property
+    def is_new(self) -> bool:
+        return self.phase == NEW
+
+    @property
+    def recovering(self) -> bool:
+        """A run died mid-step (``BEFORE``): the next run re-reads that range first."""
+        return self.phase == Phase.BEFORE.value
+
+
+def standing(state: SinkState | None, reset: Reset, *, end: int, log_start: int | None) -> Standing:
+    """Where a sink stands on a partition whose last stable offset is ``end``.
+
+    ``state`` is the sink's stored position (:func:`sink_state` for the keeper,
+    :func:`checkpoint_state` for a Hudi checkpoint); ``log_start`` is needed only where
+    :func:`needs_log_start` says so.
+    """
+    start = start_offset(state, reset, end=end, log_start=log_start)
+    if state is None:
+        return Standing(NEW, start, start, lagging=reset == "latest" or start < end)
+    before = state.phase is Phase.BEFORE
+    position = state.range.end
+    return Standing(state.phase.value, start, position, lagging=before or position < end)
+
+
+def lag(position: int, end: int) -> int:
+    """Offsets between a sink's position and Kafka's end (never negative)."""
+    return max(0, end - position)
+
+
+def committed_low(log_start: int, reset: Reset, seen: Iterable[int], position: int) -> int:
+    """Where a partition's comparable committed range starts (for the exactly-once proof).
+
+    With ``reset: earliest`` it is Kafka's first offset still held (older offsets may have been
+    deleted by retention). With ``reset: latest`` the sink started wherever the end was when it
+    first saw the partition, which is not recorded, so the first offset stored below
+    ``position`` (``seen``: offsets in the table or the dead-letter topic) stands in for it: a
+    gap at the very start cannot be seen then.
+    """
+    if reset != "latest":
+        return log_start
+    below = [o for o in seen if o < position]
+    return max(log_start, min(below)) if below else position

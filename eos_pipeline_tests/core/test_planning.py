@@ -1,0 +1,364 @@
+"""The sensors' run planner, every branch, on plain data (no stack, no Dagster)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.partition_keys import keys_for, parse_partition_key, partition_key
+from eos_pipeline.core.planning import (
+    ANY_PARTITION,
+    CHDB_PATH_TAG,
+    HUDI_TABLE_TAG,
+    MAX_RUNS_PER_TICK,
+    PARTITION_TAG,
+    PRIORITY_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    SINK_PARTITION_TAG,
+    SINK_TAG,
+    START_STATE_TAG,
+    Failures,
+    NewPartitions,
+    Plan,
+    RunInfo,
+    TopicState,
+    clickhouse_needs_log_starts,
+    failures_by_start,
+    given_up_message,
+    hudi_blocked,
+    hudi_needs_log_starts,
+    in_flight_keys,
+    plan_clickhouse,
+    plan_hudi,
+    plan_new_partitions,
+)
+
+SINK = "p.clickhouse"
+T = "events"
+K0, K1, K2 = "events__p0000", "events__p0001", "events__p0002"
+ALL = {K0, K1, K2}
+CAUGHT_UP = "every partition is caught up (or has a run in flight)"
+
+
+def after(start: int, end: int) -> SinkState:
+    return SinkState(OffsetRange(start, end), Phase.AFTER)
+
+
+def before(start: int, end: int) -> SinkState:
+    return SinkState(OffsetRange(start, end), Phase.BEFORE)
+
+
+def ch(
+    *topics: TopicState,
+    known: set[str] = ALL,
+    busy: set[str] | None = None,
+    failures: dict[tuple[str, str], Failures] | None = None,
+    attempts: int = 3,
+    reset: str = "earliest",
+    **kw: object,
+) -> Plan:
+    return plan_clickhouse(
+        SINK,
+        topics,
+        known=known,
+        busy=busy or set(),
+        failures=failures or {},
+        max_attempts=attempts,
+        reset=reset,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# ------------------------------------------------------------------------------- runs
+
+
+def test_in_flight_keys_single_partition_runs_and_range_runs() -> None:
+    runs = [
+        RunInfo("a", {PARTITION_TAG: K0}),
+        RunInfo("b", {RANGE_START_TAG: K0, RANGE_END_TAG: K2}),
+        RunInfo("c", {SINK_TAG: SINK}),  # neither: not counted
+    ]
+    assert in_flight_keys(runs) == {K0, ANY_PARTITION}
+    assert in_flight_keys([]) == set()
+
+
+def test_failures_are_counted_per_partition_and_start_state_newest_first() -> None:
+    runs = [
+        RunInfo("r3", {PARTITION_TAG: K0, START_STATE_TAG: "new:0"}),
+        RunInfo("r2", {PARTITION_TAG: K0, START_STATE_TAG: "new:0"}),
+        RunInfo("r1", {PARTITION_TAG: K0, START_STATE_TAG: "AFTER:4"}),
+        RunInfo("hand", {PARTITION_TAG: K0}),  # launched by hand: not counted
+        RunInfo("range", {START_STATE_TAG: "checkpoint:abc"}),
+    ]
+    assert failures_by_start(runs) == {
+        (K0, "new:0"): Failures(2, "r3"),
+        (K0, "AFTER:4"): Failures(1, "r1"),
+        (ANY_PARTITION, "checkpoint:abc"): Failures(1, "range"),
+    }
+
+
+# ------------------------------------------------------------------------------- ClickHouse
+
+
+def test_clickhouse_lagging_partition_gets_one_run() -> None:
+    plan = ch(TopicState(T, {0: 8, 1: 5}, {0: after(0, 5), 1: after(0, 5)}))
+    (run,) = plan.runs
+    assert run.partition_key == K0
+    assert run.run_key == f"{SINK}:{K0}:AFTER:5:8"
+    assert run.tags == {
+        SINK_TAG: SINK,
+        SINK_PARTITION_TAG: f"{SINK}.{K0}",
+        PRIORITY_TAG: "0",
+        START_STATE_TAG: "AFTER:5",
+    }
+    assert plan.skip_reason is None and plan.given_up == ()
+
+
+def test_clickhouse_same_state_same_keys() -> None:
+    state = TopicState(T, {0: 8}, {0: after(0, 5)})
+    assert ch(state).runs == ch(state).runs
+
+
+def test_clickhouse_caught_up_asks_for_nothing() -> None:
+    plan = ch(TopicState(T, {0: 5, 1: 0}, {0: after(0, 5)}, log_starts={1: 0}))
+    assert plan == Plan(skip_reason=CAUGHT_UP)
+
+
+def test_clickhouse_before_first_with_higher_priority() -> None:
+    # partition 1 died mid-step on [5, 7): requested first, even with nothing past 7
+    plan = ch(TopicState(T, {0: 3, 1: 7}, {0: after(0, 1), 1: before(5, 7)}))
+    assert [r.partition_key for r in plan.runs] == [K1, K0]
+    assert [r.tags[PRIORITY_TAG] for r in plan.runs] == ["10", "0"]
+    assert plan.runs[0].tags[START_STATE_TAG] == "BEFORE:7"
+    assert plan.runs[0].run_key == f"{SINK}:{K1}:BEFORE:7:7"
+
+
+def test_clickhouse_in_flight_and_unknown_partitions_are_left_alone() -> None:
+    state = TopicState(T, {0: 3, 1: 3, 2: 3}, {0: after(0, 0), 1: after(0, 0), 2: after(0, 0)})
+    plan = ch(state, known={K0, K1}, busy={K0})
+    assert [r.partition_key for r in plan.runs] == [K1]
+    assert ch(state, known={K0}, busy={K0}) == Plan(skip_reason=CAUGHT_UP)
+
+
+def test_clickhouse_new_partition_earliest_starts_at_the_log_start() -> None:
+    state = TopicState(T, {0: 4, 1: 6}, {}, log_starts={0: 0, 1: 6})
+    plan = ch(state)
+    (run,) = plan.runs  # partition 1: log start == end, nothing to read
+    assert run.partition_key == K0 and run.tags[START_STATE_TAG] == "new:0"
+    assert run.run_key == f"{SINK}:{K0}:new:0:4"
+
+
+def test_clickhouse_log_starts_only_asked_for_when_needed() -> None:
+    new = TopicState(T, {0: 4, 1: 4}, {0: after(0, 4)})
+    assert clickhouse_needs_log_starts(new, ALL, set(), "earliest")
+    assert not clickhouse_needs_log_starts(new, ALL, set(), "latest")
+    assert not clickhouse_needs_log_starts(new, ALL, {K1}, "earliest")  # in flight
+    assert not clickhouse_needs_log_starts(new, {K0}, set(), "earliest")  # not known yet
+    stored = TopicState(T, {0: 4}, {0: after(0, 4)})
+    assert not clickhouse_needs_log_starts(stored, ALL, set(), "earliest")
+
+
+def test_clickhouse_new_partition_latest_pins_its_start() -> None:
+    plan = ch(TopicState(T, {0: 4}, {}), reset="latest")
+    (run,) = plan.runs  # nothing to read, yet a first run pins the start at 4
+    assert run.tags[START_STATE_TAG] == "new:4"
+
+
+def test_clickhouse_latest_record_without_state_is_left_alone() -> None:
+    # taken by a run that pins the start with its first write
+    plan = ch(TopicState(T, {0: 4}, {0: None}), reset="latest")
+    assert plan == Plan(skip_reason=CAUGHT_UP)
+    # with earliest, the same record starts from the log start
+    plan = ch(TopicState(T, {0: 4}, {0: None}, log_starts={0: 1}))
+    assert plan.runs[0].tags[START_STATE_TAG] == "new:1"
+
+
+def test_clickhouse_retry_gets_a_fresh_key_per_failure() -> None:
+    state = TopicState(T, {0: 4}, {}, log_starts={0: 0})
+    first = ch(state).runs[0]
+    (second,) = ch(state, failures={(K0, "new:0"): Failures(1, "r1")}).runs
+    assert second.run_key == first.run_key + ":retry1"
+    assert second.tags == first.tags
+    # failures from another state (or partition) do not count
+    other = {(K0, "AFTER:2"): Failures(5, "x"), (K1, "new:0"): Failures(5, "y")}
+    assert ch(state, failures=other).runs == (first,)
+
+
+def test_clickhouse_gives_up_after_max_attempts() -> None:
+    state = TopicState(T, {0: 4}, {}, log_starts={0: 0})
+    plan = ch(state, failures={(K0, "new:0"): Failures(2, "r2")}, attempts=2)
+    assert plan.runs == ()
+    (message,) = plan.given_up
+    assert message == given_up_message(f"{K0} ({SINK})", "new:0", Failures(2, "r2"), 2)
+    assert K0 in message and "new:0" in message and "2 runs" in message and "r2" in message
+    assert plan.skip_reason == message
+
+
+def test_clickhouse_given_up_partitions_do_not_stop_the_others() -> None:
+    state = TopicState(T, {0: 4, 1: 4}, {1: after(0, 2)}, log_starts={0: 0})
+    plan = ch(state, failures={(K0, "new:0"): Failures(3, "r")})
+    assert [r.partition_key for r in plan.runs] == [K1]
+    assert len(plan.given_up) == 1 and plan.skip_reason is None
+
+
+def test_clickhouse_at_most_max_runs_recovery_first() -> None:
+    state = TopicState(T, {0: 4, 1: 4, 2: 4}, {0: after(0, 1), 1: after(0, 1), 2: before(1, 2)})
+    plan = ch(state, max_runs=2)
+    assert [r.partition_key for r in plan.runs] == [K2, K0]
+    assert MAX_RUNS_PER_TICK == 200
+
+
+def test_clickhouse_chdb_path_tag_and_several_topics() -> None:
+    other = TopicState("other", {0: 2}, {0: after(0, 0)})
+    plan = ch(
+        TopicState(T, {0: 2}, {0: after(0, 0)}),
+        TopicState("missing-from-known", {0: 2}, {}),
+        other,
+        known=ALL | {"other__p0000"},
+        chdb_path="/data/chdb",
+    )
+    assert [r.partition_key for r in plan.runs] == [K0, "other__p0000"]
+    assert all(r.tags[CHDB_PATH_TAG] == "/data/chdb" for r in plan.runs)
+    assert CHDB_PATH_TAG not in ch(TopicState(T, {0: 2}, {0: after(0, 0)})).runs[0].tags
+
+
+# ------------------------------------------------------------------------------- Hudi
+
+HUDI = "p.hudi"
+TABLE = "/tables/events"
+
+
+def hudi(
+    ends: dict[int, int],
+    checkpoint: dict[int, int],
+    *,
+    ordered: list[str] | None = None,
+    busy: set[str] | None = None,
+    failures: dict[tuple[str, str], Failures] | None = None,
+    attempts: int = 3,
+    reset: str = "earliest",
+    log_starts: dict[int, int] | None = None,
+) -> Plan:
+    return plan_hudi(
+        HUDI,
+        TABLE,
+        T,
+        ends=ends,
+        ordered_keys=ordered if ordered is not None else [K0, K1, K2],
+        checkpoint={TopicPartition(T, p): o for p, o in checkpoint.items()},
+        busy=busy or set(),
+        failures=failures or {},
+        max_attempts=attempts,
+        reset=reset,  # type: ignore[arg-type]
+        log_starts=log_starts,
+    )
+
+
+def _digest(state: str) -> str:
+    return "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
+
+
+def test_hudi_one_range_run_over_the_lagging_partitions() -> None:
+    plan = hudi({0: 5, 1: 3, 2: 9}, {0: 2, 1: 3, 2: 4})
+    (run,) = plan.runs
+    assert run.partition_key is None
+    assert run.tags == {
+        SINK_TAG: HUDI,
+        HUDI_TABLE_TAG: TABLE,
+        RANGE_START_TAG: K0,
+        RANGE_END_TAG: K2,  # the caught-up partition in between is an empty range
+        START_STATE_TAG: _digest("0:2,1:3,2:4"),
+    }
+    assert run.run_key == f"{HUDI}:0:2,1:3,2:4:5,3,9"
+
+
+def test_hudi_range_follows_the_order_partitions_were_added() -> None:
+    (run,) = hudi({0: 5, 1: 5}, {0: 0, 1: 0}, ordered=[K1, K0]).runs
+    assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == (K1, K0)
+
+
+def test_hudi_caught_up_and_unknown_partitions() -> None:
+    assert hudi({0: 5, 1: 3}, {0: 5, 1: 3}) == Plan(skip_reason="the Hudi table is caught up")
+    assert hudi({0: 5, 1: 9}, {0: 5, 1: 3}, ordered=[K0]).skip_reason  # 1 is not known yet
+
+
+def test_hudi_run_in_flight_blocks_the_table() -> None:
+    reason = f"a run writing {TABLE} is queued or running"
+    assert hudi_blocked({ANY_PARTITION}, TABLE) == reason
+    assert hudi_blocked(set(), TABLE) is None
+    assert hudi({0: 5}, {0: 0}, busy={K0}) == Plan(skip_reason=reason)
+
+
+def test_hudi_new_partitions_from_the_reset_policy() -> None:
+    # earliest: from the log start; nothing to read when it equals the end
+    (run,) = hudi({0: 5, 1: 3}, {}, log_starts={0: 0, 1: 3}).runs
+    assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == (K0, K0)
+    assert run.run_key == f"{HUDI}:0:-,1:-:5,3"
+    # latest: a first commit pins the start, so every new partition is asked for
+    (run,) = hudi({0: 5, 1: 3}, {0: 5}, reset="latest").runs
+    assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == (K1, K1)
+
+
+def test_hudi_log_starts_only_asked_for_when_needed() -> None:
+    cp = {TopicPartition(T, 0): 5}
+    assert hudi_needs_log_starts(T, {0: 5, 1: 3}, cp, ALL, "earliest")
+    assert not hudi_needs_log_starts(T, {0: 5, 1: 3}, cp, ALL, "latest")
+    assert not hudi_needs_log_starts(T, {0: 5, 1: 3}, cp, {K0}, "earliest")
+    assert not hudi_needs_log_starts(T, {0: 5}, cp, ALL, "earliest")
+
+
+def test_hudi_retry_then_give_up() -> None:
+    start = _digest("0:1,1:-")
+    first = hudi({0: 5, 1: 3}, {0: 1}, log_starts={1: 0}).runs[0]
+    assert first.tags[START_STATE_TAG] == start
+    (retry,) = hudi(
+        {0: 5, 1: 3},
+        {0: 1},
+        log_starts={1: 0},
+        failures={(ANY_PARTITION, start): Failures(2, "r2")},
+    ).runs
+    assert retry.run_key == first.run_key + ":retry2"
+    gave_up = hudi(
+        {0: 5, 1: 3},
+        {0: 1},
+        log_starts={1: 0},
+        failures={(ANY_PARTITION, start): Failures(3, "r3")},
+    )
+    assert gave_up.runs == ()
+    (message,) = gave_up.given_up
+    assert gave_up.skip_reason == message
+    assert TABLE in message and "checkpoint 0:1,1:-" in message and "3 runs" in message
+    assert "r3" in message
+    # the checkpoint moved: a new start state, asked for again
+    (moved,) = hudi(
+        {0: 5, 1: 3},
+        {0: 2},
+        log_starts={1: 0},
+        failures={(ANY_PARTITION, start): Failures(3, "r3")},
+    ).runs
+    assert moved.tags[START_STATE_TAG] != start and not moved.run_key.endswith("retry3")
+
+
+# ------------------------------------------------------------------------------- partitions
+
+
+def test_new_partitions_in_order_and_none_new() -> None:
+    assert plan_new_partitions({K0}, {T: 3, "b": 1}) == NewPartitions((K1, K2, "b__p0000"))
+    none = plan_new_partitions(ALL, {T: 3})
+    assert none == NewPartitions(skip_reason="3 partitions, none new")
+    missing = plan_new_partitions(ALL, {T: 3}, ["gone"])
+    assert missing.skip_reason == "3 partitions, none new; topics not found: ['gone']"
+
+
+def test_partition_keys_round_trip_and_sort_in_partition_order() -> None:
+    tp = TopicPartition("a__p0.b", 12)
+    assert partition_key(tp) == "a__p0.b__p0012"
+    assert parse_partition_key(partition_key(tp)) == tp
+    assert keys_for(T, 11) == sorted(keys_for(T, 11))
+    for bad in ("events", "__p0001", "events__pX"):
+        with pytest.raises(ValueError, match="not of the form"):
+            parse_partition_key(bad)

@@ -1,0 +1,116 @@
+"""A dict-backed keeper store for unit tests of code around the keeper.
+
+It shares the ZooKeeper store's rules through the same helpers
+(:mod:`eos_pipeline.adapters.keeper`): same record format, version CAS, epoch fencing, same
+errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from eos_pipeline.adapters.keeper import (
+    Lease,
+    _outcome_of_write,
+    _refusal,
+    default_writer_id,
+)
+from eos_pipeline.core.keeper_record import (
+    DEFAULT_ROOT,
+    PHASES,
+    KeeperKey,
+    KeeperRecord,
+    VersionedRecord,
+    new_lease_id,
+    topic_path,
+    utc_now,
+    validate_root,
+)
+
+
+class UnsafeInMemoryStateStore:
+    """A dict-backed :class:`StateStore` for unit tests of code *around* the keeper.
+
+    It gives NO exactly-once guarantee: nothing survives the process, and nothing is shared
+    between processes, so it cannot fence a zombie anywhere but inside one test. It mirrors the
+    ZooKeeper store's rules (same record format, version CAS, epoch fencing, same errors) so that
+    a sink loop tested against it behaves the same against the real keeper.
+    """
+
+    def __init__(self, root: str = DEFAULT_ROOT, clock: Callable[[], datetime] = utc_now) -> None:
+        self.root = validate_root(root)
+        self._clock = clock
+        self._nodes: dict[str, tuple[bytes, int]] = {}
+
+    def _get(self, path: str) -> VersionedRecord | None:
+        node = self._nodes.get(path)
+        return (
+            None if node is None else VersionedRecord(KeeperRecord.decode(node[0], path), node[1])
+        )
+
+    def put_raw(self, key: KeeperKey, data: bytes) -> None:
+        """Overwrite a node's bytes (to test handling of corrupt records)."""
+        path = key.path(self.root)
+        old = self._nodes.get(path)
+        self._nodes[path] = (data, 0 if old is None else old[1] + 1)
+
+    def read(self, key: KeeperKey) -> VersionedRecord | None:
+        return self._get(key.path(self.root))
+
+    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]:
+        parent = topic_path(self.root, pipeline, sink, topic) + "/"
+        return sorted(int(p[len(parent) :]) for p in self._nodes if p.startswith(parent))
+
+    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]:
+        parent = topic_path(self.root, pipeline, sink, topic)
+        found = {}
+        for p in self.list_partitions(pipeline, sink, topic):
+            record = self._get(f"{parent}/{p}")
+            if record is not None:
+                found[p] = record
+        return found
+
+    def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease:
+        writer = writer or default_writer_id()
+        lease_id = new_lease_id()
+        path = key.path(self.root)
+        current = self._get(path)
+        if current is None:
+            record = KeeperRecord(
+                epoch=1, lease_id=lease_id, writer=writer, updated_at=self._clock()
+            )
+            version = 0
+        else:
+            record = current.record.taken_over(lease_id, writer, self._clock())
+            version = current.version + 1
+        self._nodes[path] = (record.encode(), version)
+        return Lease(key, record.epoch, writer, version, record)
+
+    def write(
+        self,
+        lease: Lease,
+        range_start: int,
+        range_end: int,
+        phase: str,
+        *,
+        topic_id: str | None = None,
+    ) -> VersionedRecord:
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        path = lease.key.path(self.root)
+        intended = lease.record.with_state(range_start, range_end, phase, self._clock(), topic_id)
+        current = self._get(path)
+        if current is not None and current.version == lease.version:
+            stored = VersionedRecord(intended, current.version + 1)
+            self._nodes[path] = (intended.encode(), stored.version)
+        elif _outcome_of_write(intended, lease.version, current) == "landed":
+            assert current is not None
+            stored = current
+        else:
+            raise _refusal(lease, current, path)
+        lease.version, lease.record = stored.version, stored.record
+        return stored
+
+
+__all__ = ["UnsafeInMemoryStateStore"]
