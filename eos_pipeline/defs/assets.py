@@ -9,16 +9,24 @@
 
 Both record what happened as materialization metadata (offset ranges, records read, rows
 inserted, offsets skipped and cropped by the state machine, dead letters, the state-machine
-case, lag after the run) and as a markdown table. In a multi-partition run Dagster records the
-same metadata for every partition of the run, so the per-partition numbers are in the table.
+case, lag after the run, the partition's rows in the table as ``dagster/row_count``) and as a
+markdown table. Dagster records one materialization per partition of a run; each carries its
+partition's own numbers (partition-scoped asset metadata); the Hudi commit's totals stay under
+``commit_*``. The definitions carry each table's identity the way Dagster's integrations do:
+``dagster/table_name``, ``dagster/column_schema`` (the declared columns, source columns first),
+``dagster/uri`` for the Hudi path, and code references (added by the builder).
 
 The checks compare, per partition, the offsets in the table with the offsets Kafka holds in the
-sink's committed range minus the dead letters (:mod:`eos_pipeline.defs.proof`).
+sink's committed range minus the dead letters (:mod:`eos_pipeline.defs.proof`), and file one
+result per partition, in range runs too (:func:`check_events`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+import hashlib
+import importlib.metadata
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -26,9 +34,11 @@ import dagster as dg
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.kafka import start_offsets
 from eos_pipeline.adapters.keeper import default_writer_id
+from eos_pipeline.core.contract import is_required
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, lag, sink_state
+from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
 from eos_pipeline.defs.proof import (
@@ -105,6 +115,111 @@ def _width(ranges: list[OffsetRange]) -> int:
     return sum(r.width for r in ranges)
 
 
+# ------------------------------------------------------------------------------- metadata
+
+ROW_COUNT_KEY = "dagster/row_count"
+
+
+def _source_descriptions(source: SourceColumns) -> dict[str, str]:
+    out = {
+        source.topic: "Kafka topic the row was read from",
+        source.partition: "Kafka partition the row was read from",
+        source.offset: "Kafka offset of the record (with topic and partition: the row's identity)",
+    }
+    if source.timestamp is not None:
+        out[source.timestamp] = "Kafka record timestamp (UTC, milliseconds)"
+    return out
+
+
+def column_schema(pipeline: Pipeline, type_of: Callable[[Column], str]) -> dg.TableSchema:
+    """The table's columns as the pipeline declares them: source columns first, then payload."""
+    schema = pipeline.table_schema
+    described = _source_descriptions(schema.source)
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name=col.name,
+                type=type_of(col),
+                description=described.get(
+                    col.name,
+                    "payload field of the JSON record"
+                    + (", required" if is_required(col) else ", optional"),
+                ),
+                constraints=dg.TableColumnConstraints(
+                    nullable=col.name not in described and not is_required(col)
+                ),
+            )
+            for col in schema.all_columns
+        ]
+    )
+
+
+def code_version(pipeline: Pipeline, sink: str) -> str:
+    """The package's version and a digest of what decides the sink's rows (the declared schema,
+    the format, the target): the UI flags a materialization made by other code or another
+    schema. Endpoints and credentials are left out: they do not change what is written."""
+    target = pipeline.clickhouse if sink == CLICKHOUSE_SINK else pipeline.hudi
+    assert target is not None
+    # the Hudi path comes from the environment (the demo's directory): left out too
+    target_fields = target.model_dump(mode="json", exclude={"path"})
+    what = json.dumps([pipeline.format, pipeline.schema_, target_fields], sort_keys=True)
+    return f"{_package_version()}+{hashlib.sha256(what.encode()).hexdigest()[:12]}"
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("eos_pipeline")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else Path(path).absolute().as_uri()
+
+
+def clickhouse_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
+    """Table identity and columns of the ClickHouse asset, the way Dagster's integrations
+    record them (the asset page's Columns section, the catalog's table name)."""
+    target = pipeline.clickhouse
+    assert target is not None
+    return {
+        "pipeline": pipeline.name,
+        "dead_letter_topic": pipeline.dead_letter_topic,
+        "dagster/table_name": f"{target.database}.{target.table}",
+        "dagster/column_schema": column_schema(pipeline, lambda c: c.sql_type),
+    }
+
+
+def hudi_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
+    """Table identity, location and columns (as Spark types) of the Hudi asset."""
+    from eos_pipeline.adapters.spark_decode import spark_type
+
+    hudi = pipeline.hudi
+    assert hudi is not None
+    return {
+        "pipeline": pipeline.name,
+        "table_path": hudi.path,
+        "dead_letter_topic": pipeline.dead_letter_topic,
+        "dagster/table_name": hudi.table,
+        "dagster/uri": _uri(hudi.path),
+        "dagster/column_schema": column_schema(
+            pipeline, lambda c: spark_type(c.ch_type).simpleString()
+        ),
+    }
+
+
+def _per_partition(
+    context: dg.AssetExecutionContext, values: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Give each partition of the run its own numbers (they override the run-wide ones).
+
+    Dagster records one materialization per partition of a run, all with the run's metadata;
+    partition-scoped asset metadata replaces the run-wide values on that partition's event.
+    """
+    for key, metadata in values.items():
+        context.add_asset_metadata(dict(metadata), partition_key=key)
+
+
 # ------------------------------------------------------------------------------- ClickHouse
 
 
@@ -126,7 +241,9 @@ def clickhouse_asset(
             f"{spec.database}.{spec.table}, exactly once per Kafka offset (keeper state machine "
             "+ insert deduplication tokens). One partition per Kafka topic-partition."
         ),
-        metadata={"pipeline": pipeline.name, "dead_letter_topic": pipeline.dead_letter_topic},
+        metadata=clickhouse_definition_metadata(pipeline),
+        owners=pipeline.owners or None,
+        code_version=code_version(pipeline, CLICKHOUSE_SINK),
     )
     def _clickhouse(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         kafka = getattr(context.resources, kafka_key).settings()
@@ -150,6 +267,13 @@ def clickhouse_asset(
                     f"{key}: [{report.start}, {report.end}) {report.records_read} read, "
                     f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
                 )
+            # one count() per partition on the sorting key's prefix: cheap
+            row_counts = {
+                partition_key(r.tp): sink.count(
+                    spec.database, spec.table, r.tp.topic, r.tp.partition, source=spec.schema.source
+                )
+                for r in reports
+            }
         rows = []
         for r in reports:
             skipped = sum(_width(b.skipped) for b in r.batches)
@@ -191,6 +315,23 @@ def clickhouse_asset(
             "lag_after": sum(row[8] for row in rows),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
+        _per_partition(
+            context,
+            {
+                row[0]: {
+                    "offset_range": row[1],
+                    "records_read": row[2],
+                    "inserted": row[3],
+                    "skipped": row[4],
+                    "cropped": row[5],
+                    "dead_letters": row[6],
+                    "case": row[7],
+                    "lag_after": row[8],
+                    ROW_COUNT_KEY: row_counts[row[0]],
+                }
+                for row in rows
+            },
+        )
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 
@@ -237,6 +378,62 @@ def _check_result(proofs: list[PartitionProof], asset_key: dg.AssetKey) -> dg.As
     )
 
 
+def _latest_materialization(instance: dg.DagsterInstance, asset_key: dg.AssetKey, key: str) -> Any:
+    """The partition's latest materialization, as the check evaluation's target (so the UI
+    counts the evaluation against that materialization), or None."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
+    ).records
+    if not records:
+        return None
+    record = records[0]
+    return AssetCheckEvaluationTargetMaterializationData(
+        run_id=record.event_log_entry.run_id,
+        storage_id=record.storage_id,
+        timestamp=record.timestamp,
+    )
+
+
+def check_events(
+    context: dg.AssetCheckExecutionContext, proofs: list[PartitionProof], asset_key: dg.AssetKey
+) -> Iterable[Any]:
+    """What a check step yields: one result per partition, each stored under its partition.
+
+    A single-partition run: one ``AssetCheckResult`` (Dagster files it under the run's
+    partition). A range run (the Hudi sensor's and the single-run backfill's, or a range
+    launched from the UI): Dagster would file one ``AssetCheckResult`` under no partition,
+    leaving every planned partition "skipped"; so the check yields the step's output and then
+    one evaluation per partition, each naming its partition and that partition's latest
+    materialization, exactly as Dagster builds them from a single-partition run.
+    """
+    if context.has_partition_key or not proofs:
+        return [_check_result(proofs, asset_key)]
+    events: list[Any] = [dg.Output(None)]
+    for proof in proofs:
+        result = _check_result([proof], asset_key)
+        key = partition_key(proof.tp)
+        events.append(
+            dg.AssetCheckEvaluation(
+                asset_key=asset_key,
+                check_name=CHECK_NAME,
+                passed=result.passed,
+                metadata=result.metadata,
+                target_materialization_data=_latest_materialization(
+                    context.instance, asset_key, key
+                ),
+                severity=result.severity,
+                description=result.description,
+                blocking=False,
+                partition=key,
+            )
+        )
+    return events
+
+
 def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefinition:
     kafka_key = kafka_resource_key(pipeline.name)
     spec = clickhouse_spec(pipeline)
@@ -252,7 +449,7 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
         "committed range minus dead letters, each exactly once (duplicates and gaps counted).",
         blocking=False,
     )
-    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
         kafka = getattr(context.resources, kafka_key).settings()
         dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
         proofs = []
@@ -282,7 +479,7 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                         {o: n for o, n in table.items() if o < position},
                     )
                 )
-        return _check_result(proofs, key)
+        yield from check_events(context, proofs, key)
 
     return _check
 
@@ -321,7 +518,9 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             f"Topic {topic} in Hudi table {hudi.table} ({hudi.table_type}) at {hudi.path}. All "
             "partitions of a run are ONE Hudi commit whose metadata carries the Kafka checkpoint."
         ),
-        metadata={"pipeline": pipeline.name, "table_path": hudi.path},
+        metadata=hudi_definition_metadata(pipeline),
+        owners=pipeline.owners or None,
+        code_version=code_version(pipeline, "hudi"),
     )
     def _hudi(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from eos_pipeline.sinks.hudi import HudiTableSync
@@ -369,17 +568,23 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             case = f"new table: first commit {report.instant_time}"
         else:
             case = f"commit {report.instant_time} on top of the table's last checkpoint"
+        cropped = {
+            tp: max(0, report.end_offsets[tp] - r.end) if tp in report.end_offsets else 0
+            for tp, r in report.ranges.items()
+        }
         metadata: dict[str, Any] = {
             "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
+            # the whole commit's numbers; each partition's event overrides the unprefixed ones
+            # with its own share (see _per_partition), the commit_* ones stay
             "records_read": report.total_records_read,
             "inserted": report.total_rows_written,
             "skipped": 0,  # the checkpoint decides the start: nothing already written is read
-            "cropped": sum(
-                max(0, report.end_offsets[tp] - r.end)
-                for tp, r in report.ranges.items()
-                if tp in report.end_offsets
-            ),
+            "cropped": sum(cropped.values()),
             "dead_letters": report.total_dead_letters,
+            "commit_records_read": report.total_records_read,
+            "commit_inserted": report.total_rows_written,
+            "commit_dead_letters": report.total_dead_letters,
+            "commit_partitions": len(report.ranges),
             "case": case,
             "instant_time": report.instant_time or "",
             "lag_after": sum(lag.values()),
@@ -389,10 +594,53 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             ),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
+        exists = report.instant_time is not None or report.checkpoint_before is not None
+        row_counts = (
+            _hudi_row_counts(spark, hudi.path, pipeline, sorted(report.ranges)) if exists else None
+        )
+        _per_partition(
+            context,
+            {
+                partition_key(tp): {
+                    "offset_range": str(r),
+                    "records_read": report.records_read.get(tp, 0),
+                    "inserted": report.rows_written.get(tp, 0),
+                    "cropped": cropped[tp],
+                    "dead_letters": report.dead_letters.get(tp, 0),
+                    "lag_after": lag.get(tp, 0),
+                    **({ROW_COUNT_KEY: row_counts[tp]} if row_counts is not None else {}),
+                }
+                for tp, r in sorted(report.ranges.items())
+                if partition_key(tp) in context.partition_keys
+            },
+        )
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 
     return _hudi
+
+
+def _hudi_row_counts(
+    spark: Any, path: str, pipeline: Pipeline, tps: list[TopicPartition]
+) -> dict[TopicPartition, int] | None:
+    """Rows per partition of the run in the table after the commit: one Spark aggregation over
+    the source columns (no payload column is read)."""
+    from pyspark.sql import functions as F
+
+    if not tps:
+        return {}
+    source = pipeline.table_schema.source
+    rows = (
+        spark.read.format("hudi")
+        .load(path)
+        .where(F.col(source.topic) == tps[0].topic)
+        .where(F.col(source.partition).isin([tp.partition for tp in tps]))
+        .groupBy(source.partition)
+        .count()
+        .collect()
+    )
+    found = {int(row[0]): int(row[1]) for row in rows}
+    return {tp: found.get(tp.partition, 0) for tp in tps}
 
 
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
@@ -412,7 +660,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         "the latest commit's checkpoint minus dead letters, each exactly once.",
         blocking=False,
     )
-    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
         from pyspark.sql import functions as F
 
         from eos_pipeline.adapters.hudi import latest_checkpoint
@@ -449,7 +697,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
                     counts[tp.partition],
                 )
             )
-        return _check_result(proofs, key)
+        yield from check_events(context, proofs, key)
 
     return _check
 

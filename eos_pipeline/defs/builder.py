@@ -49,8 +49,12 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
             sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
         if pipeline.hudi is not None:
             sensors.append(hudi_lag_sensor(pipeline, interval))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)  # code references: beta, chosen
+        # "Code references" on each asset page: the file and line of the function that writes it
+        referenced = list(dg.with_source_code_references(assets))
     return dg.Definitions(
-        assets=assets,
+        assets=referenced,
         asset_checks=checks,
         sensors=sensors,
         resources=build_resources(config),

@@ -41,6 +41,8 @@ DEFAULT_PIPELINES_FILE = Path(__file__).resolve().parents[2] / "pipelines.yaml"
 
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _PIPELINE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+#: An asset owner as Dagster takes it: an e-mail address or ``team:<name>``.
+_OWNER = re.compile(r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 
 
 class ConfigError(ValueError):
@@ -161,8 +163,18 @@ class Pipeline(_Strict):
     retry: Retry = Field(default_factory=Retry)
     clickhouse: ClickHouseTarget | None = None
     hudi: HudiTarget | None = None
+    #: Owners of the pipeline's assets in Dagster (e-mail addresses or ``team:<name>``).
+    owners: list[str] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("owners")
+    @classmethod
+    def _owners(cls, owners: list[str]) -> list[str]:
+        for owner in owners:
+            if not _OWNER.match(owner):
+                raise ValueError(f"owner {owner!r} is neither an e-mail address nor 'team:<name>'")
+        return owners
 
     @field_validator("name")
     @classmethod

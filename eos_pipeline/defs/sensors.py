@@ -132,7 +132,9 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
         required_resource_keys={kafka_key},
-        description="Keeps the dynamic partitions in step with the topics' partition counts.",
+        description="Keeps the dynamic partitions in step with the topics' partition counts: "
+        "adds a key per new Kafka partition, removes keys that match none (naming the valid "
+        "ones).",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         # The Kafka resource is keyed per pipeline (kafka_<name>): no fixed parameter name.
@@ -146,12 +148,17 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             except KafkaReadError:
                 missing.append(topic)
         new = plan_new_partitions(existing, counts, missing)
-        if not new.keys:
+        requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+        if new.keys:
+            context.log.info(f"adding partitions {list(new.keys)}")
+            requests.append(partitions.build_add_request(list(new.keys)))
+        if new.remove:
+            # a key added by hand that matches no Kafka partition: its runs could only fail
+            context.log.warning(str(new.remove_reason))
+            requests.append(partitions.build_delete_request(list(new.remove)))
+        if not requests:
             return dg.SkipReason(new.skip_reason)
-        context.log.info(f"adding partitions {list(new.keys)}")
-        return dg.SensorResult(
-            dynamic_partitions_requests=[partitions.build_add_request(list(new.keys))]
-        )
+        return dg.SensorResult(dynamic_partitions_requests=requests)
 
     return _sensor
 
@@ -206,7 +213,13 @@ def clickhouse_lag_sensor(
             chdb_path=chdb_path,
         )
         requests = [
-            dg.RunRequest(run_key=r.run_key, partition_key=r.partition_key, tags=r.tags)
+            dg.RunRequest(
+                run_key=r.run_key,
+                partition_key=r.partition_key,
+                tags=r.tags,
+                # named, so the Runs list shows the asset as the run's target
+                asset_selection=[asset],
+            )
             for r in plan.runs
         ]
         return _result(context, plan, requests)

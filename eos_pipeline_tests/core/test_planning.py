@@ -35,6 +35,7 @@ from eos_pipeline.core.planning import (
     plan_clickhouse,
     plan_hudi,
     plan_new_partitions,
+    stray_keys,
 )
 
 SINK = "p.clickhouse"
@@ -362,3 +363,25 @@ def test_partition_keys_round_trip_and_sort_in_partition_order() -> None:
     for bad in ("events", "__p0001", "events__pX"):
         with pytest.raises(ValueError, match="not of the form"):
             parse_partition_key(bad)
+
+
+def test_keys_that_match_no_kafka_partition_are_removed_naming_the_valid_keys() -> None:
+    typo = "demo-events-typo"
+    existing = {K0, K1, K2, typo, f"{T}__p0003", f"{T}__p00001", "other__p0000"}
+    plan = plan_new_partitions(existing, {T: 3})
+    assert plan.keys == () and plan.skip_reason is None
+    assert plan.remove == tuple(sorted([typo, f"{T}__p0003", f"{T}__p00001", "other__p0000"]))
+    assert plan.remove_reason is not None
+    assert typo in plan.remove_reason and f"Valid keys: {K0}, {K1}, {K2}" in plan.remove_reason
+    # added and removed in one evaluation
+    both = plan_new_partitions({K0, typo}, {T: 2})
+    assert (both.keys, both.remove) == ((K1,), (typo,))
+
+
+def test_keys_of_an_unreadable_topic_are_kept_and_many_valid_keys_are_summarised() -> None:
+    kept = plan_new_partitions({K0, "gone__p0000"}, {T: 1}, ["gone"])
+    assert kept.remove == () and kept.skip_reason is not None
+    many = plan_new_partitions({"x"}, {T: 30})
+    assert many.remove == ("x",)
+    assert f"{T}__p0000 .. {T}__p0029 (30 keys)" in str(many.remove_reason)
+    assert stray_keys({K0, K1}, {T: 2}) == []

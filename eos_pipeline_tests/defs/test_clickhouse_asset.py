@@ -60,6 +60,8 @@ def test_materialize_each_partition_twice_writes_each_offset_once(
         assert sum(m["dead_letters"].value for m in meta) == sum(len(v) for v in dead.values()) > 0
         assert sum(m["inserted"].value for m in meta) == 50 - sum(len(v) for v in dead.values())
         assert "| partition |" in meta[0]["partitions"].value
+        # the partition's rows in the table (Dagster plots dagster/row_count over time)
+        assert [m["dagster/row_count"].value for m in meta] == [m["inserted"].value for m in meta]
         for r in again:
             m = _metadata(r)
             assert (m["records_read"].value, m["inserted"].value, m["lag_after"].value) == (0, 0, 0)

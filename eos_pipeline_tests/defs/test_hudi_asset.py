@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from eos_pipeline.adapters.hudi import completed_commits
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import hudi_key
+from eos_pipeline.defs.assets import CHECK_NAME, hudi_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline.defs.proof import dead_letter_offsets
@@ -67,10 +67,30 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         events = first.get_asset_materialization_events()
         # one materialization per partition of the range, all from the same single commit
         assert sorted(e.materialization.partition for e in events) == keys
-        meta = events[0].materialization.metadata
-        assert meta["records_read"].value == 21 and meta["lag_after"].value == 0
+        # each partition shows its own share of the commit (issue 16); the shares add up
+        meta = {e.materialization.partition: e.materialization.metadata for e in events}
+        assert [meta[k]["records_read"].value for k in keys] == [12, 9]
+        assert {m["commit_records_read"].value for m in meta.values()} == {21}
+        assert {m["lag_after"].value for m in meta.values()} == {0}
+        assert (
+            sum(m["inserted"].value for m in meta.values())
+            == meta[keys[0]]["commit_inserted"].value
+        )
+        assert sum(m["dead_letters"].value for m in meta.values()) == 4
+        for m in meta.values():  # the partition's rows in the table after the commit
+            assert m["dagster/row_count"].value == m["inserted"].value
         assert len(completed_commits(spark, rig.hudi_path)) == 1
-        assert [c.passed for c in first.get_asset_check_evaluations()] == [True]
+        # the check is filed per partition (issue 16: not once without a partition)
+        assert [(c.partition, c.passed) for c in first.get_asset_check_evaluations()] == [
+            (keys[0], True),
+            (keys[1], True),
+        ]
+        statuses = instance.event_log_storage.get_asset_check_partition_info(
+            [dg.AssetCheckKey(hudi_key(pipeline), CHECK_NAME)]
+        )
+        assert {i.partition_key: i.latest_execution_status.value for i in statuses} == {
+            k: "SUCCEEDED" for k in keys
+        }
 
         # Nothing new: the sensor is quiet, and a forced re-run (a backfill) commits nothing.
         assert not _tick(defs, sensor, instance).run_requests

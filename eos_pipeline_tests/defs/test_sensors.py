@@ -14,6 +14,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.defs.assets import clickhouse_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import Retry
 from eos_pipeline.defs.partitions import keys_for, partitions_name
@@ -68,6 +69,8 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         again = _evaluate(defs, lag, instance).run_requests
         assert [r.run_key for r in again] == [r.run_key for r in requests]
         assert requests[0].tags[SINK_PARTITION_TAG].endswith(requests[0].partition_key)
+        # the request names its asset, so the Runs list shows it as the run's target
+        assert requests[0].asset_selection == [clickhouse_key(rig.config.pipelines[0])]
 
         # 4. materialize it: caught up, nothing requested any more
         dg.materialize(
@@ -97,6 +100,29 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         assert list(request.partition_keys) == [keys_for(rig.topic, 3)[2]]
         _apply_partition_requests(instance, grown)
         assert instance.get_dynamic_partitions(name) == keys_for(rig.topic, 3)
+
+
+def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_removed(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(partitions=2)
+    defs = build_definitions(rig.config)
+    name = partitions_name(rig.pipeline)
+    sensor = f"{rig.pipeline}_partitions"
+    keys = keys_for(rig.topic, 2)
+    typo, beyond = f"{rig.topic}-typo", keys_for(rig.topic, 3)[2]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(name, [keys[0], typo, beyond])  # by hand, in the UI
+        result = _evaluate(defs, sensor, instance)
+        add, delete = result.dynamic_partitions_requests
+        assert isinstance(delete, dg.DeleteDynamicPartitionsRequest)
+        assert list(add.partition_keys) == [keys[1]]
+        assert sorted(delete.partition_keys) == sorted([typo, beyond])
+        instance.add_dynamic_partitions(name, list(add.partition_keys))
+        for key in delete.partition_keys:
+            instance.delete_dynamic_partition(name, key)
+        assert instance.get_dynamic_partitions(name) == [keys[0], keys[1]]
+        assert _evaluate(defs, sensor, instance).skip_message
 
 
 def _run_failing(defs: dg.Definitions, instance: dg.DagsterInstance, request) -> str:
