@@ -97,6 +97,9 @@ def default_jars() -> list[str]:
 FENCING_STRATEGY_CLASS = "eos.hudi.CheckpointFencingStrategy"
 FENCING_EXPECTED_OPTION = "hoodie.eos.fencing.expected.completion"
 FENCING_JAR_STEM = "eos-hudi-fencing"
+#: Spark plugin in the same jar: initializes Hudi's metadata payload class on the driver and
+#: every executor before any Hudi work (issue 17, see HudiClassInit.java).
+HUDI_CLASS_INIT_PLUGIN = "eos.hudi.HudiClassInit"
 #: Its Java source, shipped with the package and compiled on first use (:func:`fencing_jar`).
 FENCING_SOURCE = Path(__file__).parent / "java" / "CheckpointFencingStrategy.java"
 
@@ -118,7 +121,8 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
     """
     from eos_pipeline.stack.artifacts import default_cache_dir
 
-    java = FENCING_SOURCE.read_text()
+    sources = sorted(FENCING_SOURCE.parent.glob("*.java"))
+    java = "\0".join(p.read_text() for p in sources)
     digest = hashlib.sha256(f"{java}\0{hudi_jar.name}".encode()).hexdigest()[:16]
     target = (cache_dir or default_cache_dir()) / "eos-hudi" / f"{FENCING_JAR_STEM}-{digest}.jar"
     if target.exists():
@@ -135,9 +139,12 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
     spark_jars = Path(pyspark.__file__).parent / "jars" / "*"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        source = Path(tmp, "src", *FENCING_STRATEGY_CLASS.split(".")).with_suffix(".java")
-        source.parent.mkdir(parents=True)
-        source.write_text(java)
+        staged_sources = []
+        for original in sources:
+            source = Path(tmp, "src", "eos", "hudi", original.name)
+            source.parent.mkdir(parents=True, exist_ok=True)
+            source.write_text(original.read_text())
+            staged_sources.append(str(source))
         classes = Path(tmp, "classes")
         done = subprocess.run(
             [
@@ -149,14 +156,14 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
                 f"{hudi_jar}{os.pathsep}{spark_jars}",
                 "-d",
                 str(classes),
-                str(source),
+                *staged_sources,
             ],
             capture_output=True,
             text=True,
             check=False,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"compiling {source.name} failed:\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"compiling {FENCING_SOURCE.parent} failed:\n{done.stderr[-2000:]}")
         staged = Path(tmp, target.name)
         with zipfile.ZipFile(staged, "w") as jar:
             for path in sorted(classes.rglob("*.class")):
@@ -210,6 +217,8 @@ def spark_conf(
         "spark.driver.extraJavaOptions": " ".join(java_options),
         **HUDI_SPARK_CONF,
     }
+    if FENCING_JAR_STEM in conf["spark.jars"]:
+        conf["spark.plugins"] = HUDI_CLASS_INIT_PLUGIN
     cores = _local_cores(master)
     if cores is not None:
         conf.update(

@@ -244,7 +244,12 @@ def connect_command(config: StackConfig, jars: list[Path], home: Path) -> list[s
         "--name",
         "eos_pipeline Spark Connect",
     ]
-    for key, value in server_conf(config, home).items():
+    from eos_pipeline.adapters.spark import FENCING_JAR_STEM, HUDI_CLASS_INIT_PLUGIN
+
+    conf = server_conf(config, home)
+    if any(FENCING_JAR_STEM in j.name for j in jars):  # the plugin ships in the fencing jar
+        conf["spark.plugins"] = HUDI_CLASS_INIT_PLUGIN
+    for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return command
 

@@ -104,15 +104,6 @@ def _metadata_compactions(table: str) -> set[str]:
     return {p.name.split("_")[0] for p in timeline.glob("[0-9]*_[0-9]*.commit")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MetadataWriteFailed,
-    reason=(
-        "issue 17, Hudi 1.2.0 defect (apache/hudi#17532, #19559): every Spark JVM must "
-        "initialize HoodieMetadataPayload before its first Hudi write (fix pending: the "
-        "eos.hudi.HudiClassInit Spark plugin in adapters/spark.py); remove this mark with it"
-    ),
-)
 def test_commits_that_start_by_compacting_the_metadata_table_in_a_fresh_jvm(
     spark: SparkSession, tmp_path: Path
 ) -> None:
