@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench stack-up stack-down stack-status fetch clean
+.PHONY: demo test lint bench stack-up stack-down stack-status fetch system clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -22,7 +22,11 @@ fetch: $(STAMP)
 demo: fetch
 	$(BIN)/eos-pipeline demo
 
-test: fetch
+# Debian packages some tests need (Chromium, PostgreSQL): installed when missing and allowed.
+system:
+	@bash tools/setup_system.sh
+
+test: fetch system
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest
 

@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=900.0, help="give up if not caught up after this long"
     )
     demo.add_argument("--down", action="store_true", help="stop the stack when done")
+    demo.add_argument(
+        "--postgres-url",
+        help="keep the Dagster instance in this PostgreSQL database (postgresql://user:pw@host/db)"
+        " instead of SQLite files, as in production",
+    )
     return parser
 
 

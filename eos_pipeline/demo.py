@@ -27,7 +27,6 @@ import logging
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -108,7 +107,7 @@ def count_tables(request: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _count_in_child(request: dict[str, Any]) -> dict[str, Any]:
+def count_in_child(request: dict[str, Any]) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "eos_pipeline.demo", json.dumps(request)],
         capture_output=True,
@@ -124,10 +123,27 @@ def _count_in_child(request: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- dagster
 
 
-def prepare_dagster_home(home: Path) -> Path:
-    """``DAGSTER_HOME`` with the project's ``dagster.yaml`` (concurrency rules included)."""
+#: Environment variable holding the Postgres URL of a Postgres-backed demo instance: the URL
+#: (with its password) stays out of the dagster.yaml written to disk.
+POSTGRES_URL_ENV = "EOS_DAGSTER_POSTGRES_URL"
+
+
+def prepare_dagster_home(home: Path, postgres: bool = False) -> Path:
+    """``DAGSTER_HOME`` with the project's ``dagster.yaml`` (concurrency rules included).
+
+    With ``postgres`` the instance keeps runs, events and schedules in PostgreSQL (the URL is
+    read from :data:`POSTGRES_URL_ENV` by every Dagster process), as the README advises for
+    production; the default is Dagster's SQLite files under ``home``.
+    """
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    text = (REPO / "dagster.yaml").read_text()
+    if postgres:
+        text += (
+            "\n# Written by `eos-pipeline demo --postgres-url`: storage in PostgreSQL.\n"
+            "storage:\n  postgres:\n    postgres_url:\n"
+            f"      env: {POSTGRES_URL_ENV}\n"
+        )
+    (home / "dagster.yaml").write_text(text)
     return home
 
 
@@ -142,9 +158,12 @@ def start_dagster(
     workspace = workspace or REPO / "workspace.yaml"
     command = [str(exe) if exe.exists() else "dagster", "dev", "-w", str(workspace)]
     command += ["-h", "127.0.0.1", "-p", str(port)]
+    # Started in DAGSTER_HOME: from anywhere else `dagster dev` warns that the repository's
+    # dagster.yaml "will not be used" (it is not: the copy in DAGSTER_HOME is).
+    cwd = env.get("DAGSTER_HOME") or REPO
     with log.open("ab") as out:
         return subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
 
 
@@ -174,12 +193,12 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
     import dagster as dg
 
     from eos_pipeline.core.dedup import Phase
+    from eos_pipeline.core.positions import committed, sink_state
     from eos_pipeline.defs.assets import (
         CLICKHOUSE_SINK,
         checkpoint_from_materialization,
         hudi_key,
     )
-    from eos_pipeline.sinks.clickhouse import state_of
 
     pipeline = config.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
@@ -189,8 +208,9 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
         records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
         at = 0
         for p, end in ends.items():
-            state = state_of(records[p].record) if p in records else None
-            if state is not None and state.phase is Phase.AFTER and state.range.end >= end:
+            state = sink_state(records[p].record) if p in records else None
+            position = committed(state)
+            if position is not None and state.phase is Phase.AFTER and position >= end:
                 at += 1
         done &= at == len(ends)
         parts.append(f"clickhouse {at}/{len(ends)} partitions caught up")
@@ -218,12 +238,19 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
 # ----------------------------------------------------------------------------- the job
 
 
-def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
+def run_demo(
+    config: StackConfig,
+    args: argparse.Namespace,
+    on_ready: Callable[[str, Any], None] | None = None,
+) -> int:
+    """The main job; ``on_ready(ui_url, instance)`` is called once both tables are caught up
+    and counted, while the UI still runs (the browser test walks it then)."""
     say: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
     began = time.monotonic()
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    home = prepare_dagster_home(Path(args.dagster_home).resolve())
+    postgres_url = getattr(args, "postgres_url", None)
+    home = prepare_dagster_home(Path(args.dagster_home).resolve(), postgres=bool(postgres_url))
 
     stack = Stack(config)
     stack.up()
@@ -235,6 +262,9 @@ def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
         "EOS_DEMO_DIR": str(work),
         "EOS_SENSOR_INTERVAL_SECONDS": str(args.sensor_interval),
     }
+    if postgres_url:
+        env[POSTGRES_URL_ENV] = postgres_url
+        os.environ[POSTGRES_URL_ENV] = postgres_url  # this process reads the instance too
     if args.pipelines_file:
         env["EOS_PIPELINES_FILE"] = str(Path(args.pipelines_file).resolve())
     if not getattr(args, "verbose", False):
@@ -290,7 +320,7 @@ def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
             say(f"not caught up within {args.timeout:.0f}s ({last}); see {log} and the UI")
             return 1
         say("both tables caught up; counting rows per partition ...")
-        counts = _count_in_child(
+        counts = count_in_child(
             {
                 "topic": topic,
                 "partitions": sorted(ends),
@@ -302,6 +332,8 @@ def run_demo(config: StackConfig, args: argparse.Namespace) -> int:
         )
         print_table(say, kafka, pipeline, ends, counts)
         say(f"done in {time.monotonic() - began:.0f}s.")
+        if on_ready is not None:
+            on_ready(f"http://127.0.0.1:{port}", instance)
         if args.keep_ui:
             say(f"the UI stays up at http://127.0.0.1:{port}; Ctrl-C stops it")
             with contextlib.suppress(KeyboardInterrupt):

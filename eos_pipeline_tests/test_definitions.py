@@ -21,9 +21,15 @@ def test_code_location_loads_the_demo_pipeline() -> None:
     dg.Definitions.validate_loadable(definitions.defs)
     repo = definitions.defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {"clickhouse/demo/events", "hudi/demo_events"}
+    assert keys == {
+        "kafka/demo-events",
+        "clickhouse/demo/events",
+        "hudi/demo_events",
+        "kafka/demo-events.dlq",
+    }
     assert {s.name for s in repo.sensor_defs} == {
         "demo_partitions",
+        "demo_topics",
         "demo_clickhouse_lag",
         "demo_hudi_lag",
     }

@@ -33,6 +33,7 @@ from eos_pipeline.core.offsets import OffsetRange
 
 __all__ = [
     "NEW",
+    "PartitionLag",
     "Reset",
     "Standing",
     "checkpoint_state",
@@ -40,6 +41,7 @@ __all__ = [
     "committed_low",
     "lag",
     "needs_log_start",
+    "partition_lags",
     "sink_state",
     "standing",
     "start_offset",
@@ -158,3 +160,38 @@ def committed_low(log_start: int, reset: Reset, seen: Iterable[int], position: i
         return log_start
     below = [o for o in seen if o < position]
     return max(log_start, min(below)) if below else position
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition of a topic as the topic's observation shows it."""
+
+    partition: int
+    #: Records Kafka holds (end minus log start) and the last stable offset.
+    held: int
+    end: int
+    #: Per sink: offsets between its committed position (or reset start) and ``end``.
+    lags: dict[str, int]
+
+
+def partition_lags(
+    ends: dict[int, int],
+    starts: dict[int, int],
+    positions: dict[str, dict[int, int | None]],
+    reset: Reset,
+) -> list[PartitionLag]:
+    """Each partition's size and each sink's lag (``positions``: sink -> partition -> offset).
+
+    A sink with nothing stored on a partition lags by the whole log under ``reset: earliest``
+    (it will read all of it) and by nothing under ``latest`` (it will start at the end).
+    """
+    rows = []
+    for p in sorted(ends):
+        lags = {}
+        for sink, stored in positions.items():
+            offset = stored.get(p)
+            if offset is None:
+                offset = starts.get(p, 0) if reset == "earliest" else ends[p]
+            lags[sink] = lag(offset, ends[p])
+        rows.append(PartitionLag(p, max(0, ends[p] - starts.get(p, 0)), ends[p], lags))
+    return rows

@@ -62,6 +62,15 @@ HUDI_CHECKPOINT_KEY = "checkpoint_after"
 HooksFor = Callable[[Pipeline, str], SinkHooks]
 
 
+def topic_key(topic: str) -> dg.AssetKey:
+    """A Kafka topic as an external asset (:mod:`eos_pipeline.defs.topics`)."""
+    return dg.AssetKey(["kafka", topic])
+
+
+def dead_letter_key(pipeline: Pipeline) -> dg.AssetKey:
+    return topic_key(pipeline.dead_letter_topic)
+
+
 def clickhouse_key(pipeline: Pipeline) -> dg.AssetKey:
     assert pipeline.clickhouse is not None
     return dg.AssetKey(["clickhouse", pipeline.clickhouse.database, pipeline.clickhouse.table])
@@ -231,6 +240,7 @@ def clickhouse_asset(
 
     @dg.asset(
         key=clickhouse_key(pipeline),
+        deps=[topic_key(t) for t in pipeline.kafka.topics],
         partitions_def=pipeline_partitions(pipeline.name),
         group_name=pipeline.name,
         required_resource_keys={kafka_key, "keeper", "clickhouse"},
@@ -508,6 +518,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
 
     @dg.asset(
         key=hudi_key(pipeline),
+        deps=[topic_key(topic)],
         partitions_def=pipeline_partitions(pipeline.name),
         backfill_policy=dg.BackfillPolicy.single_run(),
         group_name=pipeline.name,

@@ -10,6 +10,7 @@ from eos_pipeline.defs.assets import HooksFor, iter_pipeline_assets
 from eos_pipeline.defs.config import PipelinesFile
 from eos_pipeline.defs.resources import build_resources, chdb_path
 from eos_pipeline.defs.sensors import clickhouse_lag_sensor, hudi_lag_sensor, partitions_sensor
+from eos_pipeline.defs.topics import topic_specs, topics_sensor
 
 SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
 #: Pool of every ClickHouse step on an embedded chDB path: one process per data path, so those
@@ -32,7 +33,11 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
     assets: list[dg.AssetsDefinition] = []
     checks: list[dg.AssetChecksDefinition] = []
     sensors: list[dg.SensorDefinition] = []
+    # Kafka topics as external assets; two pipelines may read one topic: one spec for it.
+    topics: dict[dg.AssetKey, dg.AssetSpec] = {}
     for pipeline in config.pipelines:
+        for spec in topic_specs(pipeline):
+            topics.setdefault(spec.key, spec)
         with warnings.catch_warnings():
             # Chosen on purpose and covered by tests: partitioned asset checks (preview) and
             # the single-run backfill policy (beta). Said once here, not on every load.
@@ -45,6 +50,7 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
             else:
                 assets.append(item)
         sensors.append(partitions_sensor(pipeline, interval))
+        sensors.append(topics_sensor(pipeline, interval))
         if pipeline.clickhouse is not None:
             sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
         if pipeline.hudi is not None:
@@ -54,7 +60,7 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
         # "Code references" on each asset page: the file and line of the function that writes it
         referenced = list(dg.with_source_code_references(assets))
     return dg.Definitions(
-        assets=referenced,
+        assets=[*referenced, *topics.values()],
         asset_checks=checks,
         sensors=sensors,
         resources=build_resources(config),

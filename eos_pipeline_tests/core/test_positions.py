@@ -17,6 +17,7 @@ from eos_pipeline.core.positions import (
     committed_low,
     lag,
     needs_log_start,
+    partition_lags,
     sink_state,
     standing,
     start_offset,
@@ -113,3 +114,22 @@ def test_committed_low_latest_is_the_first_offset_seen_below_the_position() -> N
     assert committed_low(8, "latest", [7, 9], position=10) == 8  # deleted below the log start
     assert committed_low(0, "latest", [], position=10) == 10  # nothing seen: an empty range
     assert committed_low(0, "latest", [11], position=10) == 10
+
+
+def test_partition_lags_count_from_the_stored_position_else_from_the_reset_start() -> None:
+    ends = {0: 10, 1: 7, 2: 5}
+    starts = {0: 2, 1: 0, 2: 5}
+    positions = {"clickhouse": {0: 4, 1: None}, "hudi": {1: 7}}
+    earliest = partition_lags(ends, starts, positions, "earliest")
+    assert [(r.partition, r.held, r.end) for r in earliest] == [(0, 8, 10), (1, 7, 7), (2, 0, 5)]
+    assert [r.lags for r in earliest] == [
+        {"clickhouse": 6, "hudi": 8},  # hudi: nothing stored, the whole log from its start
+        {"clickhouse": 7, "hudi": 0},
+        {"clickhouse": 0, "hudi": 0},  # an empty log (all deleted): nothing to read
+    ]
+    latest = partition_lags(ends, starts, positions, "latest")
+    assert [r.lags for r in latest] == [
+        {"clickhouse": 6, "hudi": 0},  # nothing stored under latest: it will start at the end
+        {"clickhouse": 0, "hudi": 0},
+        {"clickhouse": 0, "hudi": 0},
+    ]

@@ -196,7 +196,9 @@ def test_owners_come_from_the_pipelines_file_and_the_code_version_from_what_is_w
     pipeline = parse_config(owned, "ui.yaml").pipelines[0]
     specs = {k: a.specs_by_key[k] for k, a in defs.get_repository_def().assets_defs_by_key.items()}
     assert {tuple(s.owners) for s in specs.values()} == {("team:data-platform", "ana@example.com")}
-    versions = {k: s.code_version for k, s in specs.items()}
+    # the sinks' code versions (the Kafka topics are external: not written by this code)
+    versions = {k: s.code_version for k, s in specs.items() if k.path[0] != "kafka"}
+    assert len(versions) == 2
     assert all(v and v.startswith(f"{_package_version()}+") for v in versions.values())
     # another schema is other data: another code version; another endpoint is not
     other = parse_config(owned.replace("name: String", "name: String, extra: Int64"), "ui.yaml")

@@ -1,0 +1,97 @@
+"""Kafka topics in the lineage, observed on the real stack: sizes and lags that match the data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.partitions.context import partition_loading_context
+
+from eos_pipeline.adapters.kafka import end_offsets
+from eos_pipeline.defs.assets import clickhouse_key, dead_letter_key, topic_key
+from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.partitions import keys_for, partitions_name
+
+from .conftest import Rig
+
+pytestmark = pytest.mark.integration
+
+
+def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance, cursor: str | None):
+    sensor = defs.get_repository_def().get_sensor_def(name)
+    with (
+        dg.build_sensor_context(
+            instance=instance, resources=defs.resources, definitions=defs, cursor=cursor
+        ) as context,
+        partition_loading_context(dynamic_partitions_store=instance),
+    ):
+        return sensor.evaluate_tick(context)
+
+
+def _by_key(result) -> dict[dg.AssetKey, dg.AssetObservation]:
+    return {event.asset_key: event for event in result.asset_events}
+
+
+def _rows(observation: dg.AssetObservation) -> list[dict]:
+    return [dict(r.data) for r in observation.metadata["partitions"].records]
+
+
+def test_topics_are_upstream_of_both_sinks_and_the_dead_letters_downstream(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(partitions=2, hudi=True)
+    pipeline = rig.config.pipelines[0]
+    graph = build_definitions(rig.config).resolve_asset_graph()
+    topic = topic_key(rig.topic)
+    assert graph.get(topic).is_external
+    assert graph.get(clickhouse_key(pipeline)).parent_keys == {topic}
+    sinks = {k for k in graph.get_all_asset_keys() if k.path[0] in ("clickhouse", "hudi")}
+    assert len(sinks) == 2
+    assert graph.get(dead_letter_key(pipeline)).parent_keys == sinks
+
+
+def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_changes(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(partitions=2)
+    defs = build_definitions(rig.config)
+    sensor = f"{rig.pipeline}_topics"
+    rig.produce({0: 3, 1: 5}, bad_every=4)  # records 4 and 8 do not decode
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys_for(rig.topic, 2))
+        first = _tick(defs, sensor, instance, None)
+        observed = _by_key(first)
+        source = observed[topic_key(rig.topic)]
+        ends = end_offsets(rig.kafka, rig.topic)
+        # nothing written yet: with reset earliest ClickHouse has the whole log to read
+        assert _rows(source) == [
+            {
+                "partition": p,
+                "records_held": ends[p],
+                "last_stable_offset": ends[p],
+                "clickhouse_lag": ends[p],
+            }
+            for p in (0, 1)
+        ]
+        assert source.metadata["records_held"].value == sum(ends.values()) == 8
+        assert source.metadata["clickhouse_lag"].value == 8
+        # the dead-letter topic is observed too (created on first use: absent or empty now)
+        assert _tick(defs, sensor, instance, first.cursor).skip_message
+
+        key = keys_for(rig.topic, 2)[1]
+        dg.materialize(
+            [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)],
+            selection=dg.AssetSelection.assets(clickhouse_key(rig.config.pipelines[0])),
+            partition_key=key,
+            instance=instance,
+            resources=defs.resources,
+        )
+        second = _tick(defs, sensor, instance, first.cursor)
+        observed = _by_key(second)
+        lags = {r["partition"]: r["clickhouse_lag"] for r in _rows(observed[topic_key(rig.topic)])}
+        assert lags == {0: ends[0], 1: 0}
+        dead = _rows(observed[dead_letter_key(rig.config.pipelines[0])])
+        # partition 1 held records 4..8 of which 4 and 8 were bad: two dead letters
+        assert sum(r["records_held"] for r in dead) == 2
+        assert _tick(defs, sensor, instance, second.cursor).skip_message
