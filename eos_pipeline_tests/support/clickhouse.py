@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eos_pipeline.adapters import clickhouse as product
-from eos_pipeline.adapters.clickhouse import (
-    DEFAULT_DEDUP_WINDOW,
-    ClickHouseSink,
+from eos_pipeline.adapters.clickhouse import DEFAULT_DEDUP_WINDOW, ClickHouseSink
+from eos_pipeline.adapters.clickhouse.sink import (
     _column_sql,
     _literal,
     _table_ref,
