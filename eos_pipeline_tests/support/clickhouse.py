@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from eos_pipeline.adapters import clickhouse as product
 from eos_pipeline.adapters.clickhouse import DEFAULT_DEDUP_WINDOW, ClickHouseSink
-from eos_pipeline.adapters.clickhouse.sink import (
-    _column_sql,
-    _literal,
-    _table_ref,
-    _validate_dedup_window,
+from eos_pipeline.adapters.clickhouse.ddl import (
+    column_sql,
+    literal,
+    table_ref,
+    validate_dedup_window,
 )
 from eos_pipeline.core.schema import (
     TableSchema,
@@ -79,19 +79,19 @@ def create_table_sql(
     """The product's DDL, or the same table as ReplicatedMergeTree with ``replication``."""
     if replication is None:
         return product.create_table_sql(database, table, schema, dedup_window=dedup_window)
-    _validate_dedup_window(dedup_window)
-    columns = ",\n    ".join(_column_sql(c) for c in schema.all_columns)
+    validate_dedup_window(dedup_window)
+    columns = ",\n    ".join(column_sql(c) for c in schema.all_columns)
     order_by = ", ".join(quote_identifier(n, "source column name") for n in schema.source.order_by)
     engine = (
-        f"ReplicatedMergeTree({_literal(replication.zookeeper_path)}, "
-        f"{_literal(replication.replica_name)})"
+        f"ReplicatedMergeTree({literal(replication.zookeeper_path)}, "
+        f"{literal(replication.replica_name)})"
     )
     settings = (
         f"replicated_deduplication_window = {dedup_window}, "
         f"replicated_deduplication_window_seconds = {replication.dedup_window_seconds}"
     )
     return (
-        f"CREATE TABLE IF NOT EXISTS {_table_ref(database, table)}{_on_cluster(replication)}\n(\n"
+        f"CREATE TABLE IF NOT EXISTS {table_ref(database, table)}{_on_cluster(replication)}\n(\n"
         f"    {columns}\n)\nENGINE = {engine}\nORDER BY ({order_by})\nSETTINGS {settings}"
     )
 
@@ -115,7 +115,7 @@ class JsonEachRowSink(ClickHouseSink):
         take column defaults (ClickHouse's defaults); one unparseable object fails the whole
         insert, so nothing of the chunk lands.
         """
-        ref = _table_ref(database, table)
+        ref = table_ref(database, table)
         names = validate_identifiers(column_names, "column name") if column_names else None
         settings = self.insert_settings(dedup_token)
         if not raw_lines.strip():

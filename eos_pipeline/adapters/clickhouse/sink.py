@@ -1,4 +1,4 @@
-"""ClickHouse sink: idempotent chunk inserts, over clickhouse-connect, for chDB and servers alike.
+"""The ClickHouse sink: idempotent chunk inserts and the reads that prove them, chDB or server.
 
 Exactly-once into ClickHouse rests on ClickHouse's own insert deduplication (SPEC §3): every chunk
 is inserted with a deterministic ``insert_deduplication_token`` and the table keeps a window of
@@ -39,11 +39,8 @@ with chDB 26.9 (ClickHouse 26.9.2.1, clickhouse-connect 1.12) and what this modu
 * **Settings per insert:** ``insert_deduplication_token``, ``insert_deduplicate=1`` plus
   ``deduplicate_insert='enable'`` (26.x: the newer setting supersedes the older one, and a user
   profile could disable it) and ``async_insert=0`` (async inserts deduplicate differently).
-* **chDB, one engine per process, one process per data path.** Any number of clients may share
-  the open path; a client on a *different* path fails ("EmbeddedServer already initialized")
-  while any client is open, and works once all are closed (the engine re-initialises, and
-  re-opening the first path later works too). A second *process* on an open path fails to lock
-  ``<path>/status``. Both are reported as :class:`ClickHouseSinkError` saying what to do.
+* chDB allows one engine per process and one process per data path; opening one is
+  :mod:`eos_pipeline.adapters.clickhouse.embedded`'s job.
 * chDB's insert summary reports rows read, not rows written, so an insert cannot tell whether
   ClickHouse dropped it as a duplicate: :meth:`offsets_in_table` is the proof.
 * ``DateTime64`` columns read a bare number as *seconds*, on both paths: a Python ``int`` in the
@@ -55,16 +52,10 @@ with chDB 26.9 (ClickHouse 26.9.2.1, clickhouse-connect 1.12) and what this modu
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
-import os
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import SplitResult, unquote, urlsplit
 
 import clickhouse_connect
 import pyarrow as pa
@@ -72,13 +63,21 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 from clickhouse_connect.driver.exceptions import OperationalError
 
+from eos_pipeline.adapters.clickhouse.ddl import (
+    DEFAULT_DEDUP_WINDOW,
+    check_table,
+    create_database_sql,
+    create_table_sql,
+    table_ref,
+)
+from eos_pipeline.adapters.clickhouse.embedded import open_embedded
+from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError, explained_errors
+from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.schema import (
-    Column,
     SourceColumns,
     TableSchema,
     quote_identifier,
-    validate_identifier,
     validate_identifiers,
 )
 
@@ -89,226 +88,8 @@ except ImportError:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DEDUP_WINDOW = 1000
 # Large enough that neither parsing nor squashing ever cuts one INSERT into several blocks.
 ONE_BLOCK_THRESHOLD = 1 << 40
-
-_UNKNOWN_TABLE = 60
-_UNKNOWN_DATABASE = 81
-_READONLY = 164
-# Server error codes worth retrying: an idempotent insert can simply be sent again.
-_RETRYABLE_CODES = frozenset({159, 202, 209, 210, 242, 252, 319, 999})
-
-
-class ClickHouseSinkError(RuntimeError):
-    """A ClickHouse problem, phrased as what to fix; ``retryable`` when sending again may help."""
-
-    def __init__(self, message: str, *, code: int | None = None, retryable: bool = False):
-        super().__init__(message)
-        self.code = code
-        self.retryable = retryable
-
-
-# ---- URLs ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClickHouseTarget:
-    """A parsed connection URL. ``display`` is safe to log: the password is masked."""
-
-    scheme: str
-    display: str
-    path: str | None = None
-    host: str | None = None
-    port: int | None = None
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    database: str | None = None
-
-    @property
-    def embedded(self) -> bool:
-        return self.scheme == "chdb"
-
-
-def parse_url(url: str) -> ClickHouseTarget:
-    """Parse ``chdb:///abs/path``, ``chdb://rel/path`` or ``http(s)://user:pass@host:port/db``."""
-    if not isinstance(url, str) or not url.strip():
-        raise ClickHouseSinkError(
-            "empty ClickHouse URL: use chdb:///abs/data/path or http(s)://host:port"
-        )
-    scheme, sep, rest = url.partition(":")
-    scheme = scheme.lower()
-    if not sep:
-        raise ClickHouseSinkError(
-            f"ClickHouse URL {redact_url(url)!r} has no scheme: use chdb:///abs/data/path or "
-            "http(s)://host:port"
-        )
-    if scheme == "chdb":
-        raw = rest[2:] if rest.startswith("//") else rest
-        if "?" in raw or "#" in raw:
-            raise ClickHouseSinkError(f"chDB URL {url!r} must not carry a query or fragment")
-        if raw in ("", "memory", ":memory:"):
-            raise ClickHouseSinkError(
-                f"chDB URL {url!r} names no data directory: an in-memory engine forgets its "
-                "deduplication log, use chdb:///abs/data/path"
-            )
-        path = os.path.realpath(os.path.expanduser(raw))
-        return ClickHouseTarget(scheme="chdb", display=f"chdb://{path}", path=path)
-    if scheme not in ("http", "https"):
-        raise ClickHouseSinkError(
-            f"unsupported ClickHouse URL scheme {scheme!r} in {redact_url(url)!r}: use "
-            "chdb:///abs/data/path, http://host:8123 or https://host:8443"
-        )
-    parts = urlsplit(url)
-    if parts.query or parts.fragment:
-        raise ClickHouseSinkError(
-            f"ClickHouse URL {redact_url(url)!r}: query parameters are not supported; "
-            "pass settings in code"
-        )
-    try:
-        port = parts.port
-    except ValueError as ex:
-        raise ClickHouseSinkError(f"ClickHouse URL {redact_url(url)!r}: {ex}") from None
-    if not parts.hostname:
-        raise ClickHouseSinkError(f"ClickHouse URL {redact_url(url)!r} names no host")
-    database = unquote(parts.path.strip("/")) or None
-    if database is not None:
-        validate_identifier(database, "database in the ClickHouse URL")
-    return ClickHouseTarget(
-        scheme=scheme,
-        display=redact_url(url),
-        host=parts.hostname,
-        port=port or (8443 if scheme == "https" else 8123),
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
-        database=database,
-    )
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, for logs and error messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        return SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment).geturl()
-    except ValueError:
-        return "<unparseable URL>"
-
-
-# ---- DDL ----------------------------------------------------------------------------------------
-
-
-def _literal(value: str | int | float | bool) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _column_sql(col: Column) -> str:
-    sql = f"{quote_identifier(col.name, 'column name')} {col.sql_type}"
-    if col.default is not None:
-        sql += f" DEFAULT {_literal(col.default)}"
-    return sql
-
-
-def _table_ref(database: str, table: str) -> str:
-    return f"{quote_identifier(database, 'database name')}.{quote_identifier(table, 'table name')}"
-
-
-def _validate_dedup_window(dedup_window: int) -> None:
-    if isinstance(dedup_window, bool) or not isinstance(dedup_window, int) or dedup_window < 1:
-        raise ValueError(
-            f"dedup_window must be an int >= 1, got {dedup_window!r}: "
-            "0 turns ClickHouse insert deduplication off"
-        )
-
-
-def create_database_sql(database: str) -> str:
-    return f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database, 'database name')}"
-
-
-def create_table_sql(
-    database: str,
-    table: str,
-    schema: TableSchema,
-    *,
-    dedup_window: int = DEFAULT_DEDUP_WINDOW,
-) -> str:
-    """DDL for a pipeline table: MergeTree sorted by (topic, partition, offset), dedup window on."""
-    _validate_dedup_window(dedup_window)
-    columns = ",\n    ".join(_column_sql(c) for c in schema.all_columns)
-    order_by = ", ".join(quote_identifier(n, "source column name") for n in schema.source.order_by)
-    return (
-        f"CREATE TABLE IF NOT EXISTS {_table_ref(database, table)}\n(\n"
-        f"    {columns}\n)\nENGINE = MergeTree\nORDER BY ({order_by})\n"
-        f"SETTINGS non_replicated_deduplication_window = {dedup_window}"
-    )
-
-
-# ---- the sink -----------------------------------------------------------------------------------
-
-
-def _prepare_data_dir(path: str) -> None:
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise ClickHouseSinkError(
-            f"chDB data path {path} is a file, not a directory: point chdb:// at a directory"
-        )
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as ex:
-        raise ClickHouseSinkError(
-            f"cannot create chDB data directory {path}: {ex.strerror or ex}; "
-            "choose a writable directory in the chdb:// URL"
-        ) from None
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise ClickHouseSinkError(
-            f"chDB data directory {path} is not writable by this user: fix its permissions "
-            "or choose another directory in the chdb:// URL"
-        )
-
-
-def _status_locked_elsewhere(path: str) -> bool:
-    """True when another process holds ClickHouse's lock on ``<path>/status``."""
-    status = Path(path) / "status"
-    if not status.is_file():
-        return False
-    try:
-        with status.open("rb") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    except OSError:
-        return False
-    return False
-
-
-def _engine_open_error(path: str, ex: Exception) -> ClickHouseSinkError:
-    text = str(ex)
-    if "already initialized with path" in text:
-        match = re.search(r"path '([^']*)'", text)
-        other = match.group(1) if match else "another path"
-        return ClickHouseSinkError(
-            f"cannot open chDB at {path}: this process already runs the chDB engine on {other}, "
-            "and chDB allows one data path per process. Close every client on that path first, "
-            "use the same path, or use a ClickHouse server (http://...) to run in parallel"
-        )
-    if _status_locked_elsewhere(path):
-        return ClickHouseSinkError(
-            f"chDB data path {path} is in use by another process (chDB allows one process per "
-            "data path): wait for that run to finish, or use a ClickHouse server (http://...) "
-            "for parallel runs",
-            retryable=True,
-        )
-    return ClickHouseSinkError(f"cannot open chDB at {path}: {text}")
 
 
 class ClickHouseSink:
@@ -335,11 +116,7 @@ class ClickHouseSink:
         target = parse_url(url)
         if target.embedded:
             assert target.path is not None
-            _prepare_data_dir(target.path)
-            try:
-                client = clickhouse_connect.get_client(interface="chdb", path=target.path)
-            except CHError as ex:
-                raise _engine_open_error(target.path, ex) from None
+            client = open_embedded(target.path)
         else:
             try:
                 client = clickhouse_connect.get_client(
@@ -353,14 +130,16 @@ class ClickHouseSink:
                     send_receive_timeout=send_receive_timeout,
                 )
             except OperationalError as ex:
+                reason = scrub_password(ex, target)
                 raise ClickHouseSinkError(
-                    f"cannot reach ClickHouse at {target.display}: {_scrub(ex, target)}. Check "
+                    f"cannot reach ClickHouse at {target.display}: {reason}. Check "
                     "the host and port, that the server is running and reachable from here",
                     retryable=True,
                 ) from None
             except CHError as ex:
+                reason = scrub_password(ex, target)
                 raise ClickHouseSinkError(
-                    f"cannot connect to ClickHouse at {target.display}: {_scrub(ex, target)}. "
+                    f"cannot connect to ClickHouse at {target.display}: {reason}. "
                     "Check the user name, password and database in the URL",
                     code=ex.code,
                 ) from None
@@ -387,41 +166,11 @@ class ClickHouseSink:
 
     # ---- errors ---------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def _errors(
         self, action: str, database: str | None = None, table: str | None = None
-    ) -> Iterator[None]:
-        try:
-            yield
-        except OperationalError as ex:
-            raise ClickHouseSinkError(
-                f"{action}: cannot reach ClickHouse at {self.target} ({ex}); check that the "
-                "server is running and reachable",
-                retryable=True,
-            ) from ex
-        except CHError as ex:
-            code = ex.code
-            where = f"{database}.{table}" if table else database
-            if code == _UNKNOWN_TABLE:
-                message = (
-                    f"{action}: table {where} does not exist on {self.target}; create it first "
-                    "with ensure_table() (the pipeline's setup step) or fix the table name"
-                )
-            elif code == _UNKNOWN_DATABASE:
-                message = (
-                    f"{action}: database {database} does not exist on {self.target}; create it "
-                    "with ensure_table() or fix the database name"
-                )
-            elif code == _READONLY:
-                message = (
-                    f"{action}: ClickHouse at {self.target} is read-only for this user; use a "
-                    f"user allowed to write ({ex})"
-                )
-            else:
-                message = f"{action} on {self.target} failed: {ex}"
-            raise ClickHouseSinkError(
-                message, code=code, retryable=code in _RETRYABLE_CODES
-            ) from ex
+    ) -> contextlib.AbstractContextManager[None]:
+        """Driver errors raised inside, re-raised as ClickHouseSinkError naming this target."""
+        return explained_errors(action, self.target, database, table)
 
     # ---- DDL ------------------------------------------------------------------------------------
 
@@ -443,95 +192,7 @@ class ClickHouseSink:
         with self._errors("creating the table", database, table):
             self._client.command(db_sql)
             self._client.command(table_sql)
-            self._check_table(database, table, schema)
-
-    def _check_table(self, database: str, table: str, schema: TableSchema) -> None:
-        found = self._client.query(
-            "SELECT engine, engine_full FROM system.tables "
-            "WHERE database = {db:String} AND name = {tb:String}",
-            parameters={"db": database, "tb": table},
-        ).result_rows
-        if not found:
-            raise ClickHouseSinkError(f"table {database}.{table} was not created on {self.target}")
-        engine, engine_full = found[0]
-        if not engine.endswith("MergeTree"):
-            raise ClickHouseSinkError(
-                f"table {database}.{table} uses engine {engine}, which cannot deduplicate "
-                "inserts: use a MergeTree-family table (or drop it and let ensure_table create it)"
-            )
-        self._check_window(database, table, engine, engine_full)
-        existing = dict(
-            self._client.query(
-                "SELECT name, type FROM system.columns "
-                "WHERE database = {db:String} AND table = {tb:String}",
-                parameters={"db": database, "tb": table},
-            ).result_rows
-        )
-        missing = [c for c in schema.all_columns if c.name not in existing]
-        mismatched = [
-            (c, existing[c.name])
-            for c in schema.all_columns
-            if c.name in existing and not self._same_type(c.sql_type, existing[c.name])
-        ]
-        if missing or mismatched:
-            problems = []
-            if missing:
-                problems.append(
-                    "missing columns: " + ", ".join(f"{c.name} {c.sql_type}" for c in missing)
-                )
-            if mismatched:
-                problems.append(
-                    "mismatched types: "
-                    + ", ".join(
-                        f"{c.name} is {actual} in the table but declared {c.sql_type}"
-                        for c, actual in mismatched
-                    )
-                )
-            raise ClickHouseSinkError(
-                f"table {database}.{table} exists but does not match the declared schema ("
-                + "; ".join(problems)
-                + "). Migrate it (ALTER TABLE ... ADD/MODIFY COLUMN), fix the declared schema, "
-                "or use another table name"
-            )
-        extra = sorted(set(existing) - set(schema.column_names))
-        if extra:
-            logger.info("table %s.%s has undeclared columns %s", database, table, extra)
-
-    def _check_window(self, database: str, table: str, engine: str, engine_full: str) -> None:
-        replicated = engine.startswith(("Replicated", "Shared"))
-        setting = (
-            "replicated_deduplication_window"
-            if replicated
-            else "non_replicated_deduplication_window"
-        )
-        match = re.search(rf"\b{setting}\s*=\s*(\d+)", engine_full)
-        if match:
-            window = int(match.group(1))
-        else:
-            rows = self._client.query(
-                "SELECT value FROM system.merge_tree_settings WHERE name = {n:String}",
-                parameters={"n": setting},
-            ).result_rows
-            window = int(rows[0][0]) if rows else 0
-        if window < 1:
-            raise ClickHouseSinkError(
-                f"table {database}.{table} has {setting} = 0, so ClickHouse would not drop "
-                "re-sent chunks and retries would duplicate rows. Run: ALTER TABLE "
-                f"{_table_ref(database, table)} MODIFY SETTING {setting} = "
-                f"{DEFAULT_DEDUP_WINDOW}"
-            )
-
-    def _same_type(self, declared: str, actual: str) -> bool:
-        if declared == actual:
-            return True
-        # The server's spelling decides, e.g. for aliases it resolves differently per version.
-        with contextlib.suppress(CHError):
-            normalized = self._client.query(
-                "SELECT toTypeName(defaultValueOfTypeName({t:String}))",
-                parameters={"t": declared},
-            ).result_rows[0][0]
-            return normalized == actual
-        return False
+            check_table(self._client, database, table, schema, target=self.target)
 
     # ---- inserts --------------------------------------------------------------------------------
 
@@ -581,7 +242,7 @@ class ClickHouseSink:
         without rows sends nothing (there is nothing to deduplicate). Whether ClickHouse kept or
         dropped the block is not reported back; see :meth:`offsets_in_table`.
         """
-        ref = _table_ref(database, table)
+        ref = table_ref(database, table)
         if isinstance(columns, pa.Table):
             validate_identifiers(columns.column_names, "column name")
             settings = self.insert_settings(dedup_token)
@@ -650,7 +311,7 @@ class ClickHouseSink:
         where, params = self._source_filter(src, topic, partition, within)
         with self._errors("reading offsets", database, table):
             result = self._client.query(
-                f"SELECT {offset}, count() FROM {_table_ref(database, table)} WHERE {where} "
+                f"SELECT {offset}, count() FROM {table_ref(database, table)} WHERE {where} "
                 f"GROUP BY {offset} ORDER BY {offset}",
                 parameters=params,
             )
@@ -667,7 +328,7 @@ class ClickHouseSink:
     ) -> int:
         """Rows in the table, or in one topic / topic-partition of it."""
         src = source or SourceColumns()
-        sql = f"SELECT count() FROM {_table_ref(database, table)}"
+        sql = f"SELECT count() FROM {table_ref(database, table)}"
         params: dict[str, Any] = {}
         if topic is not None:
             where, params = self._source_filter(src, topic, partition, None)
@@ -691,10 +352,3 @@ class ClickHouseSink:
             clauses.append(f"{offset} >= {{start:Int64}} AND {offset} < {{end:Int64}}")
             params.update(start=within.start, end=within.end)
         return " AND ".join(clauses), params
-
-
-def _scrub(ex: Exception, target: ClickHouseTarget) -> str:
-    text = str(ex)
-    if target.password:
-        text = text.replace(target.password, "***")
-    return text
