@@ -23,15 +23,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eos_pipeline.stack.services import (
-    ServiceStatus,
-    Stack,
-    StackConfig,
-    StackError,
-    _wait,
-    find_java,
-    kafka_ready,
-)
+from eos_pipeline.stack.config import ServiceStatus, StackConfig, StackError
+from eos_pipeline.stack.kafka_broker import kafka_ready
+from eos_pipeline.stack.processes import find_java, wait_ready
+from eos_pipeline.stack.services import Stack
 
 MIRROR_MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
 #: Topic produced on every cluster to prove that both flows replicate (no dot: MM2's default
@@ -269,7 +264,7 @@ class _MirrorMakerProcess(Stack):
             self.mirror.mirror_heap,
         )
         self.say(f"starting mirrormaker (pid {pid}) ...")
-        _wait("mirrormaker", probe, pid, self.log_path("mirrormaker"), timeout=timeout)
+        wait_ready("mirrormaker", probe, pid, self.log_path("mirrormaker"), timeout=timeout)
 
 
 class ReplicationProbe:
@@ -419,7 +414,7 @@ class MirrorStack:
         try:
             if pid := self._mirror._running_pid("mirrormaker"):
                 self.say(f"mirrormaker already running (pid {pid}); checking replication")
-                _wait(
+                wait_ready(
                     "mirrormaker replication",
                     probe,
                     pid,

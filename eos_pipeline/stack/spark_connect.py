@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from eos_pipeline.stack.artifacts import default_cache_dir, ensure_bundle
-from eos_pipeline.stack.services import StackConfig, StackError, _tail, _wait
+from eos_pipeline.stack.config import StackConfig, StackError
+from eos_pipeline.stack.processes import log_tail, wait_ready
 
 if TYPE_CHECKING:
     from eos_pipeline.stack.services import Stack
@@ -323,7 +324,7 @@ def _start_master(stack: Stack) -> None:
     pid = _launch(stack, MASTER, command, _env(cfg, daemon=True))
     stack.say(f"starting {MASTER} (pid {pid}) ...")
     log = stack.log_path(MASTER)
-    _wait(MASTER, lambda: _port_open(cfg.host, cfg.spark_master_port), pid, log, timeout=120)
+    wait_ready(MASTER, lambda: _port_open(cfg.host, cfg.spark_master_port), pid, log, timeout=120)
     stack.say(f"{MASTER} ready at {cfg.spark_master_url}")
 
 
@@ -353,7 +354,7 @@ def _start_worker(stack: Stack, name: str) -> None:
     since = log.stat().st_size if log.exists() else 0
     pid = _launch(stack, name, command, _env(cfg, daemon=True))
     stack.say(f"starting {name} (pid {pid}) ...")
-    _wait(
+    wait_ready(
         name,
         lambda: _log_has(log, since, "Successfully registered with master"),
         pid,
@@ -386,13 +387,13 @@ def _start_connect(stack: Stack) -> None:
     log = stack.log_path(CONNECT)
     errors: list[str] = []
     try:
-        _wait(CONNECT, lambda: connect_ready(url, errors), pid, log, timeout=300)
+        wait_ready(CONNECT, lambda: connect_ready(url, errors), pid, log, timeout=300)
     except StackError as exc:
         if errors:
             raise StackError(f"{exc}\nLast answer of the probe query: {errors[-1]}") from None
         raise
     except Exception as exc:  # a client-side failure: say where the server's log is
-        raise StackError(f"{CONNECT}: readiness probe failed: {exc}\n{_tail(log)}") from exc
+        raise StackError(f"{CONNECT}: readiness probe failed: {exc}\n{log_tail(log)}") from exc
     stack.say(f"{CONNECT} ready at {url} in {time.monotonic() - began:.1f}s")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from eos_pipeline.stack import services
+from eos_pipeline.stack import kafka_broker
 from eos_pipeline.stack.services import (
     Stack,
     StackConfig,
@@ -114,5 +114,5 @@ def test_zookeeper_answers_kazoo_create_read_versioned_set(zookeeper_hosts: str)
 def test_kafka_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
     """The storage tool reads ``-t -abc...`` as an option; such draws must be redrawn."""
     draws = iter([b"\xf8" + bytes(15), bytes(16)])  # base64 of 0xf8... starts with "-"
-    monkeypatch.setattr(services.uuid, "uuid4", lambda: type("U", (), {"bytes": next(draws)})())
-    assert services._kafka_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+    monkeypatch.setattr(kafka_broker.uuid, "uuid4", lambda: type("U", (), {"bytes": next(draws)})())
+    assert kafka_broker.kafka_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"

@@ -1,0 +1,99 @@
+"""What the local stack is asked to run: hosts, ports, heaps and where its state lives.
+
+Kept apart from the process code so the CLI, the demo and the tests can build and read a
+configuration (defaults, then ``EOS_*`` variables, then flags) without starting anything.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class StackError(RuntimeError):
+    """The stack could not be started, checked or stopped; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    state_dir: Path = field(default_factory=lambda: Path(".state/stack").resolve())
+    host: str = "127.0.0.1"
+    zookeeper_port: int = 2181
+    kafka_port: int = 9092
+    controller_port: int = 9093
+    cache_dir: Path | None = None
+    kafka_heap: str = "768m"
+    zookeeper_heap: str = "256m"
+    #: Start the Spark Connect server too (off by default: most callers need only Kafka).
+    spark: bool = False
+    spark_connect_port: int = 15002
+    #: Heap of the Connect server's driver (and of each executor on a standalone cluster).
+    spark_memory: str = "2g"
+    #: Cores of ``local[N]``, or of each standalone worker.
+    spark_cores: int = 2
+    #: 0: the Connect server runs Spark in local mode; N: a standalone master and N workers.
+    spark_workers: int = 0
+    spark_master_port: int = 7077
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> StackConfig:
+        """Defaults, then ``EOS_*`` environment variables, then explicit overrides (CLI flags)."""
+        env = os.environ
+        values: dict[str, object] = {}
+        if "EOS_STACK_DIR" in env:
+            values["state_dir"] = Path(env["EOS_STACK_DIR"]).resolve()
+        for key, var in (
+            ("zookeeper_port", "EOS_ZOOKEEPER_PORT"),
+            ("kafka_port", "EOS_KAFKA_PORT"),
+            ("controller_port", "EOS_KAFKA_CONTROLLER_PORT"),
+            ("spark_connect_port", "EOS_SPARK_CONNECT_PORT"),
+            ("spark_master_port", "EOS_SPARK_MASTER_PORT"),
+        ):
+            if var in env:
+                try:
+                    values[key] = int(env[var])
+                except ValueError:
+                    raise StackError(f"{var}={env[var]!r} is not a port number") from None
+        for key, var in (
+            ("spark_cores", "EOS_SPARK_CORES"),
+            ("spark_workers", "EOS_SPARK_WORKERS"),
+        ):
+            if var in env:
+                try:
+                    values[key] = int(env[var])
+                except ValueError:
+                    raise StackError(f"{var}={env[var]!r} is not a whole number") from None
+        if "EOS_SPARK_MEMORY" in env:
+            values["spark_memory"] = env["EOS_SPARK_MEMORY"]
+        if "EOS_SPARK" in env:
+            values["spark"] = env["EOS_SPARK"].strip().lower() in ("1", "true", "yes", "on")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "state_dir" in values:
+            values["state_dir"] = Path(str(values["state_dir"])).resolve()
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def zookeeper_hosts(self) -> str:
+        return f"{self.host}:{self.zookeeper_port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def spark_connect_url(self) -> str:
+        return f"sc://{self.host}:{self.spark_connect_port}"
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://{self.host}:{self.spark_master_port}"
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    running: bool
+    pid: int | None
+    endpoint: str
+    log: Path
