@@ -341,8 +341,9 @@ def run_demo(
     finally:
         store.close()
         instance.dispose()
+        stopping = time.monotonic()
         stop_dagster(process)
-        say("dagster stopped")
+        say(f"dagster stopped in {time.monotonic() - stopping:.1f}s")
         if args.down:
             stack.down()
         else:
@@ -357,8 +358,8 @@ def print_table(
     ends: dict[int, int],
     counts: dict[str, dict[int, list[int]]],
 ) -> None:
+    from eos_pipeline.adapters.dlq import dead_letter_offsets
     from eos_pipeline.core.offsets import TopicPartition
-    from eos_pipeline.defs.proof import dead_letter_offsets
 
     topic = pipeline.kafka.topics[0]
     dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)

@@ -130,7 +130,7 @@ def _backfill_then_settle(
             "hudi_path": pipeline.hudi.path,
         }
     )
-    from eos_pipeline.defs.proof import dead_letter_offsets
+    from eos_pipeline.adapters.dlq import dead_letter_offsets
 
     dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
     return {

@@ -144,3 +144,16 @@ def read_dead_letters(
     finally:
         consumer.close()
     return out
+
+
+def dead_letter_offsets(
+    kafka: KafkaSettings, dlq_topic: str, pipeline: str
+) -> dict[TopicPartition, set[int]]:
+    """Source offsets sent to the dead-letter topic by ``pipeline``, per source partition."""
+    out: dict[TopicPartition, set[int]] = {}
+    for h in read_dead_letters(kafka, dlq_topic):
+        if h.get("eos.pipeline") != pipeline:
+            continue
+        tp = TopicPartition(h["eos.source.topic"], int(h["eos.source.partition"]))
+        out.setdefault(tp, set()).add(int(h["eos.source.offset"]))
+    return out

@@ -3,20 +3,44 @@
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import os
 import warnings
+from collections.abc import Iterator
 
 import dagster as dg
 
-from eos_pipeline.defs.assets import HooksFor, iter_pipeline_assets
-from eos_pipeline.defs.config import PipelinesFile
+from eos_pipeline.defs.assets import (
+    CLICKHOUSE_SINK,
+    HooksFor,
+    clickhouse_asset,
+    hudi_asset,
+    hudi_pool,
+)
+from eos_pipeline.defs.checks import clickhouse_check, hudi_check
+from eos_pipeline.defs.config import Pipeline, PipelinesFile
 from eos_pipeline.defs.resources import build_resources, chdb_path
 from eos_pipeline.defs.sensors import clickhouse_lag_sensor, hudi_lag_sensor, partitions_sensor
 from eos_pipeline.defs.topics import topic_specs, topics_sensor
+from eos_pipeline.sinks.hooks import NO_HOOKS
 
 SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
 #: Pool of every ClickHouse step on an embedded chDB path: one process per data path, so those
 #: runs are serialized (``dagster.yaml`` gives every pool one slot). Covers runs from sensors,
 #: backfills and the UI alike.
 CHDB_POOL = "chdb"
+
+
+def iter_pipeline_assets(
+    pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
+) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
+    """Each sink's asset followed by its exactly-once check."""
+    if pipeline.clickhouse is not None:
+        yield clickhouse_asset(
+            pipeline, clickhouse_pool, hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
+        )
+        yield clickhouse_check(pipeline, clickhouse_pool)
+    if pipeline.hudi is not None:
+        pool = hudi_pool(pipeline)
+        yield hudi_asset(pipeline, pool, hooks(pipeline, "hudi") if hooks else NO_HOOKS)
+        yield hudi_check(pipeline, pool)
 
 
 def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:

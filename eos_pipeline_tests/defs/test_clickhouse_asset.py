@@ -8,11 +8,11 @@ import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
 
+from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.proof import dead_letter_offsets
 
 from .conftest import Rig
 

@@ -14,13 +14,13 @@ from dagster._core.storage.tags import (
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.hudi import completed_commits
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.assets import CHECK_NAME, hudi_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.proof import dead_letter_offsets
 from eos_pipeline.defs.sensors import HUDI_TABLE_TAG
 
 from .conftest import Rig

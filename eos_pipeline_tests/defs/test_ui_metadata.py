@@ -15,20 +15,19 @@ from dagster._core.storage.tags import (
 )
 
 from eos_pipeline.core.offsets import OffsetRange
+from eos_pipeline.core.proof import compare
 from eos_pipeline.defs.assets import (
     CHECK_NAME,
-    ROW_COUNT_KEY,
     _package_version,
-    _per_partition,
-    check_events,
     clickhouse_key,
     code_version,
     hudi_key,
 )
 from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.checks import check_events
 from eos_pipeline.defs.config import ConfigError, parse_config
+from eos_pipeline.defs.metadata import ROW_COUNT_KEY, per_partition
 from eos_pipeline.defs.partitions import keys_for, parse_partition_key
-from eos_pipeline.defs.proof import compare
 
 from .conftest import pipeline_yaml
 
@@ -41,7 +40,7 @@ BAD = {1}
 
 
 def _table(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    _per_partition(
+    per_partition(
         context,
         {
             key: {"records_read": READ[parse_partition_key(key).partition], ROW_COUNT_KEY: 7}

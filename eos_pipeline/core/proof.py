@@ -1,11 +1,11 @@
-"""The exactly-once proof for one topic-partition, on the data (what the asset checks run).
+"""The exactly-once proof for one topic-partition, on the data (what the asset checks decide).
 
-Over the committed range ``[start, position)`` of a sink, the offsets read back from Kafka
+Over the committed range ``[start, position)`` of a sink, the offsets Kafka holds there
 (read_committed) minus the ones sent to the dead-letter topic must appear in the table exactly
 once each, and nothing else may appear there. Duplicates, gaps and unexpected offsets are counted
 and a few examples kept, so a failed check says what to look at.
 
-The comparison is pure; the readers that feed it live next to it and are small.
+Pure: the callers read Kafka, the dead-letter topic and the table, and pass the offsets in.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from eos_pipeline.adapters.dlq import read_dead_letters
-from eos_pipeline.adapters.kafka import KafkaSettings, read_range
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+
+__all__ = ["EXAMPLES", "PartitionProof", "compare"]
 
 EXAMPLES = 10
 
@@ -95,27 +95,3 @@ def compare(
         gaps=sorted(expected - rows.keys()),
         unexpected=sorted(rows.keys() - expected),
     )
-
-
-def kafka_offsets(kafka: KafkaSettings, tp: TopicPartition, committed: OffsetRange) -> list[int]:
-    """The offsets Kafka holds in ``committed`` (read_committed: no aborted records, no markers)."""
-    return read_range(kafka, tp, committed).offsets
-
-
-def dead_letter_offsets(
-    kafka: KafkaSettings, dlq_topic: str, pipeline: str
-) -> dict[TopicPartition, set[int]]:
-    """Source offsets sent to the dead-letter topic by ``pipeline``, per source partition."""
-    out: dict[TopicPartition, set[int]] = {}
-    for h in read_dead_letters(kafka, dlq_topic):
-        if h.get("eos.pipeline") != pipeline:
-            continue
-        tp = TopicPartition(h["eos.source.topic"], int(h["eos.source.partition"]))
-        out.setdefault(tp, set()).add(int(h["eos.source.offset"]))
-    return out
-
-
-def markdown_table(header: list[str], rows: Iterable[Iterable[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
