@@ -36,7 +36,12 @@ from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import lag
 from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.metadata import ROW_COUNT_KEY, markdown_table, per_partition
+from eos_pipeline.defs.metadata import (
+    ROW_COUNT_KEY,
+    markdown_table,
+    per_partition,
+    quiet_when_idle,
+)
 from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
 from eos_pipeline.defs.resources import kafka_resource_key
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
@@ -225,7 +230,8 @@ def clickhouse_asset(
         description=(
             f"Topic(s) {', '.join(pipeline.kafka.topics)} in ClickHouse table "
             f"{spec.database}.{spec.table}, exactly once per Kafka offset (keeper state machine "
-            "+ insert deduplication tokens). One partition per Kafka topic-partition."
+            "+ insert deduplication tokens). One partition per Kafka topic-partition. A run or "
+            "backfill of a caught-up partition reads nothing and records no activity numbers."
         ),
         metadata=clickhouse_definition_metadata(pipeline),
         owners=pipeline.owners or None,
@@ -301,8 +307,8 @@ def clickhouse_asset(
             "lag_after": sum(row[8] for row in rows),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
-        per_partition(
-            context,
+        metadata, partition_values = quiet_when_idle(
+            metadata,
             {
                 row[0]: {
                     "offset_range": row[1],
@@ -318,6 +324,7 @@ def clickhouse_asset(
                 for row in rows
             },
         )
+        per_partition(context, partition_values)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 
@@ -344,7 +351,9 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         kinds={"hudi", "spark", "kafka"},
         description=(
             f"Topic {topic} in Hudi table {hudi.table} ({hudi.table_type}) at {hudi.path}. All "
-            "partitions of a run are ONE Hudi commit whose metadata carries the Kafka checkpoint."
+            "partitions of a run are ONE Hudi commit whose metadata carries the Kafka checkpoint. "
+            "A run or backfill of caught-up partitions makes no commit and records no activity "
+            "numbers."
         ),
         metadata=hudi_definition_metadata(pipeline),
         owners=pipeline.owners or None,
@@ -426,8 +435,8 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         row_counts = (
             _hudi_row_counts(spark, hudi.path, pipeline, sorted(report.ranges)) if exists else None
         )
-        per_partition(
-            context,
+        metadata, partition_values = quiet_when_idle(
+            metadata,
             {
                 partition_key(tp): {
                     "offset_range": str(r),
@@ -442,6 +451,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
                 if partition_key(tp) in context.partition_keys
             },
         )
+        per_partition(context, partition_values)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 

@@ -26,3 +26,41 @@ def per_partition(
     """
     for key, metadata in values.items():
         context.add_asset_metadata(dict(metadata), partition_key=key)
+
+
+#: Numbers that count what a run did (plotted over time on the asset page).
+ACTIVITY_KEYS = (
+    "records_read",
+    "inserted",
+    "skipped",
+    "cropped",
+    "dead_letters",
+    "commit_records_read",
+    "commit_inserted",
+    "commit_dead_letters",
+)
+IDLE_CASE = (
+    "caught up: nothing to read, nothing written (a backfill or run of a caught-up partition "
+    "does nothing; the last write is in an earlier materialization)"
+)
+
+
+def quiet_when_idle(
+    metadata: dict[str, Any], partitions: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A run that read nothing records its state (position, lag, rows) but no activity numbers.
+
+    Dagster turns every run into a materialization; zeros from a backfill of a caught-up
+    partition would be plotted next to real runs and read as a collapse. Without the keys, the
+    plots keep only real points and the event says plainly that nothing happened. A run that
+    did anything keeps its zeros per partition (a partition's numbers override the run's, they
+    cannot remove them).
+    """
+    if any(metadata.get(key) for key in ACTIVITY_KEYS):
+        return metadata, partitions
+    quiet = {k: v for k, v in metadata.items() if k not in ACTIVITY_KEYS}
+    quiet["case"] = IDLE_CASE
+    return quiet, {
+        key: {k: v for k, v in values.items() if k not in ACTIVITY_KEYS} | {"case": IDLE_CASE}
+        for key, values in partitions.items()
+    }
