@@ -16,9 +16,11 @@ the run key: each failure yields a fresh key. After ``max_attempts`` failures fr
 the planner stops asking and says so (a warning naming the partition, the position and the last
 failed run), so a permanent error never becomes a crash loop.
 
-* ClickHouse (:func:`plan_clickhouse`): one run per lagging partition; partitions left in
-  ``BEFORE`` (a run died mid-step) first, with a higher ``dagster/priority``, so they recover
-  first; at most :data:`MAX_RUNS_PER_TICK` runs per evaluation.
+* ClickHouse (:func:`plan_clickhouse`): on a server, one run per lagging partition, side by
+  side; partitions left in ``BEFORE`` (a run died mid-step) first, with a higher
+  ``dagster/priority``, so they recover first; at most :data:`MAX_RUNS_PER_TICK` runs per
+  evaluation. On an embedded chDB path (one process at a time), ONE key-range run over all
+  lagging partitions (:func:`clickhouse_range_run`), which handles ``BEFORE`` ones first.
 * Hudi (:func:`plan_hudi`): one table takes one writer at a time, so all lagging partitions go
   into ONE run over a key range of the dynamic partitions (Dagster's range tags), which the
   asset turns into one commit.
@@ -32,11 +34,12 @@ import hashlib
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from eos_pipeline.core.dedup import SinkState
+from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.partition_keys import keys_for, parse_partition_key, partition_key
 from eos_pipeline.core.positions import (
     Reset,
+    Standing,
     checkpoint_state,
     needs_log_start,
     standing,
@@ -63,6 +66,7 @@ __all__ = [
     "RunInfo",
     "TopicState",
     "clickhouse_needs_log_starts",
+    "clickhouse_range_run",
     "failures_by_start",
     "given_up_message",
     "hudi_blocked",
@@ -71,6 +75,7 @@ __all__ = [
     "plan_clickhouse",
     "plan_hudi",
     "plan_new_partitions",
+    "recovery_order",
     "stray_keys",
 ]
 
@@ -241,18 +246,63 @@ def plan_clickhouse(
     max_attempts: int,
     reset: Reset,
     chdb_path: str | None = None,
+    ordered_keys: Sequence[str] | None = None,
     max_runs: int = MAX_RUNS_PER_TICK,
 ) -> Plan:
-    """One run per lagging partition of ``topics``; ``BEFORE`` partitions first.
+    """The runs that catch the lagging partitions of ``topics`` up; ``BEFORE`` partitions first.
+
+    On a ClickHouse server (no ``chdb_path``): one run per lagging partition, side by side.
+    On an embedded chDB path runs are serialized anyway, so a run per partition would only add
+    a queue wait and a process start per partition: ONE run over a key range of the dynamic
+    partitions (:func:`clickhouse_range_run`), needing ``ordered_keys``.
 
     Left alone: partitions not (yet) known as Dagster partitions, with a run in flight
     (``busy``), caught up, or given up after ``max_attempts`` failed runs from their current
     state. With ``reset: latest`` a partition whose keeper record holds no state yet is left
     alone too: a run has taken it and pins its start with its first write.
     """
+    if chdb_path is not None and ordered_keys is not None:
+        return clickhouse_range_run(
+            sink,
+            topics,
+            ordered_keys=ordered_keys,
+            busy=busy,
+            failures=failures,
+            max_attempts=max_attempts,
+            reset=reset,
+            chdb_path=chdb_path,
+        )
     recover: list[PlannedRun] = []
     behind: list[PlannedRun] = []
     given_up: list[str] = []
+    for key, end, where in _clickhouse_lagging(topics, known, busy, reset):
+        start = f"{where.phase}:{where.position}"
+        failed = failures.get((key, start))
+        if failed is not None and failed.count >= max_attempts:
+            given_up.append(given_up_message(f"{key} ({sink})", start, failed, max_attempts))
+            continue
+        tags = {
+            SINK_TAG: sink,
+            SINK_PARTITION_TAG: f"{sink}.{key}",
+            PRIORITY_TAG: RECOVERY_PRIORITY if where.recovering else NORMAL_PRIORITY,
+            START_STATE_TAG: start,
+        }
+        if chdb_path:
+            tags[CHDB_PATH_TAG] = chdb_path
+        run = PlannedRun(
+            run_key=f"{sink}:{key}:{start}:{end}{_retry_suffix(failed)}",
+            tags=tags,
+            partition_key=key,
+        )
+        (recover if where.recovering else behind).append(run)
+    runs = (recover + behind)[:max_runs]
+    return _plan(runs, given_up, "every partition is caught up (or has a run in flight)")
+
+
+def _clickhouse_lagging(
+    topics: Iterable[TopicState], known: Collection[str], busy: Collection[str], reset: Reset
+) -> Iterator[tuple[str, int, Standing]]:
+    """``(key, end, standing)`` of every lagging known partition without a run in flight."""
     for topic in topics:
         lows = topic.log_starts or {}
         for p, end, key in _clickhouse_candidates(topic, known, busy):
@@ -260,29 +310,72 @@ def plan_clickhouse(
             if state is None and reset == "latest" and p in topic.records:
                 continue
             where = standing(state, reset, end=end, log_start=lows.get(p))
-            if not where.lagging:
-                continue
-            start = f"{where.phase}:{where.position}"
-            failed = failures.get((key, start))
-            if failed is not None and failed.count >= max_attempts:
-                given_up.append(given_up_message(f"{key} ({sink})", start, failed, max_attempts))
-                continue
-            tags = {
-                SINK_TAG: sink,
-                SINK_PARTITION_TAG: f"{sink}.{key}",
-                PRIORITY_TAG: RECOVERY_PRIORITY if where.recovering else NORMAL_PRIORITY,
-                START_STATE_TAG: start,
-            }
-            if chdb_path:
-                tags[CHDB_PATH_TAG] = chdb_path
-            run = PlannedRun(
-                run_key=f"{sink}:{key}:{start}:{end}{_retry_suffix(failed)}",
-                tags=tags,
-                partition_key=key,
-            )
-            (recover if where.recovering else behind).append(run)
-    runs = (recover + behind)[:max_runs]
-    return _plan(runs, given_up, "every partition is caught up (or has a run in flight)")
+            if where.lagging:
+                yield key, end, where
+
+
+def clickhouse_range_run(
+    sink: str,
+    topics: Iterable[TopicState],
+    *,
+    ordered_keys: Sequence[str],
+    busy: Collection[str],
+    failures: Mapping[tuple[str, str], Failures],
+    max_attempts: int,
+    reset: Reset,
+    chdb_path: str,
+) -> Plan:
+    """ONE run over every lagging partition of a chDB-backed table, or a skip reason.
+
+    A Dagster key range is contiguous in ``ordered_keys`` (the order partitions were added),
+    while lagging partitions need not be: the run covers the range from the first to the last
+    lagging one, and the caught-up partitions in between cost one keeper read and one offset
+    request each, no insert (one run is much cheaper than a process start per gap). Inside
+    the run, partitions in ``BEFORE`` are caught up first (:func:`recovery_order`), and the
+    run gets the recovery priority if any partition recovers.
+
+    While any run of the sink is queued or running, nothing is asked for: the chDB path takes
+    one process at a time, and the next tick covers whatever arrived meanwhile. Failed range
+    runs are counted under :data:`ANY_PARTITION` and a digest of the lagging partitions'
+    states, like Hudi's table runs.
+    """
+    if busy:
+        return Plan(skip_reason=f"a run writing {sink} is queued or running")
+    order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
+    lagging = list(_clickhouse_lagging(topics, order, (), reset))
+    if not lagging:
+        return Plan(skip_reason="every partition is caught up (or has a run in flight)")
+    lagging.sort(key=lambda item: order[item[0]])
+    state = ",".join(f"{key}={where.phase}:{where.position}" for key, _, where in lagging)
+    wanted = ",".join(f"{key}={end}" for key, end, _ in lagging)
+    start = "range:" + _digest(state)
+    failed = failures.get((ANY_PARTITION, start))
+    if failed is not None and failed.count >= max_attempts:
+        message = given_up_message(f"{sink} partitions {state}", start, failed, max_attempts)
+        return Plan(given_up=(message,), skip_reason=message)
+    recovering = any(where.recovering for _, _, where in lagging)
+    tags = {
+        SINK_TAG: sink,
+        CHDB_PATH_TAG: chdb_path,
+        RANGE_START_TAG: lagging[0][0],
+        RANGE_END_TAG: lagging[-1][0],
+        PRIORITY_TAG: RECOVERY_PRIORITY if recovering else NORMAL_PRIORITY,
+        START_STATE_TAG: start,
+    }
+    run_key = f"{sink}:{lagging[0][0]}..{lagging[-1][0]}:{_digest(state + '/' + wanted)}"
+    return Plan(runs=(PlannedRun(run_key + _retry_suffix(failed), tags),))
+
+
+def recovery_order(keys: Iterable[str], states: Mapping[str, SinkState | None]) -> list[str]:
+    """The order a multi-partition run catches its partitions up: those left in ``BEFORE``
+    (a run died mid-step) first, then the rest; each group in key order."""
+    ordered = sorted(keys)
+    before = [k for k in ordered if (s := states.get(k)) is not None and s.phase is Phase.BEFORE]
+    return before + [k for k in ordered if k not in set(before)]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------- Hudi

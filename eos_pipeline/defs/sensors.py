@@ -14,7 +14,9 @@ start a JVM.
 Where a sink stands:
 
 * ClickHouse: the keeper record of each partition. A partition left in ``BEFORE`` (a run died
-  mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first.
+  mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first. On
+  an embedded chDB path (one process at a time) all lagging partitions go into one key-range
+  run, which catches the ``BEFORE`` ones up first.
 * Hudi: the Kafka checkpoint that the Hudi asset recorded in its latest materialization's
   metadata. Reading the real checkpoint needs Hudi's Java API (a JVM per evaluation, ~15 s),
   so the sensor reads this copy instead. The copy is written right after the commit, so it can
@@ -177,8 +179,9 @@ def clickhouse_lag_sensor(
         default_status=dg.DefaultSensorStatus.RUNNING,
         required_resource_keys={kafka_key, "keeper"},
         target=dg.AssetSelection.assets(asset),
-        description="Requests a run per partition whose ClickHouse position is behind Kafka's "
-        "last stable offset; partitions left in BEFORE first.",
+        description="Requests runs for the partitions whose ClickHouse position is behind "
+        "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
+        "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         # Typed resource parameters cannot be used here: the Kafka resource's key depends on
@@ -186,7 +189,8 @@ def clickhouse_lag_sensor(
         # in the decorator and as parameters.
         kafka = getattr(context.resources, kafka_key).settings()
         keeper: KeeperResource = context.resources.keeper
-        known = set(context.instance.get_dynamic_partitions(partitions.name))
+        ordered = context.instance.get_dynamic_partitions(partitions.name)
+        known = set(ordered)
         busy = _busy(context.instance, sink)
         topics: list[TopicState] = []
         with keeper.store() as store:
@@ -211,6 +215,7 @@ def clickhouse_lag_sensor(
             max_attempts=pipeline.retry.max_attempts,
             reset=pipeline.reset,
             chdb_path=chdb_path,
+            ordered_keys=ordered,
         )
         requests = [
             dg.RunRequest(

@@ -16,10 +16,15 @@ from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.assets import clickhouse_key
 from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import Retry
+from eos_pipeline.defs.config import PipelinesFile, Retry
 from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.resources import ClickHouseResource
-from eos_pipeline.defs.sensors import PRIORITY_TAG, SINK_PARTITION_TAG, START_STATE_TAG
+from eos_pipeline.defs.resources import ClickHouseResource, chdb_path
+from eos_pipeline.defs.sensors import (
+    CHDB_PATH_TAG,
+    PRIORITY_TAG,
+    SINK_PARTITION_TAG,
+    START_STATE_TAG,
+)
 
 from .conftest import Rig
 
@@ -38,6 +43,31 @@ def _evaluate(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
         return sensor.evaluate_tick(context)
 
 
+def _on_server(config: PipelinesFile) -> PipelinesFile:
+    """The same pipelines with a ClickHouse server instead of chDB (never reached here)."""
+    url = "http://127.0.0.1:1"
+    return config.model_copy(
+        update={"clickhouse": config.clickhouse.model_copy(update={"url": url})}
+    )
+
+
+def _materialize_request(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request, checks: bool = False, **kw
+) -> dg.ExecuteInProcessResult:
+    """Run what the sensor asked for, with its tags (its partition, or its key range)."""
+    asset = defs.assets[0].key
+    selection = dg.AssetSelection.assets(asset)
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks] if checks else defs.assets,
+        selection=selection | dg.AssetSelection.checks_for_assets(asset) if checks else selection,
+        partition_key=request.partition_key,
+        instance=instance,
+        resources=kw.pop("resources", defs.resources),
+        tags=request.tags,
+        **kw,
+    )
+
+
 def _apply_partition_requests(instance: dg.DagsterInstance, result) -> None:
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
@@ -48,6 +78,7 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
 ) -> None:
     rig = make_rig(partitions=2)
     defs = build_definitions(rig.config)
+    server = build_definitions(_on_server(rig.config))  # same keeper and Kafka, no chDB
     name = partitions_name(rig.pipeline)
     with dg.instance_for_test() as instance:
         # 1. the partitions sensor adds one key per Kafka partition, then nothing
@@ -61,36 +92,55 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         lag = f"{rig.pipeline}_clickhouse_lag"
         assert not _evaluate(defs, lag, instance).run_requests
 
-        # 3. records in partition 1 only: exactly one run, for that partition
+        # 3. records in partition 1 only: exactly one run, for that partition (on chDB a
+        # key range of that one partition; on a ClickHouse server a single-partition run)
+        keys = keys_for(rig.topic, 2)
         rig.produce({1: 5})
-        requests = _evaluate(defs, lag, instance).run_requests
-        assert [r.partition_key for r in requests] == [keys_for(rig.topic, 2)[1]]
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        assert request.partition_key_range == dg.PartitionKeyRange(keys[1], keys[1])
+        assert request.tags[CHDB_PATH_TAG] == chdb_path(rig.config.clickhouse.url)
         # the same evaluation again asks for the same run key: Dagster launches it once
-        again = _evaluate(defs, lag, instance).run_requests
-        assert [r.run_key for r in again] == [r.run_key for r in requests]
-        assert requests[0].tags[SINK_PARTITION_TAG].endswith(requests[0].partition_key)
+        (again,) = _evaluate(defs, lag, instance).run_requests
+        assert again.run_key == request.run_key
         # the request names its asset, so the Runs list shows it as the run's target
-        assert requests[0].asset_selection == [clickhouse_key(rig.config.pipelines[0])]
+        assert request.asset_selection == [clickhouse_key(rig.config.pipelines[0])]
+        (single,) = _evaluate(server, lag, instance).run_requests
+        assert single.partition_key == keys[1]
+        assert single.tags[SINK_PARTITION_TAG].endswith(single.partition_key)
+        assert CHDB_PATH_TAG not in single.tags
 
-        # 4. materialize it: caught up, nothing requested any more
-        dg.materialize(
-            defs.assets,
-            selection=dg.AssetSelection.assets(defs.assets[0].key),
-            partition_key=requests[0].partition_key,
-            instance=instance,
-            resources=defs.resources,
-        )
+        # 4. materialize it as the sensor's run: caught up, nothing requested any more
+        _materialize_request(defs, instance, request)
         assert not _evaluate(defs, lag, instance).run_requests
+        assert not _evaluate(server, lag, instance).run_requests
 
-        # 5. a partition left in BEFORE (a run died mid-step) is requested first
+        # 5. a partition left in BEFORE (a run died mid-step) is requested first: on a server
+        # its own run comes first, on chDB the one range run (with the recovery priority)
+        # catches it up before the others
         rig.produce({0: 3, 1: 2})
         with KeeperStateStore(KeeperSettings(hosts=zookeeper_hosts)) as store:
             key = KeeperKey.of(rig.pipeline, "clickhouse", TopicPartition(rig.topic, 1))
             lease = store.acquire(key)
             store.write(lease, 5, 7, Phase.BEFORE.value)
-        requests = _evaluate(defs, lag, instance).run_requests
-        assert [r.partition_key for r in requests] == list(reversed(keys_for(rig.topic, 2)))
+        requests = _evaluate(server, lag, instance).run_requests
+        assert [r.partition_key for r in requests] == list(reversed(keys))
         assert [r.tags[PRIORITY_TAG] for r in requests] == ["10", "0"]
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
+        assert request.tags[PRIORITY_TAG] == "10"
+        result = _materialize_request(defs, instance, request, checks=True)
+        order = [
+            line.split(":")[0]
+            for e in instance.all_logs(result.run_id)
+            if (line := e.user_message or "").startswith(rig.topic) and " read, " in line
+        ]
+        assert order == [keys[1], keys[0]]
+        # one materialization and one passing check per partition, proven on the data
+        assert sorted(e.partition for e in result.get_asset_materialization_events()) == keys
+        evaluations = result.get_asset_check_evaluations()
+        assert sorted(e.partition for e in evaluations) == keys
+        assert all(e.passed for e in evaluations)
+        assert not _evaluate(defs, lag, instance).run_requests
 
         # 6. the topic grows: the new partition appears as a dynamic partition
         admin = admin_client(rig.kafka)
@@ -128,14 +178,8 @@ def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_remove
 def _run_failing(defs: dg.Definitions, instance: dg.DagsterInstance, request) -> str:
     """Run what the sensor asked for, as its run, on a ClickHouse that refuses connections."""
     resources = {**defs.resources, "clickhouse": ClickHouseResource(url="http://127.0.0.1:1")}
-    result = dg.materialize(
-        defs.assets,
-        selection=dg.AssetSelection.assets(defs.assets[0].key),
-        partition_key=request.partition_key,
-        instance=instance,
-        resources=resources,
-        tags=request.tags,
-        raise_on_error=False,
+    result = _materialize_request(
+        defs, instance, request, resources=resources, raise_on_error=False
     )
     assert not result.success
     return result.run_id
@@ -153,7 +197,9 @@ def test_a_failed_run_is_retried_with_a_fresh_key_then_given_up(
             ]
         }
     )
-    defs = build_definitions(config)
+    # single-partition runs (a ClickHouse server); on chDB the same rules hold for range runs
+    defs = build_definitions(_on_server(config))
+    embedded = build_definitions(config)
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
         _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
@@ -180,11 +226,11 @@ def test_a_failed_run_is_retried_with_a_fresh_key_then_given_up(
 
         # an operator's run (no start-state tag) succeeds: the position moves, requests resume
         dg.materialize(
-            defs.assets,
-            selection=dg.AssetSelection.assets(defs.assets[0].key),
+            embedded.assets,
+            selection=dg.AssetSelection.assets(embedded.assets[0].key),
             partition_key=first.partition_key,
             instance=instance,
-            resources=defs.resources,
+            resources=embedded.resources,
         )
         assert not _evaluate(defs, lag, instance).run_requests  # caught up
         rig.produce({0: 3})
