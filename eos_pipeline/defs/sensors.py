@@ -27,10 +27,15 @@ Where a sink stands:
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
 partition-key-range run over the table's dynamic partitions, which the asset's
 ``BackfillPolicy.single_run()`` turns into one ``HudiTableSync.run(partitions=[...])``, i.e.
-one commit. Retries and give-up: see :mod:`eos_pipeline.core.planning`.
+one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` and
+:mod:`eos_pipeline.core.retries`; the failed runs' causes are read by
+:mod:`eos_pipeline.defs.run_failures`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+import time
+from collections.abc import Mapping
+
 import dagster as dg
 
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, partition_count, start_offsets
@@ -47,7 +52,6 @@ from eos_pipeline.core.planning import (
     RunInfo,
     TopicState,
     clickhouse_needs_log_starts,
-    failures_by_start,
     hudi_blocked,
     hudi_needs_log_starts,
     in_flight_keys,
@@ -56,6 +60,7 @@ from eos_pipeline.core.planning import (
     plan_new_partitions,
 )
 from eos_pipeline.core.positions import sink_state
+from eos_pipeline.core.retries import Backoff
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
     checkpoint_from_materialization,
@@ -65,6 +70,7 @@ from eos_pipeline.defs.assets import (
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.partitions import pipeline_partitions
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource_key
+from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
 
 __all__ = [
     "CHDB_PATH_TAG",
@@ -92,7 +98,6 @@ _IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
-_FAILED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
 def _runs(
@@ -105,9 +110,15 @@ def _runs(
     return [RunInfo(run.run_id, dict(run.tags)) for run in runs]
 
 
-def failed_runs(instance: dg.DagsterInstance, sink: str) -> dict[tuple[str, str], Failures]:
-    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query)."""
-    return failures_by_start(_runs(instance, sink, _FAILED, FAILED_RUNS_LOOKBACK))
+def failed_runs(instance: dg.DagsterInstance, sink: str) -> Mapping[tuple[str, str], Failures]:
+    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query), each
+    with the cause of its newest run, read when the planner asks (see ``run_failures``)."""
+    runs, canceled = failed_run_infos(instance, {SINK_TAG: sink}, FAILED_RUNS_LOOKBACK)
+    return DiagnosedFailures(instance, runs, canceled)
+
+
+def _backoff(pipeline: Pipeline) -> Backoff:
+    return Backoff(pipeline.retry.backoff_seconds, pipeline.retry.max_backoff_seconds)
 
 
 def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
@@ -216,6 +227,8 @@ def clickhouse_lag_sensor(
             reset=pipeline.reset,
             chdb_path=chdb_path,
             ordered_keys=ordered,
+            backoff=_backoff(pipeline),
+            now=time.time(),
         )
         requests = [
             dg.RunRequest(
@@ -278,6 +291,8 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             max_attempts=pipeline.retry.max_attempts,
             reset=pipeline.reset,
             log_starts=lows,
+            backoff=_backoff(pipeline),
+            now=time.time(),
         )
         requests = [
             dg.RunRequest(run_key=r.run_key, asset_selection=[asset], tags=r.tags)
