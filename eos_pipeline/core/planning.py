@@ -258,6 +258,7 @@ def plan_clickhouse(
     reset: Reset,
     chdb_path: str | None = None,
     ordered_keys: Sequence[str] | None = None,
+    queued: bool = False,
     max_runs: int = MAX_RUNS_PER_TICK,
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
@@ -267,7 +268,8 @@ def plan_clickhouse(
     On a ClickHouse server (no ``chdb_path``): one run per lagging partition, side by side.
     On an embedded chDB path runs are serialized anyway, so a run per partition would only add
     a queue wait and a process start per partition: ONE run over a key range of the dynamic
-    partitions (:func:`clickhouse_range_run`), needing ``ordered_keys``.
+    partitions (:func:`clickhouse_range_run`), needing ``ordered_keys`` and ``queued`` (a run
+    of the sink waits in Dagster's queue).
 
     Left alone: partitions not (yet) known as Dagster partitions, with a run in flight
     (``busy``), caught up, or given up after ``max_attempts`` failed runs from their current
@@ -284,6 +286,7 @@ def plan_clickhouse(
             max_attempts=max_attempts,
             reset=reset,
             chdb_path=chdb_path,
+            queued=queued,
             backoff=backoff,
             now=now,
         )
@@ -342,6 +345,7 @@ def clickhouse_range_run(
     max_attempts: int,
     reset: Reset,
     chdb_path: str,
+    queued: bool = False,
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
 ) -> Plan:
@@ -354,15 +358,22 @@ def clickhouse_range_run(
     the run, partitions in ``BEFORE`` are caught up first (:func:`recovery_order`), and the
     run gets the recovery priority if any partition recovers.
 
-    While any run of the sink is queued or running, nothing is asked for: the chDB path takes
-    one process at a time, and the next tick covers whatever arrived meanwhile. Failed range
-    runs are counted under :data:`ANY_PARTITION` and a digest of the lagging partitions'
-    states, like Hudi's table runs.
+    The chDB path takes one process at a time. While a run of the sink waits in the queue
+    (``queued``) nothing is asked for: it reads whatever arrived when it starts. While one
+    runs, the next one is asked for and waits behind it (``dagster.yaml``'s chDB limit), so it
+    starts as soon as the path is free rather than a sensor tick later. Partitions with a
+    single-partition run of their own in flight (launched by hand) are left to it.
+
+    Failed range runs are counted under :data:`ANY_PARTITION` and a digest of the lagging
+    partitions' states, like Hudi's table runs. A run planned while another one ran carries
+    the states seen then; if it fails, the next plan starts from the real states and counts
+    afresh: at most one extra attempt, never a skipped offset (a run always starts from the
+    keeper's position).
     """
-    if busy:
-        return Plan(skip_reason=f"a run writing {sink} is queued or running")
+    if queued:
+        return Plan(skip_reason=f"a run of {sink} is queued: it reads what arrived meanwhile")
     order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
-    lagging = list(_clickhouse_lagging(topics, order, (), reset))
+    lagging = list(_clickhouse_lagging(topics, order, busy, reset))
     if not lagging:
         return Plan(skip_reason="every partition is caught up (or has a run in flight)")
     lagging.sort(key=lambda item: order[item[0]])

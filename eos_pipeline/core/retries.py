@@ -150,6 +150,12 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _said(cls: str, message: str) -> str:
+    """``<class>: <first line>``; Dagster's messages often start with the class already."""
+    line = _first_line(message)
+    return line if line.startswith(f"{cls}:") else f"{cls}: {line}"
+
+
 def _matches(words: Iterable[str], text: str) -> bool:
     lowered = text.lower()
     return any(word in lowered for word in words)
@@ -159,13 +165,13 @@ def diagnose(facts: FailureFacts) -> Diagnosis:
     """Why one run failed, and which kind of fault that is (see the module docstring)."""
     for cls, message in reversed(facts.errors):  # the innermost cause names the fault best
         if cls in _PERSON_CLASSES or _matches(_PERSON_WORDS, message):
-            return Diagnosis(Fault.NEEDS_PERSON, f"{cls}: {_first_line(message)}")
+            return Diagnosis(Fault.NEEDS_PERSON, _said(cls, message))
     for cls, message in reversed(facts.errors):
         if cls in _TRANSIENT_CLASSES or _matches(_TRANSIENT_WORDS, message):
-            return Diagnosis(Fault.TRANSIENT, f"{cls}: {_first_line(message)}")
+            return Diagnosis(Fault.TRANSIENT, _said(cls, message))
     if facts.errors:
         cls, message = facts.errors[-1]
-        return Diagnosis(Fault.UNKNOWN, f"{cls}: {_first_line(message)}")
+        return Diagnosis(Fault.UNKNOWN, _said(cls, message))
     if facts.canceled:
         return Diagnosis(Fault.UNKNOWN, "the run was canceled")
     died = [m for m in facts.run_messages if _matches(_DEAD_PROCESS_WORDS, m)]

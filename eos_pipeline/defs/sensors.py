@@ -125,6 +125,11 @@ def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
     return in_flight_keys(_runs(instance, sink, _IN_FLIGHT, IN_FLIGHT_LOOKBACK))
 
 
+def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
+    """Whether a run of ``sink`` waits in Dagster's queue (not started yet)."""
+    return bool(_runs(instance, sink, _IN_FLIGHT[:2], 1))
+
+
 def _result(
     context: dg.SensorEvaluationContext, plan: Plan, requests: list[dg.RunRequest]
 ) -> dg.SensorResult | dg.SkipReason:
@@ -227,6 +232,7 @@ def clickhouse_lag_sensor(
             reset=pipeline.reset,
             chdb_path=chdb_path,
             ordered_keys=ordered,
+            queued=chdb_path is not None and _queued(context.instance, sink),
             backoff=_backoff(pipeline),
             now=time.time(),
         )

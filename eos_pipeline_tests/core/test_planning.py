@@ -281,11 +281,16 @@ def test_chdb_before_partition_raises_the_priority_and_recovers_first() -> None:
     assert recovery_order([K1, K0], {}) == [K0, K1]
 
 
-def test_chdb_any_run_in_flight_waits_and_caught_up_skips() -> None:
-    state = TopicState(T, {0: 8}, {0: after(0, 3)})
-    busy = chdb(state, busy={ANY_PARTITION})
-    assert busy == Plan(skip_reason=f"a run writing {SINK} is queued or running")
-    assert chdb(state, busy={K2}).runs == ()  # a run launched by hand for one partition
+def test_chdb_a_queued_run_waits_a_running_one_gets_the_next_behind_it() -> None:
+    state = TopicState(T, {0: 8, 2: 5}, {0: after(0, 3), 2: after(0, 3)})
+    queued = chdb(state, busy={ANY_PARTITION}, queued=True)
+    assert queued == Plan(skip_reason=f"a run of {SINK} is queued: it reads what arrived meanwhile")
+    # a range run is running: the next one is asked for, to wait behind it
+    (run,) = chdb(state, busy={ANY_PARTITION}).runs
+    assert _range(run) == (K0, K2)
+    # a partition with its own run in flight (launched by hand) is left to it
+    (run,) = chdb(state, busy={K0}).runs
+    assert _range(run) == (K2, K2)
     assert chdb(TopicState(T, {0: 3}, {0: after(0, 3)})) == Plan(skip_reason=CAUGHT_UP)
 
 

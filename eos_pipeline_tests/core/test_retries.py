@@ -95,6 +95,12 @@ def test_diagnose(facts: FailureFacts, fault: Fault, words: str) -> None:
     assert words in found.cause and "\n" not in found.cause
 
 
+def test_the_cause_names_the_class_once() -> None:
+    found = diagnose(step(("RuntimeError", "RuntimeError: odd\n  File ...")))
+    assert found.cause == "RuntimeError: odd"
+    assert diagnose(step(("RuntimeError", "odd"))).cause == "RuntimeError: odd"
+
+
 def test_a_person_fault_anywhere_in_the_chain_wins_over_a_transient_one() -> None:
     facts = step(("KafkaException", "_TRANSPORT"), ("FencedError", "a newer writer"))
     assert diagnose(facts).fault is Fault.NEEDS_PERSON
