@@ -7,7 +7,9 @@ priorities, retries, give-up) and turns its plan into Dagster objects.
 Cost per evaluation, whatever the number of partitions: one metadata + one ListOffsets request
 per topic (``end_offsets``, read_committed; a second ListOffsets only when a partition with
 nothing stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``), one run-storage query for runs in flight and one for failed runs. No Spark, no
+(``read_many``), one run-storage query for runs in flight, one for queued runs (chDB) and one
+for failed runs, plus one event-log query per partition (or range, or table) that has failed
+runs from its current state and is still behind (why its newest run failed). No Spark, no
 ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
 start a JVM.
 
@@ -98,6 +100,7 @@ _IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
+_WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 
 
 def _runs(
@@ -127,7 +130,7 @@ def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
 
 def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
     """Whether a run of ``sink`` waits in Dagster's queue (not started yet)."""
-    return bool(_runs(instance, sink, _IN_FLIGHT[:2], 1))
+    return bool(_runs(instance, sink, _WAITING, 1))
 
 
 def _result(
