@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import dagster as dg
 
-    from eos_pipeline.defs.partitions import parse_partition_key
+    from eos_pipeline.defs.partitions import parse_partition_key, partitions_name
     from eos_pipeline.defs.sensors import SINK_TAG
     from eos_pipeline.demo import prepare_dagster_home, start_dagster, stop_dagster
     from eos_pipeline.stack.services import free_port
@@ -192,7 +192,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         runs = instance.get_run_records(
             filters=dg.RunsFilter(tags={SINK_TAG: f"{PIPELINE}.{SINK}"}), limit=10_000
         )
-        by_partition = _runs(instance, runs, parse_partition_key)
+        ordered = instance.get_dynamic_partitions(partitions_name(PIPELINE))
+        by_partition = _runs(instance, runs, parse_partition_key, ordered)
     finally:
         watch.stop.set()
         stop_dagster(process)
@@ -200,6 +201,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         store.close()
         instance.dispose()
     result.update(_split(sent, watch, by_partition))
+    result.update(_throughput(sent, watch, args.record_bytes))
     result["runs"] = len(runs)
     all_runs = [r for v in by_partition.values() for r in v]
     result["run_seconds_p50"] = round(statistics.median([r[3] - r[2] for r in all_runs] or [0]), 2)
@@ -211,24 +213,37 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _run_keys(tags: Any, ordered: Sequence[str]) -> list[str]:
+    """The partition keys a run wrote: its partition, or every key of its key range."""
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    first = tags.get("dagster/asset_partition_range_start")
+    last = tags.get("dagster/asset_partition_range_end")
+    if first not in ordered or last not in ordered:
+        return []
+    return list(ordered[ordered.index(first) : ordered.index(last) + 1])
+
+
 def _runs(
-    instance: Any, runs: Sequence[Any], parse_partition_key: Any
+    instance: Any, runs: Sequence[Any], parse_partition_key: Any, ordered: Sequence[str]
 ) -> dict[int, list[tuple[float, float, float, float]]]:
-    """Per partition: (requested, dequeued, started, ended) of each sensor-launched run."""
+    """Per partition: (requested, dequeued, started, ended) of each sensor-launched run (a
+    key-range run counts for every partition of its range)."""
     from dagster import DagsterEventType
 
     wanted = {DagsterEventType.RUN_DEQUEUED, DagsterEventType.RUN_STARTING}
     out: dict[int, list[tuple[float, float, float, float]]] = {}
     for rec in runs:
-        key = rec.dagster_run.tags.get("dagster/partition")
-        if key is None or rec.start_time is None or rec.end_time is None:
+        keys = _run_keys(rec.dagster_run.tags, ordered)
+        if not keys or rec.start_time is None or rec.end_time is None:
             continue
         created = _epoch(rec.create_timestamp)
         stamps = [e.timestamp for e in instance.all_logs(rec.dagster_run.run_id, of_type=wanted)]
         dequeued = min(stamps, default=created)
-        out.setdefault(parse_partition_key(key).partition, []).append(
-            (created, dequeued, rec.start_time, rec.end_time)
-        )
+        for key in keys:
+            out.setdefault(parse_partition_key(key).partition, []).append(
+                (created, dequeued, rec.start_time, rec.end_time)
+            )
     return out
 
 
@@ -287,6 +302,24 @@ def _wait(done: Any, args: argparse.Namespace, log: Path) -> None:
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
             raise TimeoutError(f"not done within {args.timeout:.0f}s; dagster log:\n{tail}")
         time.sleep(0.2)
+
+
+def _throughput(
+    sent: list[tuple[int, int, float]], watch: KeeperWatch, record_bytes: int
+) -> dict[str, Any]:
+    """From the first produce to the last record visible: the rate the sensor-launched runs
+    sustained (bounded by the produce rate), and how long they took to drain after the last
+    produce."""
+    seen = [t for p, o, _ in sent if (t := watch.visible_at(p, o)) is not None]
+    if not sent or not seen:
+        return {}
+    first, last_sent, last_seen = min(s[2] for s in sent), max(s[2] for s in sent), max(seen)
+    span = max(last_seen - first, 1e-9)
+    return {
+        "visible_span_s": round(span, 2),
+        "drain_after_last_produce_s": round(last_seen - last_sent, 2),
+        "through_dagster_mb_per_s": round(len(seen) * record_bytes / 1e6 / span, 2),
+    }
 
 
 def _split(

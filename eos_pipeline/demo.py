@@ -4,8 +4,8 @@
 2. start ``dagster dev`` on the project's ``workspace.yaml`` with ``DAGSTER_HOME=.dagster_home``
    (the project's ``dagster.yaml``), and print the UI's URL;
 3. let the sensors drive: the partitions sensor adds one partition per Kafka partition, the lag
-   sensors request ClickHouse runs (one per partition, serialized on the chDB path) and one Hudi
-   run over all lagging partitions (one commit);
+   sensors request ClickHouse runs (one run over all lagging partitions on the chDB path) and
+   one Hudi run over all lagging partitions (one commit);
 4. when both tables are caught up with the end offsets fixed after producing (and no run is in
    flight), print per partition: Kafka's end offset, ClickHouse rows and distinct offsets, Hudi
    rows and distinct offsets, and dead letters. Kafka's end equals rows plus dead letters, with

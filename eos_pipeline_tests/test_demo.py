@@ -213,9 +213,9 @@ def test_demo_sensors_drive_both_tables_to_the_kafka_end(demo_run: DemoRun) -> N
     try:
         runs = instance.get_runs()
         assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-        # at least one ClickHouse run per partition and one Hudi run covering both
+        # ClickHouse on chDB and Hudi: each caught up by runs covering both partitions
         jobs = sorted(r.job_name for r in runs)
-        assert sum("clickhouse_lag" in j for j in jobs) >= 2 and any("hudi_lag" in j for j in jobs)
+        assert any("clickhouse_lag" in j for j in jobs) and any("hudi_lag" in j for j in jobs)
         checks = [
             e.dagster_event.event_specific_data
             for r in runs

@@ -12,18 +12,23 @@ A run that fails (or is killed) without moving the position would leave the sens
 the same run key, which Dagster never launches twice: the partition would be stuck. So each run
 is tagged with the state it starts from (:data:`START_STATE_TAG`), the failed and canceled runs
 are counted per partition and start state (:func:`failures_by_start`), and the count goes into
-the run key: each failure yields a fresh key. After ``max_attempts`` failures from the same state
-the planner stops asking and says so (a warning naming the partition, the position and the last
-failed run), so a permanent error never becomes a crash loop.
+the run key: each failure yields a fresh key. Why the newest run failed decides what comes next
+(:mod:`eos_pipeline.core.retries`): a transient fault is retried after a growing, capped wait,
+without limit, and the skip reason says so; a fault that needs a person stops the requests at
+once, naming the cause; any other is retried up to ``max_attempts`` runs from the same state,
+then given up (a warning naming the partition, the position and the last failed run), so a
+permanent error never becomes a crash loop.
 
-* ClickHouse (:func:`plan_clickhouse`): one run per lagging partition; partitions left in
-  ``BEFORE`` (a run died mid-step) first, with a higher ``dagster/priority``, so they recover
-  first; at most :data:`MAX_RUNS_PER_TICK` runs per evaluation.
+* ClickHouse (:func:`plan_clickhouse`): on a server, one run per lagging partition, side by
+  side; partitions left in ``BEFORE`` (a run died mid-step) first, with a higher
+  ``dagster/priority``, so they recover first; at most :data:`MAX_RUNS_PER_TICK` runs per
+  evaluation. On an embedded chDB path (one process at a time), ONE key-range run over all
+  lagging partitions (:func:`clickhouse_range_run`), which handles ``BEFORE`` ones first.
 * Hudi (:func:`plan_hudi`): one table takes one writer at a time, so all lagging partitions go
   into ONE run over a key range of the dynamic partitions (Dagster's range tags), which the
   asset turns into one commit.
-* Partitions (:func:`plan_new_partitions`): one key per Kafka partition not yet known; keys
-  that match no Kafka partition (added by hand) are removed, naming the valid keys.
+* Partitions (:func:`plan_new_partitions`, in :mod:`eos_pipeline.core.partition_plan`): one
+  key per Kafka partition not yet known; keys that match no Kafka partition are removed.
 """
 
 from __future__ import annotations
@@ -32,14 +37,24 @@ import hashlib
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from eos_pipeline.core.dedup import SinkState
+from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.partition_keys import keys_for, parse_partition_key, partition_key
+from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.partition_plan import NewPartitions, plan_new_partitions, stray_keys
 from eos_pipeline.core.positions import (
     Reset,
+    Standing,
     checkpoint_state,
     needs_log_start,
     standing,
+)
+from eos_pipeline.core.retries import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    Failures,
+    Verdict,
+    given_up_message,
+    judge,
 )
 
 __all__ = [
@@ -56,6 +71,7 @@ __all__ = [
     "SINK_PARTITION_TAG",
     "SINK_TAG",
     "START_STATE_TAG",
+    "Backoff",
     "Failures",
     "NewPartitions",
     "Plan",
@@ -63,6 +79,7 @@ __all__ = [
     "RunInfo",
     "TopicState",
     "clickhouse_needs_log_starts",
+    "clickhouse_range_run",
     "failures_by_start",
     "given_up_message",
     "hudi_blocked",
@@ -71,6 +88,7 @@ __all__ = [
     "plan_clickhouse",
     "plan_hudi",
     "plan_new_partitions",
+    "recovery_order",
     "stray_keys",
 ]
 
@@ -112,14 +130,8 @@ class RunInfo:
 
     run_id: str
     tags: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Failures:
-    """Failed runs that started from one state of one partition; the newest one's id."""
-
-    count: int
-    last_run_id: str
+    #: When a failed run ended (epoch seconds): the backoff counts from there.
+    ended_at: float | None = None
 
 
 def in_flight_keys(runs: Iterable[RunInfo]) -> set[str]:
@@ -148,17 +160,8 @@ def failures_by_start(runs: Iterable[RunInfo]) -> dict[tuple[str, str], Failures
         if key in out:
             out[key].count += 1
         else:
-            out[key] = Failures(1, run.run_id)
+            out[key] = Failures(1, run.run_id, run.ended_at)
     return out
-
-
-def given_up_message(what: str, state: str, failed: Failures, attempts: int) -> str:
-    return (
-        f"{what}: {failed.count} runs started from {state} failed (last: run "
-        f"{failed.last_run_id}); retry.max_attempts is {attempts}, so no more runs are "
-        "requested for it. Fix the cause (see that run's logs), then launch a run from the UI "
-        "or a backfill."
-    )
 
 
 def _retry_suffix(failed: Failures | None) -> str:
@@ -185,12 +188,25 @@ class Plan:
     #: One line per partition (or table) given up on: the sensor logs them as warnings.
     given_up: tuple[str, ...] = ()
     skip_reason: str | None = None
+    #: One line per partition (or table) waiting out its backoff after transient failures.
+    waiting: tuple[str, ...] = ()
 
 
-def _plan(runs: Sequence[PlannedRun], given_up: Sequence[str], idle: str) -> Plan:
+def _plan(
+    runs: Sequence[PlannedRun], given_up: Sequence[str], idle: str, waiting: Sequence[str] = ()
+) -> Plan:
     if runs:
-        return Plan(tuple(runs), tuple(given_up))
-    return Plan((), tuple(given_up), " ".join(given_up) if given_up else idle)
+        return Plan(tuple(runs), tuple(given_up), waiting=tuple(waiting))
+    said = [*given_up, *waiting]
+    return Plan((), tuple(given_up), " ".join(said) if said else idle, tuple(waiting))
+
+
+def _stopped(verdict: Verdict, given_up: list[str], waiting: list[str]) -> bool:
+    """Note why no run is asked for (if so): backing off, or given up."""
+    if verdict.run:
+        return False
+    (waiting if verdict.waiting else given_up).append(str(verdict.message))
+    return True
 
 
 # ------------------------------------------------------------------------------- ClickHouse
@@ -241,18 +257,73 @@ def plan_clickhouse(
     max_attempts: int,
     reset: Reset,
     chdb_path: str | None = None,
+    ordered_keys: Sequence[str] | None = None,
+    queued: bool = False,
     max_runs: int = MAX_RUNS_PER_TICK,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
 ) -> Plan:
-    """One run per lagging partition of ``topics``; ``BEFORE`` partitions first.
+    """The runs that catch the lagging partitions of ``topics`` up; ``BEFORE`` partitions first.
+
+    On a ClickHouse server (no ``chdb_path``): one run per lagging partition, side by side.
+    On an embedded chDB path runs are serialized anyway, so a run per partition would only add
+    a queue wait and a process start per partition: ONE run over a key range of the dynamic
+    partitions (:func:`clickhouse_range_run`), needing ``ordered_keys`` and ``queued`` (a run
+    of the sink waits in Dagster's queue).
 
     Left alone: partitions not (yet) known as Dagster partitions, with a run in flight
     (``busy``), caught up, or given up after ``max_attempts`` failed runs from their current
     state. With ``reset: latest`` a partition whose keeper record holds no state yet is left
     alone too: a run has taken it and pins its start with its first write.
     """
+    if chdb_path is not None and ordered_keys is not None:
+        return clickhouse_range_run(
+            sink,
+            topics,
+            ordered_keys=ordered_keys,
+            busy=busy,
+            failures=failures,
+            max_attempts=max_attempts,
+            reset=reset,
+            chdb_path=chdb_path,
+            queued=queued,
+            backoff=backoff,
+            now=now,
+        )
     recover: list[PlannedRun] = []
     behind: list[PlannedRun] = []
     given_up: list[str] = []
+    waiting: list[str] = []
+    for key, end, where in _clickhouse_lagging(topics, known, busy, reset):
+        start = f"{where.phase}:{where.position}"
+        failed = failures.get((key, start))
+        verdict = judge(
+            f"{key} ({sink})", start, failed, max_attempts=max_attempts, backoff=backoff, now=now
+        )
+        if _stopped(verdict, given_up, waiting):
+            continue
+        tags = {
+            SINK_TAG: sink,
+            SINK_PARTITION_TAG: f"{sink}.{key}",
+            PRIORITY_TAG: RECOVERY_PRIORITY if where.recovering else NORMAL_PRIORITY,
+            START_STATE_TAG: start,
+        }
+        if chdb_path:
+            tags[CHDB_PATH_TAG] = chdb_path
+        run = PlannedRun(
+            run_key=f"{sink}:{key}:{start}:{end}{_retry_suffix(failed)}",
+            tags=tags,
+            partition_key=key,
+        )
+        (recover if where.recovering else behind).append(run)
+    runs = (recover + behind)[:max_runs]
+    return _plan(runs, given_up, "every partition is caught up (or has a run in flight)", waiting)
+
+
+def _clickhouse_lagging(
+    topics: Iterable[TopicState], known: Collection[str], busy: Collection[str], reset: Reset
+) -> Iterator[tuple[str, int, Standing]]:
+    """``(key, end, standing)`` of every lagging known partition without a run in flight."""
     for topic in topics:
         lows = topic.log_starts or {}
         for p, end, key in _clickhouse_candidates(topic, known, busy):
@@ -260,29 +331,91 @@ def plan_clickhouse(
             if state is None and reset == "latest" and p in topic.records:
                 continue
             where = standing(state, reset, end=end, log_start=lows.get(p))
-            if not where.lagging:
-                continue
-            start = f"{where.phase}:{where.position}"
-            failed = failures.get((key, start))
-            if failed is not None and failed.count >= max_attempts:
-                given_up.append(given_up_message(f"{key} ({sink})", start, failed, max_attempts))
-                continue
-            tags = {
-                SINK_TAG: sink,
-                SINK_PARTITION_TAG: f"{sink}.{key}",
-                PRIORITY_TAG: RECOVERY_PRIORITY if where.recovering else NORMAL_PRIORITY,
-                START_STATE_TAG: start,
-            }
-            if chdb_path:
-                tags[CHDB_PATH_TAG] = chdb_path
-            run = PlannedRun(
-                run_key=f"{sink}:{key}:{start}:{end}{_retry_suffix(failed)}",
-                tags=tags,
-                partition_key=key,
-            )
-            (recover if where.recovering else behind).append(run)
-    runs = (recover + behind)[:max_runs]
-    return _plan(runs, given_up, "every partition is caught up (or has a run in flight)")
+            if where.lagging:
+                yield key, end, where
+
+
+def clickhouse_range_run(
+    sink: str,
+    topics: Iterable[TopicState],
+    *,
+    ordered_keys: Sequence[str],
+    busy: Collection[str],
+    failures: Mapping[tuple[str, str], Failures],
+    max_attempts: int,
+    reset: Reset,
+    chdb_path: str,
+    queued: bool = False,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
+) -> Plan:
+    """ONE run over every lagging partition of a chDB-backed table, or a skip reason.
+
+    A Dagster key range is contiguous in ``ordered_keys`` (the order partitions were added),
+    while lagging partitions need not be: the run covers the range from the first to the last
+    lagging one, and the caught-up partitions in between cost one keeper read and one offset
+    request each, no insert (one run is much cheaper than a process start per gap). Inside
+    the run, partitions in ``BEFORE`` are caught up first (:func:`recovery_order`), and the
+    run gets the recovery priority if any partition recovers.
+
+    The chDB path takes one process at a time. While a run of the sink waits in the queue
+    (``queued``) nothing is asked for: it reads whatever arrived when it starts. While one
+    runs, the next one is asked for and waits behind it (``dagster.yaml``'s chDB limit), so it
+    starts as soon as the path is free rather than a sensor tick later. Partitions with a
+    single-partition run of their own in flight (launched by hand) are left to it.
+
+    Failed range runs are counted under :data:`ANY_PARTITION` and a digest of the lagging
+    partitions' states, like Hudi's table runs. A run planned while another one ran carries
+    the states seen then; if it fails, the next plan starts from the real states and counts
+    afresh: at most one extra attempt, never a skipped offset (a run always starts from the
+    keeper's position).
+    """
+    if queued:
+        return Plan(skip_reason=f"a run of {sink} is queued: it reads what arrived meanwhile")
+    order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
+    lagging = list(_clickhouse_lagging(topics, order, busy, reset))
+    if not lagging:
+        return Plan(skip_reason="every partition is caught up (or has a run in flight)")
+    lagging.sort(key=lambda item: order[item[0]])
+    state = ",".join(f"{key}={where.phase}:{where.position}" for key, _, where in lagging)
+    wanted = ",".join(f"{key}={end}" for key, end, _ in lagging)
+    start = "range:" + _digest(state)
+    failed = failures.get((ANY_PARTITION, start))
+    verdict = judge(
+        f"{sink} partitions {state}",
+        start,
+        failed,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        now=now,
+    )
+    given_up: list[str] = []
+    waiting: list[str] = []
+    if _stopped(verdict, given_up, waiting):
+        return _plan((), given_up, "", waiting)
+    recovering = any(where.recovering for _, _, where in lagging)
+    tags = {
+        SINK_TAG: sink,
+        CHDB_PATH_TAG: chdb_path,
+        RANGE_START_TAG: lagging[0][0],
+        RANGE_END_TAG: lagging[-1][0],
+        PRIORITY_TAG: RECOVERY_PRIORITY if recovering else NORMAL_PRIORITY,
+        START_STATE_TAG: start,
+    }
+    run_key = f"{sink}:{lagging[0][0]}..{lagging[-1][0]}:{_digest(state + '/' + wanted)}"
+    return Plan(runs=(PlannedRun(run_key + _retry_suffix(failed), tags),))
+
+
+def recovery_order(keys: Iterable[str], states: Mapping[str, SinkState | None]) -> list[str]:
+    """The order a multi-partition run catches its partitions up: those left in ``BEFORE``
+    (a run died mid-step) first, then the rest; each group in key order."""
+    ordered = sorted(keys)
+    before = [k for k in ordered if (s := states.get(k)) is not None and s.phase is Phase.BEFORE]
+    return before + [k for k in ordered if k not in set(before)]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------- Hudi
@@ -330,6 +463,8 @@ def plan_hudi(
     max_attempts: int,
     reset: Reset,
     log_starts: Mapping[int, int] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
 ) -> Plan:
     """ONE run (one Hudi commit) over every lagging partition of ``topic``, or a skip reason.
 
@@ -357,11 +492,19 @@ def plan_hudi(
     # the checkpoint can be long (one entry per partition): the tag holds a digest of it
     start = "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
     failed = failures.get((ANY_PARTITION, start))
-    if failed is not None and failed.count >= max_attempts:
-        message = given_up_message(
-            f"Hudi table {table}", f"checkpoint {state}", failed, max_attempts
-        )
-        return Plan(given_up=(message,), skip_reason=message)
+    verdict = judge(
+        f"Hudi table {table}",
+        start,
+        failed,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        now=now,
+        shown_start=f"checkpoint {state}",
+    )
+    given_up: list[str] = []
+    waiting: list[str] = []
+    if _stopped(verdict, given_up, waiting):
+        return _plan((), given_up, "", waiting)
     tags = {
         SINK_TAG: sink,
         HUDI_TABLE_TAG: table,
@@ -371,76 +514,3 @@ def plan_hudi(
     }
     run = PlannedRun(run_key=f"{sink}:{state}:{wanted}{_retry_suffix(failed)}", tags=tags)
     return Plan(runs=(run,))
-
-
-# ------------------------------------------------------------------------------- partitions
-
-
-@dataclass(frozen=True, slots=True)
-class NewPartitions:
-    """Partition keys to add and to remove, or why none."""
-
-    keys: tuple[str, ...] = ()
-    skip_reason: str | None = None
-    #: Keys that match no Kafka partition of the pipeline's topics (added by hand, a typo):
-    #: the sensor deletes them, and says why in :attr:`remove_reason`.
-    remove: tuple[str, ...] = ()
-    remove_reason: str | None = None
-
-
-#: Most valid keys a removal message lists one by one (more are summarised per topic).
-MAX_KEYS_NAMED = 20
-
-
-def _valid_keys_text(counts: Mapping[str, int]) -> str:
-    keys = [k for topic, n in counts.items() for k in keys_for(topic, n)]
-    if len(keys) <= MAX_KEYS_NAMED:
-        return ", ".join(keys) if keys else "none"
-    return "; ".join(
-        f"{keys_for(topic, n)[0]} .. {keys_for(topic, n)[-1]} ({n} keys)"
-        for topic, n in counts.items()
-        if n
-    )
-
-
-def stray_keys(
-    existing: Iterable[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
-) -> list[str]:
-    """Keys of ``existing`` that match no partition of the pipeline's topics, sorted.
-
-    A key matches when it is exactly ``partition_key`` of a partition below its topic's count.
-    Keys of a topic that could not be read (``missing_topics``) are kept: the topic may be
-    back on the next evaluation, and only what Kafka says is judged.
-    """
-    stray = []
-    for key in existing:
-        try:
-            tp = parse_partition_key(key)
-        except ValueError:
-            stray.append(key)
-            continue
-        if tp.topic in missing_topics and partition_key(tp) == key:
-            continue
-        if partition_key(tp) != key or tp.partition >= counts.get(tp.topic, 0):
-            stray.append(key)
-    return sorted(stray)
-
-
-def plan_new_partitions(
-    existing: Collection[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
-) -> NewPartitions:
-    """The keys of ``counts`` (topic -> partition count) not in ``existing``, in order, and
-    the keys of ``existing`` that match no Kafka partition (:func:`stray_keys`), to remove."""
-    wanted = [k for topic, n in counts.items() for k in keys_for(topic, n) if k not in existing]
-    remove = tuple(stray_keys(existing, counts, missing_topics))
-    reason = None
-    if remove:
-        topics = [*counts, *missing_topics]
-        reason = (
-            f"removing partition key(s) {list(remove)}: they match no Kafka partition of "
-            f"topic(s) {topics}. Valid keys: {_valid_keys_text(counts)}"
-        )
-    if wanted or remove:
-        return NewPartitions(tuple(wanted), remove=remove, remove_reason=reason)
-    note = f"; topics not found: {list(missing_topics)}" if missing_topics else ""
-    return NewPartitions(skip_reason=f"{len(existing)} partitions, none new{note}")

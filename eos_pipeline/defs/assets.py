@@ -2,8 +2,9 @@
 
 * ClickHouse: each partition of a run is caught up by :class:`ClickHousePartitionSync`: from
   the keeper's position to the end offset fixed at the start of that partition's sync, capped
-  by the batch limits. Runs of one partition at a time are the norm (the sensor asks for them);
-  a multi-partition run handles its partitions one after the other.
+  by the batch limits. On a ClickHouse server the sensor asks for one run per partition; on an
+  embedded chDB path for one key-range run over all lagging partitions, which handles them one
+  after the other, those left in ``BEFORE`` first (``core.planning.recovery_order``).
 * Hudi: all partitions of a run go into ONE Hudi commit (:class:`HudiTableSync`), and the asset
   uses ``BackfillPolicy.single_run()`` so a backfill over many partitions is one commit too.
 
@@ -23,7 +24,7 @@ The exactly-once checks live in :mod:`eos_pipeline.defs.checks`.
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.keeper import default_writer_id
 from eos_pipeline.core.contract import is_required
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import lag
+from eos_pipeline.core.planning import recovery_order
+from eos_pipeline.core.positions import lag, sink_state
 from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.metadata import (
@@ -252,7 +254,7 @@ def clickhouse_asset(
                 writer=default_writer_id(context.run.run_id),
                 fault=hooks.fault,
             )
-            for key in sorted(context.partition_keys):
+            for key in _run_order(st, pipeline, context.partition_keys):
                 report = sync.run(parse_partition_key(key))
                 reports.append(report)
                 context.log.info(
@@ -329,6 +331,18 @@ def clickhouse_asset(
         return dg.MaterializeResult(metadata=metadata)
 
     return _clickhouse
+
+
+def _run_order(store: Any, pipeline: Pipeline, keys: Iterable[str]) -> list[str]:
+    """The run's partitions, those left in ``BEFORE`` first (one keeper listing per topic)."""
+    keys = list(keys)
+    if len(keys) == 1:
+        return keys
+    states: dict[str, Any] = {}
+    for topic in sorted({parse_partition_key(k).topic for k in keys}):
+        for p, stored in store.read_many(pipeline.name, CLICKHOUSE_SINK, topic).items():
+            states[partition_key(TopicPartition(topic, p))] = sink_state(stored.record)
+    return recovery_order(keys, states)
 
 
 # ------------------------------------------------------------------------------- Hudi

@@ -112,14 +112,20 @@ class Retry(_Strict):
     """What the lag sensors do after runs of a partition (or Hudi table) failed.
 
     A failed run that did not move the sink's position leaves the sensor looking at the same
-    state; it asks again (a fresh run key per failure) until ``max_attempts`` runs started from
-    that same state have failed, then stops and logs a warning naming the partition, the
-    position and the last failed run: a permanent error must not become a crash loop. Any run
-    that moves the position starts the count again; after fixing the cause, launch a run from
-    the UI (or a backfill) to move on.
+    state; it asks again with a fresh run key, after ``backoff_seconds`` doubled per failure
+    (at most ``max_backoff_seconds``), saying so in its skip reason. Why the newest run failed
+    decides how long it goes on (:mod:`eos_pipeline.core.retries`): a transient fault (a killed
+    run process, an unreachable broker or keeper) is retried without limit; a fault that needs
+    a person (bad config, offsets deleted by retention, a recreated topic, a fenced writer)
+    stops the requests at once, naming the cause; any other stops after ``max_attempts`` runs
+    from the same state, with a warning naming the partition, the position and the last failed
+    run: a permanent error must not become a crash loop. Any run that moves the position starts
+    the count again; after fixing the cause, launch a run from the UI (or a backfill).
     """
 
     max_attempts: Annotated[int, Field(ge=1)] = 3
+    backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
+    max_backoff_seconds: Annotated[float, Field(ge=0)] = 60.0
 
 
 class ClickHouseTarget(_Strict):

@@ -7,14 +7,18 @@ priorities, retries, give-up) and turns its plan into Dagster objects.
 Cost per evaluation, whatever the number of partitions: one metadata + one ListOffsets request
 per topic (``end_offsets``, read_committed; a second ListOffsets only when a partition with
 nothing stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``), one run-storage query for runs in flight and one for failed runs. No Spark, no
+(``read_many``), one run-storage query for runs in flight, one for queued runs (chDB) and one
+for failed runs, plus one event-log query per partition (or range, or table) that has failed
+runs from its current state and is still behind (why its newest run failed). No Spark, no
 ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
 start a JVM.
 
 Where a sink stands:
 
 * ClickHouse: the keeper record of each partition. A partition left in ``BEFORE`` (a run died
-  mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first.
+  mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first. On
+  an embedded chDB path (one process at a time) all lagging partitions go into one key-range
+  run, which catches the ``BEFORE`` ones up first.
 * Hudi: the Kafka checkpoint that the Hudi asset recorded in its latest materialization's
   metadata. Reading the real checkpoint needs Hudi's Java API (a JVM per evaluation, ~15 s),
   so the sensor reads this copy instead. The copy is written right after the commit, so it can
@@ -25,10 +29,15 @@ Where a sink stands:
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
 partition-key-range run over the table's dynamic partitions, which the asset's
 ``BackfillPolicy.single_run()`` turns into one ``HudiTableSync.run(partitions=[...])``, i.e.
-one commit. Retries and give-up: see :mod:`eos_pipeline.core.planning`.
+one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` and
+:mod:`eos_pipeline.core.retries`; the failed runs' causes are read by
+:mod:`eos_pipeline.defs.run_failures`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+import time
+from collections.abc import Mapping
+
 import dagster as dg
 
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, partition_count, start_offsets
@@ -45,7 +54,6 @@ from eos_pipeline.core.planning import (
     RunInfo,
     TopicState,
     clickhouse_needs_log_starts,
-    failures_by_start,
     hudi_blocked,
     hudi_needs_log_starts,
     in_flight_keys,
@@ -54,6 +62,7 @@ from eos_pipeline.core.planning import (
     plan_new_partitions,
 )
 from eos_pipeline.core.positions import sink_state
+from eos_pipeline.core.retries import Backoff
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
     checkpoint_from_materialization,
@@ -63,6 +72,7 @@ from eos_pipeline.defs.assets import (
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.partitions import pipeline_partitions
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource_key
+from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
 
 __all__ = [
     "CHDB_PATH_TAG",
@@ -90,7 +100,7 @@ _IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
-_FAILED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+_WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 
 
 def _runs(
@@ -103,13 +113,24 @@ def _runs(
     return [RunInfo(run.run_id, dict(run.tags)) for run in runs]
 
 
-def failed_runs(instance: dg.DagsterInstance, sink: str) -> dict[tuple[str, str], Failures]:
-    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query)."""
-    return failures_by_start(_runs(instance, sink, _FAILED, FAILED_RUNS_LOOKBACK))
+def failed_runs(instance: dg.DagsterInstance, sink: str) -> Mapping[tuple[str, str], Failures]:
+    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query), each
+    with the cause of its newest run, read when the planner asks (see ``run_failures``)."""
+    runs, canceled = failed_run_infos(instance, {SINK_TAG: sink}, FAILED_RUNS_LOOKBACK)
+    return DiagnosedFailures(instance, runs, canceled)
+
+
+def _backoff(pipeline: Pipeline) -> Backoff:
+    return Backoff(pipeline.retry.backoff_seconds, pipeline.retry.max_backoff_seconds)
 
 
 def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
     return in_flight_keys(_runs(instance, sink, _IN_FLIGHT, IN_FLIGHT_LOOKBACK))
+
+
+def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
+    """Whether a run of ``sink`` waits in Dagster's queue (not started yet)."""
+    return bool(_runs(instance, sink, _WAITING, 1))
 
 
 def _result(
@@ -177,8 +198,9 @@ def clickhouse_lag_sensor(
         default_status=dg.DefaultSensorStatus.RUNNING,
         required_resource_keys={kafka_key, "keeper"},
         target=dg.AssetSelection.assets(asset),
-        description="Requests a run per partition whose ClickHouse position is behind Kafka's "
-        "last stable offset; partitions left in BEFORE first.",
+        description="Requests runs for the partitions whose ClickHouse position is behind "
+        "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
+        "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         # Typed resource parameters cannot be used here: the Kafka resource's key depends on
@@ -186,7 +208,8 @@ def clickhouse_lag_sensor(
         # in the decorator and as parameters.
         kafka = getattr(context.resources, kafka_key).settings()
         keeper: KeeperResource = context.resources.keeper
-        known = set(context.instance.get_dynamic_partitions(partitions.name))
+        ordered = context.instance.get_dynamic_partitions(partitions.name)
+        known = set(ordered)
         busy = _busy(context.instance, sink)
         topics: list[TopicState] = []
         with keeper.store() as store:
@@ -211,6 +234,10 @@ def clickhouse_lag_sensor(
             max_attempts=pipeline.retry.max_attempts,
             reset=pipeline.reset,
             chdb_path=chdb_path,
+            ordered_keys=ordered,
+            queued=chdb_path is not None and _queued(context.instance, sink),
+            backoff=_backoff(pipeline),
+            now=time.time(),
         )
         requests = [
             dg.RunRequest(
@@ -273,6 +300,8 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             max_attempts=pipeline.retry.max_attempts,
             reset=pipeline.reset,
             log_starts=lows,
+            backoff=_backoff(pipeline),
+            now=time.time(),
         )
         requests = [
             dg.RunRequest(run_key=r.run_key, asset_selection=[asset], tags=r.tags)

@@ -27,6 +27,7 @@ from eos_pipeline.core.planning import (
     RunInfo,
     TopicState,
     clickhouse_needs_log_starts,
+    clickhouse_range_run,
     failures_by_start,
     given_up_message,
     hudi_blocked,
@@ -35,6 +36,7 @@ from eos_pipeline.core.planning import (
     plan_clickhouse,
     plan_hudi,
     plan_new_partitions,
+    recovery_order,
     stray_keys,
 )
 
@@ -225,6 +227,115 @@ def test_clickhouse_chdb_path_tag_and_several_topics() -> None:
     assert [r.partition_key for r in plan.runs] == [K0, "other__p0000"]
     assert all(r.tags[CHDB_PATH_TAG] == "/data/chdb" for r in plan.runs)
     assert CHDB_PATH_TAG not in ch(TopicState(T, {0: 2}, {0: after(0, 0)})).runs[0].tags
+
+
+# ------------------------------------------------------------------------------- ClickHouse on chDB
+
+CHDB = "/data/chdb"
+K3 = "events__p0003"
+ORDER = [K0, K1, K2, K3]
+
+
+def chdb(*topics: TopicState, ordered: list[str] = ORDER, **kw: object) -> Plan:
+    return ch(*topics, known=set(ordered), chdb_path=CHDB, ordered_keys=ordered, **kw)
+
+
+def _range(run) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    return run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]
+
+
+def test_chdb_one_range_run_for_every_lagging_partition() -> None:
+    state = TopicState(T, {0: 8, 1: 5, 2: 9, 3: 3}, {p: after(0, 3) for p in range(4)})
+    (run,) = chdb(state).runs
+    assert run.partition_key is None  # a key-range run, not one partition
+    assert _range(run) == (K0, K2)  # partition 3 is caught up and outside the range
+    assert run.tags[SINK_TAG] == SINK and run.tags[CHDB_PATH_TAG] == CHDB
+    assert run.tags[PRIORITY_TAG] == "0"
+    assert run.tags[START_STATE_TAG].startswith("range:")
+    assert SINK_PARTITION_TAG not in run.tags and PARTITION_TAG not in run.tags
+    # nothing new: the same key, so Dagster launches it once
+    assert chdb(state).runs == (run,)
+    # more records in a partition of the range: a new key, same start state
+    (more,) = chdb(TopicState(T, {0: 9, 1: 5, 2: 9, 3: 3}, state.records)).runs
+    assert more.run_key != run.run_key
+    assert more.tags[START_STATE_TAG] == run.tags[START_STATE_TAG]
+
+
+def test_chdb_gaps_of_caught_up_partitions_are_covered_not_split() -> None:
+    # 0 and 3 lag, 1 and 2 are caught up: one range over all four (1 and 2 cost no insert)
+    state = TopicState(T, {0: 8, 1: 3, 2: 3, 3: 9}, {p: after(0, 3) for p in range(4)})
+    (run,) = chdb(state).runs
+    assert _range(run) == (K0, K3)
+    # the range follows the order partitions were added, not the key order
+    (run,) = chdb(state, ordered=[K3, K1, K2, K0]).runs
+    assert _range(run) == (K3, K0)
+
+
+def test_chdb_before_partition_raises_the_priority_and_recovers_first() -> None:
+    state = TopicState(T, {0: 8, 1: 7, 2: 3}, {0: after(0, 3), 1: before(5, 7), 2: after(0, 3)})
+    (run,) = chdb(state).runs
+    assert _range(run) == (K0, K1) and run.tags[PRIORITY_TAG] == "10"
+    # inside the run: BEFORE first, then the rest in key order
+    states = {K0: after(0, 3), K1: before(5, 7), K2: None, K3: before(0, 1)}
+    assert recovery_order([K2, K0, K1, K3], states) == [K1, K3, K0, K2]
+    assert recovery_order([K1, K0], {}) == [K0, K1]
+
+
+def test_chdb_a_queued_run_waits_a_running_one_gets_the_next_behind_it() -> None:
+    state = TopicState(T, {0: 8, 2: 5}, {0: after(0, 3), 2: after(0, 3)})
+    queued = chdb(state, busy={ANY_PARTITION}, queued=True)
+    assert queued == Plan(skip_reason=f"a run of {SINK} is queued: it reads what arrived meanwhile")
+    # a range run is running: the next one is asked for, to wait behind it
+    (run,) = chdb(state, busy={ANY_PARTITION}).runs
+    assert _range(run) == (K0, K2)
+    # a partition with its own run in flight (launched by hand) is left to it
+    (run,) = chdb(state, busy={K0}).runs
+    assert _range(run) == (K2, K2)
+    assert chdb(TopicState(T, {0: 3}, {0: after(0, 3)})) == Plan(skip_reason=CAUGHT_UP)
+
+
+def test_chdb_unknown_partitions_and_several_topics() -> None:
+    other = "other__p0000"
+    plan = chdb(
+        TopicState(T, {0: 3, 1: 4}, {0: after(0, 3), 1: after(0, 0)}),
+        TopicState("other", {0: 2}, {}, log_starts={0: 0}),
+        ordered=[K0, K1, other],
+    )
+    assert _range(plan.runs[0]) == (K1, other)
+    # a partition not known yet is not asked for
+    assert chdb(TopicState(T, {5: 4}, {})) == Plan(skip_reason=CAUGHT_UP)
+
+
+def test_chdb_range_retry_then_give_up() -> None:
+    state = TopicState(T, {0: 8, 1: 5}, {0: after(0, 3), 1: after(0, 3)})
+    (first,) = chdb(state).runs
+    start = first.tags[START_STATE_TAG]
+    (retry,) = chdb(state, failures={(ANY_PARTITION, start): Failures(1, "r1")}).runs
+    assert retry.run_key == first.run_key + ":retry1"
+    gave_up = chdb(state, failures={(ANY_PARTITION, start): Failures(3, "r3")})
+    assert gave_up.runs == ()
+    (message,) = gave_up.given_up
+    assert gave_up.skip_reason == message and "r3" in message and f"{K0}=AFTER:3" in message
+    # a failure of another state (the position moved) does not count
+    moved = TopicState(T, {0: 8, 1: 5}, {0: after(3, 4), 1: after(0, 3)})
+    assert chdb(moved, failures={(ANY_PARTITION, start): Failures(3, "r3")}).runs
+
+
+def test_clickhouse_range_run_is_what_plan_clickhouse_asks_for_on_chdb() -> None:
+    state = TopicState(T, {0: 8}, {0: after(0, 3)})
+    direct = clickhouse_range_run(
+        SINK,
+        [state],
+        ordered_keys=ORDER,
+        busy=(),
+        failures={},
+        max_attempts=3,
+        reset="earliest",
+        chdb_path=CHDB,
+    )
+    assert chdb(state) == direct
+    # on a server: one run per partition, side by side
+    assert ch(state, ordered_keys=ORDER).runs[0].partition_key == K0
 
 
 # ------------------------------------------------------------------------------- Hudi

@@ -7,6 +7,10 @@ from collections.abc import Callable
 import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
 
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import end_offsets
@@ -110,3 +114,48 @@ def rig_tp(rig: Rig, p: int):
     from eos_pipeline.core.offsets import TopicPartition
 
     return TopicPartition(rig.topic, p)
+
+
+def test_a_key_range_run_writes_each_partition_once_with_its_own_numbers_and_checks(
+    make_rig: Callable[..., Rig], chdb_client: Client
+) -> None:
+    """The run the sensor asks for on chDB: one run over a key range of partitions."""
+    rig = make_rig(partitions=3)
+    rig.produce({0: 12, 2: 9}, bad_every=5)  # partition 1 has nothing: caught up, in the range
+    defs = build_definitions(rig.config)
+    keys = keys_for(rig.topic, 3)
+    asset = clickhouse_key(rig.config.pipelines[0])
+    tags = {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[2]}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
+        runs = [
+            dg.materialize(
+                [*defs.assets, *defs.asset_checks],
+                selection=dg.AssetSelection.assets(asset)
+                | dg.AssetSelection.checks_for_assets(asset),
+                instance=instance,
+                resources=defs.resources,
+                tags=tags,
+            )
+            for _ in range(2)  # the second finds nothing to do
+        ]
+        dead = dead_letter_offsets(
+            rig.kafka, rig.config.pipelines[0].dead_letter_topic, rig.pipeline
+        )
+        for run, expect_read in zip(runs, ({0: 12, 1: 0, 2: 9}, {0: 0, 1: 0, 2: 0}), strict=True):
+            events = {e.partition: e for e in run.get_asset_materialization_events()}
+            assert sorted(events) == keys  # one materialization per partition of the range
+            for p, key in enumerate(keys):
+                meta = events[key].materialization.metadata
+                assert meta["records_read"].value == expect_read[p]  # its own numbers
+                rows = (12, 0, 9)[p] - len(dead.get(rig_tp(rig, p), ()))
+                assert meta["dagster/row_count"].value == rows
+            checks = run.get_asset_check_evaluations()
+            assert sorted(c.partition for c in checks) == keys and all(c.passed for c in checks)
+        assert sum(len(v) for v in dead.values()) > 0
+        ends = end_offsets(rig.kafka, rig.topic)
+        for p in range(3):
+            tp_dead = dead.get(rig_tp(rig, p), set())
+            assert _offset_counts(chdb_client, rig, p) == {
+                o: 1 for o in range(ends[p]) if o not in tp_dead
+            }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -16,10 +17,16 @@ from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.assets import clickhouse_key
 from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import Retry
+from eos_pipeline.defs.config import PipelinesFile, Retry
 from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.resources import ClickHouseResource
-from eos_pipeline.defs.sensors import PRIORITY_TAG, SINK_PARTITION_TAG, START_STATE_TAG
+from eos_pipeline.defs.resources import ClickHouseResource, chdb_path
+from eos_pipeline.defs.sensors import (
+    CHDB_PATH_TAG,
+    PRIORITY_TAG,
+    SINK_PARTITION_TAG,
+    START_STATE_TAG,
+)
+from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
 from .conftest import Rig
 
@@ -38,6 +45,31 @@ def _evaluate(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
         return sensor.evaluate_tick(context)
 
 
+def _on_server(config: PipelinesFile) -> PipelinesFile:
+    """The same pipelines with a ClickHouse server instead of chDB (never reached here)."""
+    url = "http://127.0.0.1:1"
+    return config.model_copy(
+        update={"clickhouse": config.clickhouse.model_copy(update={"url": url})}
+    )
+
+
+def _materialize_request(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request, checks: bool = False, **kw
+) -> dg.ExecuteInProcessResult:
+    """Run what the sensor asked for, with its tags (its partition, or its key range)."""
+    asset = defs.assets[0].key
+    selection = dg.AssetSelection.assets(asset)
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks] if checks else defs.assets,
+        selection=selection | dg.AssetSelection.checks_for_assets(asset) if checks else selection,
+        partition_key=request.partition_key,
+        instance=instance,
+        resources=kw.pop("resources", defs.resources),
+        tags=request.tags,
+        **kw,
+    )
+
+
 def _apply_partition_requests(instance: dg.DagsterInstance, result) -> None:
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
@@ -48,6 +80,7 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
 ) -> None:
     rig = make_rig(partitions=2)
     defs = build_definitions(rig.config)
+    server = build_definitions(_on_server(rig.config))  # same keeper and Kafka, no chDB
     name = partitions_name(rig.pipeline)
     with dg.instance_for_test() as instance:
         # 1. the partitions sensor adds one key per Kafka partition, then nothing
@@ -61,36 +94,55 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         lag = f"{rig.pipeline}_clickhouse_lag"
         assert not _evaluate(defs, lag, instance).run_requests
 
-        # 3. records in partition 1 only: exactly one run, for that partition
+        # 3. records in partition 1 only: exactly one run, for that partition (on chDB a
+        # key range of that one partition; on a ClickHouse server a single-partition run)
+        keys = keys_for(rig.topic, 2)
         rig.produce({1: 5})
-        requests = _evaluate(defs, lag, instance).run_requests
-        assert [r.partition_key for r in requests] == [keys_for(rig.topic, 2)[1]]
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        assert request.partition_key_range == dg.PartitionKeyRange(keys[1], keys[1])
+        assert request.tags[CHDB_PATH_TAG] == chdb_path(rig.config.clickhouse.url)
         # the same evaluation again asks for the same run key: Dagster launches it once
-        again = _evaluate(defs, lag, instance).run_requests
-        assert [r.run_key for r in again] == [r.run_key for r in requests]
-        assert requests[0].tags[SINK_PARTITION_TAG].endswith(requests[0].partition_key)
+        (again,) = _evaluate(defs, lag, instance).run_requests
+        assert again.run_key == request.run_key
         # the request names its asset, so the Runs list shows it as the run's target
-        assert requests[0].asset_selection == [clickhouse_key(rig.config.pipelines[0])]
+        assert request.asset_selection == [clickhouse_key(rig.config.pipelines[0])]
+        (single,) = _evaluate(server, lag, instance).run_requests
+        assert single.partition_key == keys[1]
+        assert single.tags[SINK_PARTITION_TAG].endswith(single.partition_key)
+        assert CHDB_PATH_TAG not in single.tags
 
-        # 4. materialize it: caught up, nothing requested any more
-        dg.materialize(
-            defs.assets,
-            selection=dg.AssetSelection.assets(defs.assets[0].key),
-            partition_key=requests[0].partition_key,
-            instance=instance,
-            resources=defs.resources,
-        )
+        # 4. materialize it as the sensor's run: caught up, nothing requested any more
+        _materialize_request(defs, instance, request)
         assert not _evaluate(defs, lag, instance).run_requests
+        assert not _evaluate(server, lag, instance).run_requests
 
-        # 5. a partition left in BEFORE (a run died mid-step) is requested first
+        # 5. a partition left in BEFORE (a run died mid-step) is requested first: on a server
+        # its own run comes first, on chDB the one range run (with the recovery priority)
+        # catches it up before the others
         rig.produce({0: 3, 1: 2})
         with KeeperStateStore(KeeperSettings(hosts=zookeeper_hosts)) as store:
             key = KeeperKey.of(rig.pipeline, "clickhouse", TopicPartition(rig.topic, 1))
             lease = store.acquire(key)
             store.write(lease, 5, 7, Phase.BEFORE.value)
-        requests = _evaluate(defs, lag, instance).run_requests
-        assert [r.partition_key for r in requests] == list(reversed(keys_for(rig.topic, 2)))
+        requests = _evaluate(server, lag, instance).run_requests
+        assert [r.partition_key for r in requests] == list(reversed(keys))
         assert [r.tags[PRIORITY_TAG] for r in requests] == ["10", "0"]
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
+        assert request.tags[PRIORITY_TAG] == "10"
+        result = _materialize_request(defs, instance, request, checks=True)
+        order = [
+            line.split(":")[0]
+            for e in instance.all_logs(result.run_id)
+            if (line := e.user_message or "").startswith(rig.topic) and " read, " in line
+        ]
+        assert order == [keys[1], keys[0]]
+        # one materialization and one passing check per partition, proven on the data
+        assert sorted(e.partition for e in result.get_asset_materialization_events()) == keys
+        evaluations = result.get_asset_check_evaluations()
+        assert sorted(e.partition for e in evaluations) == keys
+        assert all(e.passed for e in evaluations)
+        assert not _evaluate(defs, lag, instance).run_requests
 
         # 6. the topic grows: the new partition appears as a dynamic partition
         admin = admin_client(rig.kafka)
@@ -100,6 +152,20 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         assert list(request.partition_keys) == [keys_for(rig.topic, 3)[2]]
         _apply_partition_requests(instance, grown)
         assert instance.get_dynamic_partitions(name) == keys_for(rig.topic, 3)
+
+        # 7. on chDB, a run waiting in the queue gets nothing behind it (it reads what arrives
+        # until it starts); a running one gets the next run, to wait behind it
+        rig.produce({0: 2})
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        job = dg.Definitions(jobs=[dg.define_asset_job("ch_job")]).get_job_def("ch_job")
+        waiting = instance.create_run_for_job(
+            job, tags=request.tags, status=dg.DagsterRunStatus.NOT_STARTED
+        )
+        assert "is queued" in (_evaluate(defs, lag, instance).skip_message or "")
+        instance.delete_run(waiting.run_id)
+        instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.STARTED)
+        (behind,) = _evaluate(defs, lag, instance).run_requests
+        assert behind.partition_key_range == request.partition_key_range
 
 
 def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_removed(
@@ -125,75 +191,158 @@ def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_remove
         assert _evaluate(defs, sensor, instance).skip_message
 
 
-def _run_failing(defs: dg.Definitions, instance: dg.DagsterInstance, request) -> str:
-    """Run what the sensor asked for, as its run, on a ClickHouse that refuses connections."""
-    resources = {**defs.resources, "clickhouse": ClickHouseResource(url="http://127.0.0.1:1")}
-    result = dg.materialize(
-        defs.assets,
-        selection=dg.AssetSelection.assets(defs.assets[0].key),
-        partition_key=request.partition_key,
-        instance=instance,
-        resources=resources,
-        tags=request.tags,
-        raise_on_error=False,
+def _run_failing(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request, url: str = "http://127.0.0.1:1"
+) -> str:
+    """Run what the sensor asked for, as its run, on a ClickHouse at ``url`` (by default one
+    that refuses connections)."""
+    resources = {**defs.resources, "clickhouse": ClickHouseResource(url=url)}
+    result = _materialize_request(
+        defs, instance, request, resources=resources, raise_on_error=False
     )
     assert not result.success
     return result.run_id
 
 
-def test_a_failed_run_is_retried_with_a_fresh_key_then_given_up(
+def _raising(error: Exception):  # type: ignore[no-untyped-def]
+    """Hooks whose ClickHouse sink raises ``error`` before its first keeper write."""
+
+    def fault(step: str) -> None:
+        if step == "before_keeper_before":
+            raise error
+
+    return lambda _pipeline, sink: SinkHooks(fault=fault) if sink == "clickhouse" else NO_HOOKS
+
+
+def _with_retry(config: PipelinesFile, retry: Retry) -> PipelinesFile:
+    pipeline = config.pipelines[0].model_copy(update={"retry": retry})
+    return config.model_copy(update={"pipelines": [pipeline]})
+
+
+def _next_request(defs: dg.Definitions, lag: str, instance: dg.DagsterInstance, waited: str):
+    """The sensor's request after a failure: first a visible wait, then the request."""
+    result = _evaluate(defs, lag, instance)
+    assert not result.run_requests
+    assert "retrying in " in (result.skip_message or ""), result.skip_message
+    assert waited in (result.skip_message or ""), result.skip_message
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        result = _evaluate(defs, lag, instance)
+        if result.run_requests:
+            (request,) = result.run_requests
+            return request
+    raise AssertionError(f"no request after the backoff: {result.skip_message}")
+
+
+# waits long enough to be seen on a busy machine, short enough for a test
+RETRY = Retry(max_attempts=2, backoff_seconds=2.0, max_backoff_seconds=2.0)
+
+
+def test_a_transient_failure_is_retried_after_a_visible_backoff_without_limit(
     make_rig: Callable[..., Rig],
 ) -> None:
-    """A run that fails without moving the position must not leave the partition stuck."""
+    """ClickHouse unreachable: retried past ``max_attempts``, each after a growing wait."""
     rig = make_rig(partitions=1)
-    config = rig.config.model_copy(
-        update={
-            "pipelines": [
-                rig.config.pipelines[0].model_copy(update={"retry": Retry(max_attempts=2)})
-            ]
-        }
-    )
-    defs = build_definitions(config)
+    # single-partition runs (a ClickHouse server); on chDB the same rules hold for range runs
+    config = _with_retry(rig.config, RETRY)
+    defs = build_definitions(_on_server(config))
+    embedded = build_definitions(config)
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
         _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 4})
-        (first,) = _evaluate(defs, lag, instance).run_requests
-        assert first.tags[START_STATE_TAG] == "new:0"
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        assert request.tags[START_STATE_TAG] == "new:0"
+        keys, partition = [request.run_key], request.partition_key
+        for n in (1, 2, 3):  # max_attempts is 2: a transient fault does not count against it
+            _run_failing(defs, instance, request)
+            request = _next_request(defs, lag, instance, f"s after {n} failure")
+            assert request.partition_key == partition
+            assert request.tags[START_STATE_TAG] == "new:0"
+            keys.append(request.run_key)
+            (again,) = _evaluate(defs, lag, instance).run_requests
+            assert again.run_key == request.run_key  # idempotent while nothing changes
+        assert len(set(keys)) == 4  # a fresh key after each failure
+        reason = _evaluate_after_failure(defs, instance, request, lag)
+        assert "retrying in " in reason and "s after 4 failures: " in reason
+        assert "ClickHouseSinkError: cannot reach ClickHouse" in reason  # the cause, as said
 
-        # 1st failure: the keeper did not move, yet the next tick asks again with a fresh key
-        _run_failing(defs, instance, first)
-        (second,) = _evaluate(defs, lag, instance).run_requests
-        assert second.run_key != first.run_key
-        assert second.partition_key == first.partition_key
-        assert second.tags[START_STATE_TAG] == "new:0"
-        (again,) = _evaluate(defs, lag, instance).run_requests
-        assert again.run_key == second.run_key  # idempotent while nothing changes
-
-        # 2nd failure from the same state: max_attempts reached, nothing requested any more
-        last = _run_failing(defs, instance, second)
-        result = _evaluate(defs, lag, instance)
-        assert not result.run_requests
-        reason = result.skip_message or ""
-        assert first.partition_key in reason and "new:0" in reason
-        assert "2 runs" in reason and last in reason
-
-        # an operator's run (no start-state tag) succeeds: the position moves, requests resume
+        # the position moves (an operator's run succeeds): requests resume from the new state
         dg.materialize(
-            defs.assets,
-            selection=dg.AssetSelection.assets(defs.assets[0].key),
-            partition_key=first.partition_key,
+            embedded.assets,
+            selection=dg.AssetSelection.assets(embedded.assets[0].key),
+            partition_key=request.partition_key,
             instance=instance,
-            resources=defs.resources,
+            resources=embedded.resources,
         )
         assert not _evaluate(defs, lag, instance).run_requests  # caught up
         rig.produce({0: 3})
         (moved,) = _evaluate(defs, lag, instance).run_requests
         assert moved.tags[START_STATE_TAG] == "AFTER:4"
-        assert not moved.run_key.endswith(("retry1", "retry2"))
+        assert ":retry" not in moved.run_key
 
 
-def test_hudi_sensor_retries_a_failed_table_run_then_gives_up(
+def _evaluate_after_failure(defs, instance, request, lag: str) -> str:  # type: ignore[no-untyped-def]
+    _run_failing(defs, instance, request)
+    result = _evaluate(defs, lag, instance)
+    assert not result.run_requests
+    return result.skip_message or ""
+
+
+def test_an_unknown_failure_is_given_up_after_max_attempts_on_a_range_run(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """A run that fails without moving the position must not leave the partition stuck, nor
+    become a crash loop: on chDB (one range run), an unrecognised error is retried, then
+    given up after ``max_attempts`` runs from the same state."""
+    rig = make_rig(partitions=2)
+    config = _with_retry(rig.config, RETRY)
+    defs = build_definitions(config, hooks=_raising(RuntimeError("odd: no rule knows this")))
+    lag = f"{rig.pipeline}_clickhouse_lag"
+    with dg.instance_for_test() as instance:
+        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        rig.produce({0: 4, 1: 2})
+        (first,) = _evaluate(defs, lag, instance).run_requests
+        keys = keys_for(rig.topic, 2)
+        assert first.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
+
+        # 1st failure: the keeper did not move, yet after the backoff it asks again
+        _materialize_request(defs, instance, first, raise_on_error=False)
+        second = _next_request(defs, lag, instance, "s after 1 failure: RuntimeError: odd")
+        assert second.run_key != first.run_key
+        assert second.tags[START_STATE_TAG] == first.tags[START_STATE_TAG]
+
+        # 2nd failure from the same state: max_attempts reached, nothing requested any more
+        last = _materialize_request(defs, instance, second, raise_on_error=False).run_id
+        time.sleep(2.2)  # past any backoff
+        result = _evaluate(defs, lag, instance)
+        assert not result.run_requests
+        reason = result.skip_message or ""
+        assert keys[0] in reason and "new:0" in reason
+        assert "2 runs" in reason and last in reason and "odd: no rule knows this" in reason
+
+
+def test_a_failure_that_needs_a_person_stops_at_once_naming_it(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Bad config (a ClickHouse URL without a host): no retry can fix it."""
+    rig = make_rig(partitions=1)
+    defs = build_definitions(_on_server(_with_retry(rig.config, RETRY)))
+    lag = f"{rig.pipeline}_clickhouse_lag"
+    with dg.instance_for_test() as instance:
+        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        rig.produce({0: 2})
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        run_id = _run_failing(defs, instance, request, url="http://:8123/db")
+        time.sleep(2.2)  # past any backoff: still nothing
+        result = _evaluate(defs, lag, instance)
+        assert not result.run_requests
+        reason = result.skip_message or ""
+        assert "needs a person" in reason and "names no host" in reason and run_id in reason
+
+
+def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
     make_rig: Callable[..., Rig],
 ) -> None:
     rig = make_rig(partitions=2, clickhouse=False, hudi=True)
@@ -219,3 +368,24 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up(
         assert not result.run_requests
         assert "3 runs" in (result.skip_message or "") and failed_ids[-1] in result.skip_message
         assert rig.hudi_path in result.skip_message
+
+        # a run from the same state whose process died (SIGKILL), recorded as the code server
+        # that launched it records it: the newest failure decides, and this one is transient:
+        # asked for again after a visible wait, past max_attempts
+        rig_state = dict(request.tags)
+        for n in (4, 5):
+            run = instance.create_run_for_job(
+                dg.Definitions(jobs=[dg.define_asset_job("hudi_job")]).get_job_def("hudi_job"),
+                tags=rig_state,
+                status=dg.DagsterRunStatus.STARTED,
+            )
+            instance.report_engine_event(
+                f"Run execution process for {run.run_id} was terminated by signal 9 (SIGKILL).",
+                run,
+            )
+            instance.report_run_failed(run)  # what Dagster records for a dead run process
+            result = _evaluate(defs, lag, instance)
+            assert not result.run_requests
+            reason = result.skip_message or ""
+            assert f"after {n} failures" in reason and "the run's process died" in reason
+            assert "signal 9 (SIGKILL)" in reason
