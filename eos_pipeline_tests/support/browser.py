@@ -53,16 +53,18 @@ class UiWalker:
         self.page.goto(self.ui + path)
         self.page.get_by_text(wait_for, exact=False).first.wait_for(timeout=60_000)
         self._dismiss_welcome()
-        self.page.wait_for_timeout(1500)  # let the remaining queries of the page land
+        with contextlib.suppress(Exception):  # the page's remaining queries landing
+            self.page.wait_for_function(
+                "!document.body.innerText.includes('Loading')", timeout=30_000
+            )
+        self.page.wait_for_timeout(1000)
         self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
         return str(self.page.inner_text("body"))
 
     def _dismiss_welcome(self) -> None:
         """The UI greets a new browser with a community dialog over the page: skip it."""
-        skip = self.page.get_by_role("button", name="Skip")
-        with contextlib.suppress(Exception):
-            if skip.is_visible():
-                skip.click()
+        with contextlib.suppress(Exception):  # shown once per browser profile, a moment late
+            self.page.get_by_role("button", name="Skip").click(timeout=5_000)
 
 
 @contextlib.contextmanager
