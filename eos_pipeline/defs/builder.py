@@ -8,6 +8,7 @@ import dagster as dg
 
 from eos_pipeline.defs.assets import HooksFor, iter_pipeline_assets
 from eos_pipeline.defs.config import PipelinesFile
+from eos_pipeline.defs.failover import failover_jobs
 from eos_pipeline.defs.resources import build_resources, chdb_path
 from eos_pipeline.defs.sensors import clickhouse_lag_sensor, hudi_lag_sensor, partitions_sensor
 
@@ -57,6 +58,7 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
         assets=referenced,
         asset_checks=checks,
         sensors=sensors,
+        jobs=failover_jobs(config),
         resources=build_resources(config),
         # One process per run: chDB allows one process per data path, and the Hudi asset and
         # its check share one Spark session instead of starting a JVM each.

@@ -1,0 +1,196 @@
+"""The seed's story on the real two-cluster stack: fail over to B and back, exactly once.
+
+Records are identified by the event id the test puts in each payload (offsets differ per
+cluster); the table must hold each id exactly once, and the records re-read after each switch
+must stay within MirrorMaker 2's ``offset.lag.max`` + 1 per partition.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from clickhouse_connect.driver.client import Client
+
+from eos_pipeline.adapters.clickhouse import ClickHouseSink
+from eos_pipeline.adapters.dlq import DeadLetterWriter
+from eos_pipeline.adapters.failover import (
+    FailoverPipeline,
+    FailoverStates,
+    SwitchInProgress,
+    switch,
+)
+from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
+from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.cli import main as cli_main
+from eos_pipeline.core.failover import FingerprintNotFound
+from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
+from eos_pipeline.core.keeper_record import KeeperKey, Mark
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.defs.config import load_config
+from eos_pipeline.defs.failover import failover_job
+from eos_pipeline.defs.resources import KeeperResource
+from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+from eos_pipeline.sinks.clusters import run_active_clickhouse
+from eos_pipeline.stack.mirror import MirrorStack
+from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = TableSchema.from_mapping({"id": "String"})
+
+
+@pytest.fixture
+def setup(
+    mirror_stack: MirrorStack,
+    cluster_settings: dict[str, KafkaSettings],
+    zookeeper_hosts: str,
+    chdb_client: Client,
+) -> Iterator[
+    tuple[FailoverPipeline, ClickHouseTableSpec, KeeperStateStore, ClickHouseSink, Client]
+]:
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"t-story-{suffix}"
+    for settings in cluster_settings.values():
+        create_topic(settings, topic, partitions=1)
+    database = re.sub(r"[^A-Za-z0-9_]", "_", f"db_{suffix}")
+    sink = ClickHouseSink(chdb_client)
+    sink.ensure_table(database, "events", SCHEMA)
+    store = KeeperStateStore(KeeperSettings(hosts=zookeeper_hosts, root=f"/eos_fo_{suffix}"))
+    store.start()
+    fp = FailoverPipeline(
+        name=f"p_{suffix}",
+        topics=(topic,),
+        sinks=("clickhouse",),
+        clusters=ClusterSet.both_ways(mirror_stack.config.aliases),
+        settings=cluster_settings,
+        initial="A",
+        offset_syncs_location=mirror_stack.config.offset_syncs_location,
+    )
+    spec = ClickHouseTableSpec(pipeline=fp.name, database=database, table="events", schema=SCHEMA)
+    try:
+        yield fp, spec, store, sink, chdb_client
+    finally:
+        store.close()
+
+
+def _pipelines_file(
+    tmp_path: Path, fp: FailoverPipeline, spec: ClickHouseTableSpec, store: KeeperStateStore
+) -> Path:
+    a, b = fp.settings["A"], fp.settings["B"]
+    config = tmp_path / "pipelines.yaml"
+    pipeline = {
+        "name": fp.name,
+        "kafka": {
+            "bootstrap_servers": a.bootstrap_servers,
+            "topics": list(fp.topics),
+            "clusters": {"A": a.bootstrap_servers, "B": b.bootstrap_servers},
+            "offset_syncs_location": fp.offset_syncs_location,
+        },
+        "schema": {"id": "String"},
+        "clickhouse": {"database": spec.database, "table": spec.table},
+    }
+    keeper = {"hosts": store.settings.hosts, "root": store.settings.root}
+    config.write_text(yaml.safe_dump({"keeper": keeper, "pipelines": [pipeline]}))
+    return config
+
+
+def _ids(client: Client, spec: ClickHouseTableSpec) -> dict[str, int]:
+    rows = client.query(
+        f"SELECT id, count() FROM {spec.database}.{spec.table} GROUP BY id"
+    ).result_rows
+    return {str(i): int(n) for i, n in rows}
+
+
+def test_failover_and_failback_write_every_record_once(
+    setup, mirror_stack: MirrorStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fp, spec, store, sink, client = setup
+    a, b = fp.settings["A"], fp.settings["B"]
+    topic = fp.topics[0]
+    lag_max = mirror_stack.config.offset_lag_max
+    dlq = f"{topic}.dlq"
+
+    # 1,000 records on A; the sink writes the first 500 there.
+    placed = produce_events(a, topic, 1, 1000, prefix="a")
+    ClickHousePartitionSync(
+        spec, a, store, sink, DeadLetterWriter(a, dlq, fp.name), cluster="A"
+    ).run(TopicPartition(topic, 0), until=placed[0][499][0] + 1)
+    assert len(_ids(client, spec)) == 500
+    wait_for_records(b, TopicPartition(f"A.{topic}", 0), 1000)
+
+    # Bad cases change nothing.
+    states = FailoverStates(store)
+    with pytest.raises(SwitchRefused, match="unknown cluster 'C'"):
+        switch(store, fp, "C")
+    assert states.read(fp.name, "A") == (ActiveState("A"), None)
+    key = KeeperKey(fp.name, "clickhouse", topic, 0, "A")
+    good = store.read(key)
+    assert good is not None and good.record.mark is not None
+    lease = store.acquire(key)
+    wrong = Mark("f" * 32, good.record.mark.last_offset)
+    store.write(lease, 500, 500, "AFTER", mark=wrong)
+    with pytest.raises(FingerprintNotFound, match=f"A.{topic}"):
+        switch(store, fp, "B")
+    assert states.read(fp.name, "A") == (ActiveState("A"), None)
+    assert store.read_many(fp.name, "clickhouse", f"A.{topic}", "B") == {}
+    store.write(lease, 500, 500, "AFTER", mark=good.record.mark)
+
+    # A switch in flight (as a crash after its first step leaves it) blocks other switches and
+    # the sinks, and a rerun finishes it.
+    states.write(fp.name, ActiveState("A").begun("B"), None)
+    with pytest.raises(SwitchRefused, match="in flight"):
+        switch(store, fp, "A")
+    with pytest.raises(SwitchInProgress):
+        run_active_clickhouse(fp, spec, store, sink, dlq)
+
+    # Failover to B through the Dagster job: the other 500 come from A.T, and 200 new records
+    # are produced on B.
+    config = _pipelines_file(tmp_path, fp, spec, store)
+    job = failover_job(load_config(config))
+    result = job.execute_in_process(
+        run_config={"ops": {"switch_cluster": {"config": {"pipeline": fp.name, "to": "B"}}}},
+        resources={"keeper": KeeperResource(hosts=store.settings.hosts, root=store.settings.root)},
+    )
+    assert result.success and result.output_for_node("switch_cluster") == "B"
+    [output] = [e for e in result.all_node_events if e.is_successful_output]
+    metadata = output.step_output_data.metadata
+    assert metadata["steps run"].value == "fence, positions, activate"
+    assert metadata["positions moved"].value == 1
+    assert FailoverStates(store).active(fp.name, "A") == "B"
+    assert switch(store, fp, "B").steps == ()  # idempotent
+    produce_events(b, topic, 1, 200, prefix="b")
+    reports = run_active_clickhouse(fp, spec, store, sink, dlq)
+    by_topic = {r.tp.topic: r for r in reports}
+    moved = by_topic[f"A.{topic}"]
+    print(f"[failover] A.T on B: re-read {moved.reread}, skipped {moved.skipped}")
+    assert moved.reread <= lag_max + 1
+    ids = _ids(client, spec)
+    assert len(ids) == 1200 and set(ids.values()) == {1}, "duplicates or gaps after failover"
+
+    # Failback to A once B's records are on A, through the command line; then more on A.
+    wait_for_records(a, TopicPartition(f"B.{topic}", 0), 200)
+    assert cli_main(["failover", "--pipeline", fp.name, "--to", "A", "--config", str(config)]) == 0
+    assert "positions moved: 2" in capsys.readouterr().out
+    assert states.active(fp.name, "A") == "A"
+    produce_events(a, topic, 1, 300, prefix="c")
+    reports = run_active_clickhouse(fp, spec, store, sink, dlq)
+    for r in reports:
+        print(f"[failback] {r.tp}: re-read {r.reread}, skipped {r.skipped}, rows {r.rows_sent}")
+        assert r.reread <= lag_max + 1
+    ids = _ids(client, spec)
+    expected = (
+        {f"a-{n}" for n in range(1000)}
+        | {f"b-{n}" for n in range(200)}
+        | {f"c-{n}" for n in range(300)}
+    )
+    dupes = {k: n for k, n in ids.items() if n != 1}
+    assert not dupes, f"written more than once: {sorted(dupes)[:10]}"
+    assert set(ids) == expected, (
+        f"missing {sorted(expected - set(ids))[:10]}, extra {sorted(set(ids) - expected)[:10]}"
+    )
