@@ -7,7 +7,11 @@ must stay within MirrorMaker 2's ``offset.lag.max`` + 1 per partition.
 
 from __future__ import annotations
 
+import json
 import re
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -259,3 +263,61 @@ def test_failover_while_mirrormaker_is_behind_the_sink(setup, mirror_stack: Mirr
         _ids(client, spec),
         _ids_of("a", 200) | _ids_of("m", 100) | _ids_of("b", 50) | _ids_of("c", 40),
     )
+
+
+SWITCH_STEPS = (
+    "switch_after_begin",
+    "switch_after_fence",
+    "switch_after_positions",
+    "switch_after_activate",
+)
+
+
+def test_sigkill_at_each_step_of_the_switch_then_rerun(setup) -> None:
+    """Each switch is killed at one step boundary, then rerun: the pipeline ends on the target
+    cluster and every record produced through it all is in the table once."""
+    fp, spec, store, sink, client = setup
+    topic = fp.topics[0]
+    dlq = f"{topic}.dlq"
+    states = FailoverStates(store)
+    produce_events(fp.settings["A"], topic, 1, 60, prefix="r0")
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    expected = _ids_of("r0", 60)
+    produced = {"A": 60, "B": 0}
+    for n, step in enumerate(SWITCH_STEPS, start=1):
+        target = "B" if n % 2 else "A"
+        # What was produced so far must be on the target before the switch looks for it.
+        for origin, count in produced.items():
+            if count:
+                where = topic if origin == target else f"{origin}.{topic}"
+                wait_for_records(fp.settings[target], TopicPartition(where, 0), count)
+        job = {
+            "name": fp.name,
+            "topics": list(fp.topics),
+            "clusters": {a: s.bootstrap_servers for a, s in fp.settings.items()},
+            "initial": fp.initial,
+            "location": fp.offset_syncs_location,
+            "keeper": store.settings.hosts,
+            "root": store.settings.root,
+            "to": target,
+            "kill_at": step,
+        }
+        child = subprocess.run(
+            [sys.executable, "-m", "eos_pipeline_tests.support.switch_child", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+        state, _ = states.read(fp.name, "A")
+        in_flight = step != "switch_after_activate"
+        assert (state.switch is not None) == in_flight, (step, state)
+        assert switch(store, fp, target).target == target
+        assert states.active(fp.name, "A") == target
+        prefix = f"r{n}"
+        produce_events(fp.settings[target], topic, 1, 30, prefix=prefix)
+        produced[target] += 30
+        expected |= _ids_of(prefix, 30)
+        for r in run_active_clickhouse(fp, spec, store, sink, dlq):
+            print(f"[kill at {step}] {r.tp}@{target}: re-read {r.reread}, skipped {r.skipped}")
+        _assert_once(_ids(client, spec), expected)
