@@ -51,7 +51,7 @@ from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.core.tokens import dedup_token
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.resume import resolve_pending
+from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,7 @@ class ClickHousePartitionSync:
         # Decide on bounds before touching anything: a range below the stored start is refused
         # without a read from Kafka, an insert, or a keeper write (not even the epoch bump).
         stored = self.store.read(key)
+        refuse_pending(tp, stored.record if stored else None)
         decide(state_of(stored.record if stored else None), wanted, tp).raise_for_error()
         lease = self.store.acquire(key, writer=self.writer)
         tid = self._same_topic(tp, lease.record)

@@ -18,6 +18,43 @@ from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTab
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 
 
+def active_sync(
+    fp: FailoverPipeline,
+    spec: ClickHouseTableSpec,
+    store: KeeperStateStore,
+    sink: ClickHouseSink,
+    dead_letter_topic: str,
+    *,
+    writer: str | None = None,
+    fault: FaultHook = no_fault,
+) -> ClickHousePartitionSync:
+    """The sink loop on the active cluster (refused while a switch is in flight)."""
+    active = FailoverStates(store).active(fp.name, fp.initial)
+    kafka = fp.settings[active]
+    return ClickHousePartitionSync(
+        spec,
+        kafka,
+        store,
+        sink,
+        DeadLetterWriter(kafka, dead_letter_topic, spec.pipeline),
+        writer=writer,
+        fault=fault,
+        cluster=active,
+    )
+
+
+def physical_partitions(
+    fp: FailoverPipeline, sync: ClickHousePartitionSync, tp: TopicPartition
+) -> list[TopicPartition]:
+    """Partition ``tp.partition`` of each physical topic of ``tp.topic`` on the sync's cluster."""
+    assert sync.cluster is not None
+    return [
+        TopicPartition(t.topic, tp.partition)
+        for t in fp.clusters.topics(tp.topic, sync.cluster)
+        if tp.partition < partitions_of(sync.kafka, t.topic)
+    ]
+
+
 def run_active_clickhouse(
     fp: FailoverPipeline,
     spec: ClickHouseTableSpec,
@@ -28,23 +65,14 @@ def run_active_clickhouse(
     fault: FaultHook = no_fault,
 ) -> list[SyncReport]:
     """Catch every partition of the active cluster's physical topics up; one report each."""
-    active = FailoverStates(store).active(fp.name, fp.initial)
-    kafka = fp.settings[active]
-    sync = ClickHousePartitionSync(
-        spec,
-        kafka,
-        store,
-        sink,
-        DeadLetterWriter(kafka, dead_letter_topic, spec.pipeline),
-        fault=fault,
-        cluster=active,
-    )
+    sync = active_sync(fp, spec, store, sink, dead_letter_topic, fault=fault)
+    assert sync.cluster is not None
     reports = []
     for topic in fp.topics:
-        for physical in fp.clusters.topics(topic, active):
-            for partition in range(partitions_of(kafka, physical.topic)):
+        for physical in fp.clusters.topics(topic, sync.cluster):
+            for partition in range(partitions_of(sync.kafka, physical.topic)):
                 reports.append(sync.run(TopicPartition(physical.topic, partition)))
     return reports
 
 
-__all__ = ["run_active_clickhouse"]
+__all__ = ["active_sync", "physical_partitions", "run_active_clickhouse"]

@@ -20,11 +20,26 @@ import logging
 from eos_pipeline.adapters.kafka import KafkaSettings, read_range
 from eos_pipeline.adapters.keeper import Lease, StateStore
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.core.failover import MirroredRecord, ReplicaPending, Window, resume_after
-from eos_pipeline.core.keeper_record import Mark
+from eos_pipeline.core.failover import (
+    MirroredRecord,
+    ReplicaPending,
+    ResumeError,
+    Window,
+    resume_after,
+)
+from eos_pipeline.core.keeper_record import KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+def refuse_pending(tp: TopicPartition, record: KeeperRecord | None) -> None:
+    """A range run (backfill, replay) must not start before a switch's mark is resolved."""
+    if record is not None and record.mark is not None and record.mark.pending:
+        raise ResumeError(
+            f"{tp}: a switch moved this partition here and the sink has not found the last "
+            "record written before it yet; run the partition (not a range) first"
+        )
 
 
 def resolve_pending(

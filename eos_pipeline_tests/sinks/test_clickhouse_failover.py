@@ -31,10 +31,10 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
-from eos_pipeline.core.failover import FingerprintNotFound
+from eos_pipeline.core.failover import FingerprintNotFound, ResumeError
 from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
 from eos_pipeline.core.keeper_record import KeeperKey, Mark
-from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.defs.config import load_config
 from eos_pipeline.defs.failover import failover_job
@@ -235,6 +235,11 @@ def test_failover_while_mirrormaker_is_behind_the_sink(setup, mirror_stack: Mirr
         pending = store.read(KeeperKey(fp.name, "clickhouse", replica[0].topic, 0, "B"))
         assert pending is not None and pending.record.mark is not None
         assert pending.record.mark.pending and pending.record.mark.window_end is None
+        on_b = ClickHousePartitionSync(
+            spec, b, store, sink, DeadLetterWriter(b, dlq, fp.name), cluster="B"
+        )
+        with pytest.raises(ResumeError, match="run the partition"):
+            on_b.run_range(replica[0], OffsetRange(0, 10))  # a backfill would write copies
         produce_events(b, topic, 2, 50, prefix="b")
         reports = run_active_clickhouse(fp, spec, store, sink, dlq)
         for r in reports:
