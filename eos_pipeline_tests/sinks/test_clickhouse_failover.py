@@ -12,6 +12,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -326,3 +328,52 @@ def test_sigkill_at_each_step_of_the_switch_then_rerun(setup) -> None:
         for r in run_active_clickhouse(fp, spec, store, sink, dlq):
             print(f"[kill at {step}] {r.tp}@{target}: re-read {r.reread}, skipped {r.skipped}")
         _assert_once(_ids(client, spec), expected)
+
+
+def _producing(settings: KafkaSettings, topic: str, prefix: str, count: int) -> threading.Thread:
+    """Produce ``count`` events over 3 partitions in the background (live traffic)."""
+    thread = threading.Thread(
+        target=produce_events, args=(settings, topic, 3, count), kwargs={"prefix": prefix}
+    )
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("setup", [3], indirect=True)
+def test_live_traffic_through_failover_and_failback(setup) -> None:
+    """Producers write during every phase, the sink runs while they do, and the switches
+    happen mid-traffic (some records not yet copied by MM2): every record lands once."""
+    fp, spec, store, sink, client = setup
+    a, b = fp.settings["A"], fp.settings["B"]
+    topic = fp.topics[0]
+    dlq = f"{topic}.dlq"
+    expected: set[str] = set()
+
+    def phase(settings: KafkaSettings, prefix: str, count: int) -> threading.Thread:
+        expected.update(_ids_of(prefix, count))
+        return _producing(settings, topic, prefix, count)
+
+    before = phase(a, "pre", 600)
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    before.join()
+    on_a_late = phase(a, "late", 150)  # still being written to A while the switch runs
+    time.sleep(0.5)
+    switch(store, fp, "B")
+    during = phase(b, "dur", 450)
+    for _ in range(3):
+        run_active_clickhouse(fp, spec, store, sink, dlq)
+    on_a_late.join()
+    during.join()
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    after = phase(b, "tail", 150)  # still being written to B while failing back
+    time.sleep(0.5)
+    switch(store, fp, "A")
+    back = phase(a, "post", 300)
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    after.join()
+    back.join()
+    # Let MM2 copy B's records to A, then catch up.
+    for p in range(3):
+        wait_for_records(a, TopicPartition(f"B.{topic}", p), 200)
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    _assert_once(_ids(client, spec), expected)
