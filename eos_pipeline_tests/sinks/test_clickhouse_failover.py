@@ -377,3 +377,41 @@ def test_live_traffic_through_failover_and_failback(setup) -> None:
         wait_for_records(a, TopicPartition(f"B.{topic}", p), 200)
     run_active_clickhouse(fp, spec, store, sink, dlq)
     _assert_once(_ids(client, spec), expected)
+
+
+class InjectedCrash(Exception):
+    """Stands in for the process dying at a sink step boundary (no code after it runs)."""
+
+
+@pytest.mark.parametrize(
+    "step", ["before_keeper_before", "after_keeper_before", "after_insert", "after_keeper_after"]
+)
+def test_a_crash_at_each_sink_step_right_after_a_switch(
+    setup, step: str, mirror_stack: MirrorStack
+) -> None:
+    """The first sink run after a failover dies at a step boundary of the moved replica's
+    partition; the rerun converges."""
+    fp, spec, store, sink, client = setup
+    a, b = fp.settings["A"], fp.settings["B"]
+    topic = fp.topics[0]
+    dlq = f"{topic}.dlq"
+    produce_events(a, topic, 1, 80, prefix="a")
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    produce_events(a, topic, 1, 40, prefix="late")  # written on A after the sink ran there
+    wait_for_records(b, TopicPartition(f"A.{topic}", 0), 120)
+    switch(store, fp, "B")
+    produce_events(b, topic, 1, 30, prefix="b")
+
+    passes: list[str] = []
+
+    def crash(at: str) -> None:
+        # The second pass is in A.T, the replica whose position the switch moved (T on B,
+        # read first, has one step of its own).
+        passes.append(at)
+        if passes.count(step) == 2:
+            raise InjectedCrash(at)
+
+    with pytest.raises(InjectedCrash):
+        run_active_clickhouse(fp, spec, store, sink, dlq, fault=crash)
+    run_active_clickhouse(fp, spec, store, sink, dlq)
+    _assert_once(_ids(client, spec), _ids_of("a", 80) | _ids_of("late", 40) | _ids_of("b", 30))
