@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from eos_pipeline.core.marks import Mark
 from eos_pipeline.core.offsets import TopicPartition
 
 FORMAT_VERSION = 3
@@ -67,7 +68,6 @@ _KEYS_V1 = frozenset(
     {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
 )
 _KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}, 3: _KEYS_V1 | {"topic_id", "cluster", "mark"}}
-_FINGERPRINT_RE = re.compile(r"^[0-9a-f]{32}$")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Kafka's topic ids are 16 bytes, printed in URL-safe base64 without padding (22 characters).
 _TOPIC_ID_RE = re.compile(r"^[A-Za-z0-9_+/=-]{8,64}$")
@@ -199,50 +199,6 @@ def topic_path(root: str, pipeline: str, sink: str, topic: str, cluster: str | N
         parts.append("@" + validate_cluster(cluster))
     parts.append(validate_topic(topic))
     return "/".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """Which record the position stands after, by a fingerprint MirrorMaker 2 preserves.
-
-    ``last_offset`` set: the record at that offset of this topic. ``None``: the record was
-    written from another cluster; its copy here is in ``[range_end, window_end)`` and still to
-    be found (``window_end`` None: no bound known yet).
-    """
-
-    fingerprint: str
-    last_offset: int | None = None
-    window_end: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.fingerprint, str) or not _FINGERPRINT_RE.match(self.fingerprint):
-            raise ValueError(f"fingerprint must be 32 lowercase hex digits: {self.fingerprint!r}")
-        if self.last_offset is not None:
-            _check_int("mark.last_offset", self.last_offset, 0)
-            if self.window_end is not None:
-                raise ValueError("a located mark (last_offset set) has no window")
-        if self.window_end is not None:
-            _check_int("mark.window_end", self.window_end, 0)
-
-    @property
-    def pending(self) -> bool:
-        """True while the marked record's copy is still to be found (after a switch)."""
-        return self.last_offset is None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "last_offset": self.last_offset,
-            "window_end": self.window_end,
-        }
-
-    @classmethod
-    def from_json(cls, raw: object) -> Mark | None:
-        if raw is None:
-            return None
-        if not isinstance(raw, dict) or set(raw) != {"fingerprint", "last_offset", "window_end"}:
-            raise ValueError("mark must be an object with fingerprint, last_offset, window_end")
-        return cls(raw["fingerprint"], raw["last_offset"], raw["window_end"])
 
 
 def parse_partition_child(name: str, parent: str) -> int:
