@@ -38,6 +38,7 @@ examples:
   eos-pipeline stack down                stop everything, leaving no process behind
   eos-pipeline demo                      run the main job end to end (Dagster drives it)
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
+  eos-pipeline failover --pipeline P --to B   switch pipeline P to cluster B (and back: --to A)
 """
 
 
@@ -144,7 +145,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the Dagster instance in this PostgreSQL database (postgresql://user:pw@host/db)"
         " instead of SQLite files, as in production",
     )
+
+    failover = commands.add_parser(
+        "failover",
+        help="switch a pipeline to another Kafka cluster (MirrorMaker 2 replica) or back",
+        description="Make cluster TO the one PIPELINE reads: positions move through MM2's offset "
+        "syncs, and the sinks resume exactly after the last record they wrote (found by "
+        "fingerprint). Safe to rerun after any crash; refuses (changing nothing) an unknown "
+        "alias, a cluster MM2 does not replicate to, a switch while another is in flight, and a "
+        "last-written record missing where its copy must be.",
+    )
+    failover.add_argument("--pipeline", required=True, help="pipeline name in the pipelines file")
+    failover.add_argument("--to", required=True, help="alias of the cluster to switch to")
+    failover.add_argument(
+        "--config", type=Path, help="pipelines file (default: EOS_PIPELINES_FILE)"
+    )
     return parser
+
+
+def _run_failover(args: argparse.Namespace) -> int:
+    from eos_pipeline.adapters.failover import switch
+    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.core.failover import FailoverError
+    from eos_pipeline.defs.config import ConfigError, EnvRef, load_config
+    from eos_pipeline.defs.failover import describe, failover_pipeline, find_pipeline
+
+    try:
+        config = load_config(args.config)
+        fp = failover_pipeline(find_pipeline(config, args.pipeline))
+        password = config.keeper.password
+        if isinstance(password, EnvRef):
+            password = os.environ.get(password.env)
+        auth = (config.keeper.username, password) if config.keeper.username and password else None
+        with KeeperStateStore(KeeperSettings(config.keeper.hosts, config.keeper.root, auth)) as st:
+            report = switch(st, fp, args.to)
+    except (ConfigError, FailoverError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, value in describe(report).items():
+        print(f"{name}: {value.value}")
+    return 0
 
 
 def _stack_config(args: argparse.Namespace) -> StackConfig:
@@ -241,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             from eos_pipeline.demo import run_demo
 
             return run_demo(_stack_config(args), args)
+        if args.command == "failover":
+            return _run_failover(args)
     except (StackError, ArtifactError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

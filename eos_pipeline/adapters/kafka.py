@@ -31,6 +31,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from eos_pipeline.core.failover.identity import record_fingerprint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 
@@ -87,7 +88,18 @@ class KafkaBatch:
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
     timestamps_ms: list[int] = field(default_factory=list)
+    #: Headers by position in the batch, only for records that have any (most have none).
+    headers: dict[int, tuple[tuple[str, bytes | None], ...]] = field(default_factory=dict)
     value_bytes: int = 0
+
+    def fingerprint(self, index: int) -> str:
+        """The record identity MirrorMaker 2 preserves (``core.failover.record_fingerprint``)."""
+        return record_fingerprint(
+            self.keys[index],
+            self.values[index],
+            self.timestamps_ms[index],
+            self.headers.get(index, ()),
+        )
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -364,6 +376,9 @@ def _consume_into(
             batch.keys.append(msg.key())
             batch.values.append(value)
             batch.timestamps_ms.append(msg.timestamp()[1])
+            headers = msg.headers()
+            if headers:
+                batch.headers[len(batch.offsets) - 1] = tuple(headers)
             batch.value_bytes += size
             if offset == end - 1:
                 done = True

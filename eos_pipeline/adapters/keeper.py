@@ -80,6 +80,7 @@ from eos_pipeline.core.keeper_record import (
     KeeperError,
     KeeperKey,
     KeeperRecord,
+    Mark,
     VersionedRecord,
     new_lease_id,
     parse_partition_child,
@@ -138,9 +139,13 @@ class StateStore(Protocol):
 
     def read(self, key: KeeperKey) -> VersionedRecord | None: ...
 
-    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]: ...
+    def read_many(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> dict[int, VersionedRecord]: ...
 
-    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]: ...
+    def list_partitions(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> list[int]: ...
 
     def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
 
@@ -152,6 +157,8 @@ class StateStore(Protocol):
         phase: str,
         *,
         topic_id: str | None = None,
+        mark: Mark | None = None,
+        replace_mark: bool = False,
     ) -> VersionedRecord: ...
 
 
@@ -439,9 +446,11 @@ class KeeperStateStore:
         """The stored record and its znode version, or None when the partition was never taken."""
         return self._read_path(self.path(key))
 
-    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]:
+    def list_partitions(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> list[int]:
         """Partitions of ``topic`` that have a record for this pipeline and sink, sorted."""
-        parent = topic_path(self.settings.root, pipeline, sink, topic)
+        parent = topic_path(self.settings.root, pipeline, sink, topic, cluster)
 
         def once() -> list[str]:
             try:
@@ -452,10 +461,12 @@ class KeeperStateStore:
         children = self._retrying(f"list {parent}", once)
         return sorted(parse_partition_child(name, parent) for name in children)
 
-    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]:
+    def read_many(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> dict[int, VersionedRecord]:
         """All records of one topic for a sink: one children call, then gets sent together."""
-        parent = topic_path(self.settings.root, pipeline, sink, topic)
-        partitions = self.list_partitions(pipeline, sink, topic)
+        parent = topic_path(self.settings.root, pipeline, sink, topic, cluster)
+        partitions = self.list_partitions(pipeline, sink, topic, cluster)
 
         def once() -> dict[int, tuple[bytes, Any]]:
             pending = {p: self._client.get_async(f"{parent}/{p}") for p in partitions}
@@ -516,6 +527,8 @@ class KeeperStateStore:
         phase: str,
         *,
         topic_id: str | None = None,
+        mark: Mark | None = None,
+        replace_mark: bool = False,
     ) -> VersionedRecord:
         """Store ``[range_start, range_end)`` in ``phase`` if ``lease`` still holds the partition.
 
@@ -525,7 +538,16 @@ class KeeperStateStore:
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         path = self.path(lease.key)
-        intended = lease.record.with_state(range_start, range_end, phase, self._clock(), topic_id)
+        intended = lease.record.with_state(
+            range_start,
+            range_end,
+            phase,
+            self._clock(),
+            topic_id,
+            cluster=lease.key.cluster,
+            mark=mark,
+            replace_mark=replace_mark,
+        )
         if intended.epoch != lease.epoch or intended.writer != lease.writer:
             raise ValueError(f"lease for {lease.key} does not match its own record")
         stored, current = self._put(path, intended, lease.version)

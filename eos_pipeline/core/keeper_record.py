@@ -24,6 +24,16 @@ Value format (UTF-8 JSON, keys sorted, no spaces)::
 * ``topic_id`` is Kafka's id of the topic the position was read from (``null`` until known). A
   topic deleted and recreated under the same name gets a new id; offsets alone cannot tell the
   two logs apart once the new one has grown past the stored position.
+* ``cluster`` (v3) is the alias of the Kafka cluster the position belongs to, for a pipeline
+  configured with several clusters (MirrorMaker 2 failover); ``null`` for a single-cluster one.
+  The key's path says it too (``.../<sink>/@<cluster>/<topic>/<partition>``): the same topic
+  name holds different records on each cluster.
+* ``mark`` (v3) identifies the last record written, so that its copy can be found on another
+  cluster after a switch: ``{"fingerprint": ..., "last_offset": n, "window_end": null}`` when the
+  record is at ``last_offset`` of this topic; with ``last_offset`` ``null`` a switch moved the
+  position here and the copy of that record is still to be found in ``[range_end, window_end)``
+  (``window_end`` ``null``: not bounded yet); the sink skips through it before writing.
+  A record without these fields is written as version 2, byte for byte as before.
 * ``updated_at`` is informational (UTC, milliseconds) and is never used to decide anything.
 
 Parsing is strict: anything unexpected raises :class:`CorruptRecordError` naming the znode. A
@@ -40,11 +50,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from eos_pipeline.core.marks import Mark
 from eos_pipeline.core.offsets import TopicPartition
 
-FORMAT_VERSION = 2
-#: Versions this code reads; version 1 is version 2 without ``topic_id``.
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Versions this code reads; version 1 is version 2 without ``topic_id``, and version 2 is
+#: version 3 without ``cluster`` and ``mark`` (still written when both are null).
+READABLE_VERSIONS = (1, 2, 3)
 PHASES = ("BEFORE", "AFTER")
 DEFAULT_ROOT = "/eos_pipeline"
 
@@ -55,7 +67,8 @@ _LEASE_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 _KEYS_V1 = frozenset(
     {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
 )
-_KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}}
+_KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}, 3: _KEYS_V1 | {"topic_id", "cluster", "mark"}}
+_CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Kafka's topic ids are 16 bytes, printed in URL-safe base64 without padding (22 characters).
 _TOPIC_ID_RE = re.compile(r"^[A-Za-z0-9_+/=-]{8,64}$")
 
@@ -137,39 +150,55 @@ class KeeperKey:
     sink: str
     topic: str
     partition: int
+    #: Cluster alias for a pipeline with several clusters (None: the single-cluster layout).
+    cluster: str | None = None
 
     def __post_init__(self) -> None:
         validate_name("pipeline", self.pipeline)
         validate_name("sink", self.sink)
         validate_topic(self.topic)
         validate_partition(self.partition)
+        if self.cluster is not None:
+            validate_cluster(self.cluster)
 
     @classmethod
-    def of(cls, pipeline: str, sink: str, tp: TopicPartition) -> KeeperKey:
-        return cls(pipeline, sink, tp.topic, tp.partition)
+    def of(
+        cls, pipeline: str, sink: str, tp: TopicPartition, cluster: str | None = None
+    ) -> KeeperKey:
+        return cls(pipeline, sink, tp.topic, tp.partition, cluster)
 
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
     def path(self, root: str = DEFAULT_ROOT) -> str:
-        """The znode path: ``<root>/<pipeline>/<sink>/<topic>/<partition>``."""
-        return f"{topic_path(root, self.pipeline, self.sink, self.topic)}/{self.partition}"
+        """The znode path: ``<root>/<pipeline>/<sink>[/@<cluster>]/<topic>/<partition>``."""
+        parent = topic_path(root, self.pipeline, self.sink, self.topic, self.cluster)
+        return f"{parent}/{self.partition}"
 
     def __str__(self) -> str:
-        return f"{self.pipeline}/{self.sink}/{self.topic}[{self.partition}]"
+        where = f"@{self.cluster}:" if self.cluster else ""
+        return f"{self.pipeline}/{self.sink}/{where}{self.topic}[{self.partition}]"
 
 
-def topic_path(root: str, pipeline: str, sink: str, topic: str) -> str:
-    """The parent znode of all partition records of one topic for one sink."""
-    return "/".join(
-        (
-            validate_root(root),
-            validate_name("pipeline", pipeline),
-            validate_name("sink", sink),
-            validate_topic(topic),
-        )
-    )
+def validate_cluster(value: object) -> str:
+    """A cluster alias: 1-64 of ``[A-Za-z0-9_-]`` (no ``.``, MM2's separator in topic names)."""
+    if not isinstance(value, str) or not _CLUSTER_RE.match(value):
+        raise InvalidKeyError(f"cluster alias {value!r} must be 1-64 of [A-Za-z0-9_-]")
+    return value
+
+
+def topic_path(root: str, pipeline: str, sink: str, topic: str, cluster: str | None = None) -> str:
+    """The parent znode of all partition records of one topic for one sink (and cluster).
+
+    A cluster's part starts with ``@``, which no topic name can hold, so the layouts with and
+    without clusters never meet.
+    """
+    parts = [validate_root(root), validate_name("pipeline", pipeline), validate_name("sink", sink)]
+    if cluster is not None:
+        parts.append("@" + validate_cluster(cluster))
+    parts.append(validate_topic(topic))
+    return "/".join(parts)
 
 
 def parse_partition_child(name: str, parent: str) -> int:
@@ -221,9 +250,15 @@ class KeeperRecord:
     range_end: int | None = None
     phase: str | None = None
     topic_id: str | None = None
+    cluster: str | None = None
+    mark: Mark | None = None
 
     def __post_init__(self) -> None:
         _check_int("epoch", self.epoch, 1)
+        if self.cluster is not None:
+            validate_cluster(self.cluster)
+        if self.mark is not None and not isinstance(self.mark, Mark):
+            raise ValueError(f"mark must be a Mark, got {self.mark!r}")
         if not isinstance(self.lease_id, str) or not _LEASE_ID_RE.match(self.lease_id):
             raise ValueError(f"lease_id must be 8-64 lowercase hex digits, got {self.lease_id!r}")
         if not isinstance(self.writer, str) or not self.writer.strip():
@@ -249,6 +284,11 @@ class KeeperRecord:
             raise ValueError(f"range_end {end} is below range_start {start}")
         if self.phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
+        mark = self.mark
+        if mark is not None and mark.last_offset is not None and mark.last_offset >= end:
+            raise ValueError(f"mark.last_offset {mark.last_offset} is not below range_end {end}")
+        if mark is not None and mark.window_end is not None and mark.window_end < end:
+            raise ValueError(f"mark.window_end {mark.window_end} is below range_end {end}")
 
     @property
     def has_state(self) -> bool:
@@ -262,8 +302,15 @@ class KeeperRecord:
         phase: str,
         updated_at: datetime,
         topic_id: str | None = None,
+        *,
+        cluster: str | None = None,
+        mark: Mark | None = None,
+        replace_mark: bool = False,
     ) -> KeeperRecord:
-        """The record moved to a new state; ``topic_id`` ``None`` keeps the stored id."""
+        """The record moved to a new state; ``None`` keeps the stored id, cluster and mark.
+
+        ``replace_mark`` stores ``mark`` even when it is None (a switch overwrites a position).
+        """
         return replace(
             self,
             range_start=range_start,
@@ -271,6 +318,8 @@ class KeeperRecord:
             phase=phase,
             updated_at=updated_at,
             topic_id=topic_id if topic_id is not None else self.topic_id,
+            cluster=cluster if cluster is not None else self.cluster,
+            mark=mark if mark is not None or replace_mark else self.mark,
         )
 
     def taken_over(self, lease_id: str, writer: str, updated_at: datetime) -> KeeperRecord:
@@ -280,8 +329,15 @@ class KeeperRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.cluster is not None or self.mark is not None:
+            extra = {
+                "cluster": self.cluster,
+                "mark": None if self.mark is None else self.mark.to_json(),
+            }
         return {
-            "v": FORMAT_VERSION,
+            "v": FORMAT_VERSION if extra else 2,
+            **extra,
             "epoch": self.epoch,
             "lease_id": self.lease_id,
             "writer": self.writer,
@@ -331,6 +387,8 @@ class KeeperRecord:
                 range_end=obj["range_end"],
                 phase=obj["phase"],
                 topic_id=obj.get("topic_id"),
+                cluster=obj.get("cluster"),
+                mark=Mark.from_json(obj.get("mark")),
             )
         except ValueError as exc:
             raise CorruptRecordError(path, str(exc)) from None

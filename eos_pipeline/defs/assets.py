@@ -47,6 +47,7 @@ from eos_pipeline.defs.metadata import (
 from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
 from eos_pipeline.defs.resources import kafka_resource_key
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+from eos_pipeline.sinks.clusters import active_sync, physical_partitions
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
 CLICKHOUSE_SINK = "clickhouse"
@@ -245,22 +246,29 @@ def clickhouse_asset(
         reports = []
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             sink.ensure_table(spec.database, spec.table, spec.schema)
+            writer = default_writer_id(context.run.run_id)
             sync = ClickHousePartitionSync(
-                spec,
-                kafka,
-                st,
-                sink,
-                dlq,
-                writer=default_writer_id(context.run.run_id),
-                fault=hooks.fault,
+                spec, kafka, st, sink, dlq, writer=writer, fault=hooks.fault
             )
+            reads: Callable[[TopicPartition], list[TopicPartition]] = lambda tp: [tp]  # noqa: E731
+            if pipeline.kafka.clusters:
+                # Several clusters: read the active one's physical topics (T and its replicas).
+                from eos_pipeline.defs.failover import failover_pipeline
+
+                fp = failover_pipeline(pipeline)
+                dlq_topic = pipeline.dead_letter_topic
+                sync = active_sync(fp, spec, st, sink, dlq_topic, writer=writer, fault=hooks.fault)
+                reads = lambda tp: physical_partitions(fp, sync, tp)  # noqa: E731
+            # partitions left in BEFORE first (a range run on chDB covers several)
             for key in _run_order(st, pipeline, context.partition_keys):
-                report = sync.run(parse_partition_key(key))
-                reports.append(report)
-                context.log.info(
-                    f"{key}: [{report.start}, {report.end}) {report.records_read} read, "
-                    f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
-                )
+                for tp in reads(parse_partition_key(key)):
+                    report = sync.run(tp)
+                    reports.append(report)
+                    label = key if sync.cluster is None else f"{tp} on {sync.cluster}"
+                    context.log.info(
+                        f"{label}: [{report.start}, {report.end}) {report.records_read} read, "
+                        f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
+                    )
             # one count() per partition on the sorting key's prefix: cheap
             row_counts = {
                 partition_key(r.tp): sink.count(
@@ -309,23 +317,27 @@ def clickhouse_asset(
             "lag_after": sum(row[8] for row in rows),
             "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
         }
-        metadata, partition_values = quiet_when_idle(
-            metadata,
-            {
-                row[0]: {
-                    "offset_range": row[1],
-                    "records_read": row[2],
-                    "inserted": row[3],
-                    "skipped": row[4],
-                    "cropped": row[5],
-                    "dead_letters": row[6],
-                    "case": row[7],
-                    "lag_after": row[8],
-                    ROW_COUNT_KEY: row_counts[row[0]],
-                }
-                for row in rows
-            },
-        )
+        partition_values = {
+            row[0]: {
+                "offset_range": row[1],
+                "records_read": row[2],
+                "inserted": row[3],
+                "skipped": row[4],
+                "cropped": row[5],
+                "dead_letters": row[6],
+                "case": row[7],
+                "lag_after": row[8],
+                ROW_COUNT_KEY: row_counts[row[0]],
+            }
+            for row in rows
+        }
+        if pipeline.kafka.clusters:
+            # Physical topics are not Dagster partitions: the run-wide numbers stand for each.
+            metadata["cluster"] = reports[0].cluster if reports else ""
+            metadata["reread_after_switch"] = sum(r.reread for r in reports)
+            metadata["skipped_after_switch"] = sum(r.skipped for r in reports)
+            partition_values = {}
+        metadata, partition_values = quiet_when_idle(metadata, partition_values)
         per_partition(context, partition_values)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)

@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from eos_pipeline.core.contract import compile_contract
+from eos_pipeline.core.failover.switch import ClusterSet
 from eos_pipeline.core.keeper_record import validate_root, validate_topic
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
@@ -71,6 +72,27 @@ class KafkaSource(_Strict):
     #: Java client properties for Spark's Kafka source (without the ``kafka.`` prefix).
     spark_client: dict[str, str | EnvRef] = Field(default_factory=dict)
     dead_letter_topic: str | None = None
+    #: MirrorMaker 2 failover: cluster alias -> bootstrap servers. Empty: one cluster, as before.
+    #: ``bootstrap_servers`` must be one of them: the cluster read before any switch.
+    clusters: dict[str, str] = Field(default_factory=dict)
+    #: Flows MM2 replicates (``"A->B"``); default: between every two clusters, both ways.
+    mirror_flows: list[str] | None = None
+    #: MM2's ``offset-syncs.topic.location``: the cluster holding a flow's offset syncs.
+    offset_syncs_location: Literal["source", "target"] = "source"
+
+    @model_validator(mode="after")
+    def _clusters(self) -> KafkaSource:
+        if self.clusters or self.mirror_flows is not None:
+            ClusterSet.parse(list(self.clusters), self.mirror_flows)  # raises a ValueError
+            if self.initial_cluster is None:
+                raise ValueError(f"bootstrap_servers must be one of clusters {self.clusters}")
+        return self
+
+    @property
+    def initial_cluster(self) -> str | None:
+        """Alias of the cluster read before any switch (None: a single-cluster pipeline)."""
+        found = [a for a, servers in self.clusters.items() if servers == self.bootstrap_servers]
+        return found[0] if found else None
 
     @field_validator("topics")
     @classmethod

@@ -46,11 +46,12 @@ from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.contract import ErrorClass, oversized
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
-from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
+from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.core.tokens import dedup_token
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
+from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,12 @@ class SyncReport:
     target_end: int
     end: int = 0
     batches: list[BatchReport] = field(default_factory=list)
+    #: Cluster alias read from (None: single-cluster pipeline).
+    cluster: str | None = None
+    #: After a switch: records read again to find the last written one, and how many of them
+    #: were skipped as already written (see :mod:`eos_pipeline.sinks.resume`).
+    reread: int = 0
+    skipped: int = 0
 
     @property
     def records_read(self) -> int:
@@ -132,8 +139,13 @@ class ClickHousePartitionSync:
         *,
         writer: str | None = None,
         fault: FaultHook = no_fault,
+        cluster: str | None = None,
     ) -> None:
         self.spec = spec
+        #: Alias of the cluster ``kafka`` reaches, for a pipeline with several (MM2 failover).
+        self.cluster = cluster
+        # The same topic name holds other records on each cluster: tokens must differ too.
+        self.token_name = spec.pipeline if cluster is None else f"{spec.pipeline}@{cluster}"
         self.kafka = kafka
         self.store = store
         self.sink = sink
@@ -144,19 +156,33 @@ class ClickHousePartitionSync:
     # ------------------------------------------------------------------------------- entry points
     def run(self, tp: TopicPartition, until: int | None = None) -> SyncReport:
         """Catch ``tp`` up to ``until`` (default: its last stable offset, fixed now)."""
-        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
+        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
         lease = self.store.acquire(key, writer=self.writer)
         state = state_of(lease.record)
         tid = self._same_topic(tp, lease.record)
         log_end = self._log_end(tp, state)
         target = until if until is not None else log_end
+        reread = skipped = 0
+        if lease.record.mark is not None and lease.record.mark.pending:
+            # A switch moved the position here: skip the copies of what was already written.
+            reread, skipped = resolve_pending(self.store, lease, self.kafka, tp, target, tid)
+            state = state_of(lease.record)
         if state is None and self.spec.reset == "latest":
             # Pin where the partition starts: without a stored position every later run would
             # start at the then-latest offset and skip the records produced in between.
             self.store.write(lease, target, target, Phase.AFTER.value, topic_id=tid)
             state = state_of(lease.record)
         start = self._next_start(tp, state, target)
-        report = SyncReport(tp=tp, epoch=lease.epoch, start=start, target_end=target, end=start)
+        report = SyncReport(
+            tp=tp,
+            epoch=lease.epoch,
+            start=start,
+            target_end=target,
+            end=start,
+            cluster=self.cluster,
+            reread=reread,
+            skipped=skipped,
+        )
         log.info(
             "%s: took partition at epoch %d; stored %s; catching up to offset %d",
             tp,
@@ -194,10 +220,11 @@ class ClickHousePartitionSync:
 
     def run_range(self, tp: TopicPartition, wanted: OffsetRange) -> BatchReport:
         """Process one explicit range (a backfill or a replay); already-written data is skipped."""
-        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
+        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
         # Decide on bounds before touching anything: a range below the stored start is refused
         # without a read from Kafka, an insert, or a keeper write (not even the epoch bump).
         stored = self.store.read(key)
+        refuse_pending(tp, stored.record if stored else None)
         decide(state_of(stored.record if stored else None), wanted, tp).raise_for_error()
         lease = self.store.acquire(key, writer=self.writer)
         tid = self._same_topic(tp, lease.record)
@@ -286,7 +313,14 @@ class ClickHousePartitionSync:
             report.rows_sent += sent
             report.dead_letters += dead
             self.fault("after_insert")
-            self.store.write(lease, step.start, step.end, Phase.AFTER.value, topic_id=tid)
+            self.store.write(
+                lease,
+                step.start,
+                step.end,
+                Phase.AFTER.value,
+                topic_id=tid,
+                mark=self._mark(batch, step),
+            )
             self.fault("after_keeper_after")
             log.info("%s: %s written (%d rows, %d dead letters)", tp, step, sent, dead)
         report.seconds = time.monotonic() - began
@@ -304,6 +338,14 @@ class ClickHousePartitionSync:
             f", cropped {d.cropped}" if d.cropped else "",
             f", unconfirmed {d.unconfirmed}" if d.unconfirmed else "",
         )
+
+    def _mark(self, batch: KafkaBatch, step: OffsetRange) -> Mark | None:
+        """The last record of ``step`` by identity (None for a step of markers only: keep)."""
+        rows = self._slice(batch, step)
+        if not rows:
+            return None
+        last = rows.stop - 1
+        return Mark(batch.fingerprint(last), batch.offsets[last])
 
     def _slice(self, batch: KafkaBatch, part: OffsetRange) -> range:
         """Positions in ``batch`` of the records inside ``part`` (offsets are sorted)."""
@@ -327,7 +369,7 @@ class ClickHousePartitionSync:
         """
         rows = self._slice(batch, step)
         lo, hi = rows.start, rows.stop
-        token = dedup_token(self.spec.pipeline, batch.tp, step)
+        token = dedup_token(self.token_name, batch.tp, step)
         offsets, keys = batch.offsets[lo:hi], batch.keys[lo:hi]
         values, stamps = batch.values[lo:hi], batch.timestamps_ms[lo:hi]
         dead = 0

@@ -431,6 +431,10 @@ class MirrorStack:
             f"{self.bootstrap(b)}), ready in {time.monotonic() - started:.1f}s"
         )
 
+    def stop_mirror(self, timeout: float = 30.0) -> None:
+        """Stop MM2 alone, leaving both clusters up (replication falls behind); ``up`` resumes."""
+        self._mirror.down(timeout)
+
     def down(self, timeout: float = 30.0) -> None:
         """Stop MM2 first (it holds clients of both clusters), then the managed brokers."""
         self._mirror.down(timeout)

@@ -229,7 +229,7 @@ def _mutated(**changes: object) -> bytes:
         (b"\xff\xfe", "not UTF-8 JSON"),
         (b"[1, 2]", "JSON object"),
         (b'"x"', "JSON object"),
-        (_mutated(v=3), "unknown format version v=3"),
+        (_mutated(v=4), "unknown format version v=4"),
         (_mutated(v=True), "unknown format version v=True"),
         (_mutated(topic_id=KeyError), "missing keys \\['topic_id'\\]"),
         (_mutated(v=1), "unexpected keys \\['topic_id'\\]"),

@@ -21,6 +21,7 @@ from eos_pipeline.core.keeper_record import (
     PHASES,
     KeeperKey,
     KeeperRecord,
+    Mark,
     VersionedRecord,
     new_lease_id,
     topic_path,
@@ -58,14 +59,18 @@ class UnsafeInMemoryStateStore:
     def read(self, key: KeeperKey) -> VersionedRecord | None:
         return self._get(key.path(self.root))
 
-    def list_partitions(self, pipeline: str, sink: str, topic: str) -> list[int]:
-        parent = topic_path(self.root, pipeline, sink, topic) + "/"
+    def list_partitions(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> list[int]:
+        parent = topic_path(self.root, pipeline, sink, topic, cluster) + "/"
         return sorted(int(p[len(parent) :]) for p in self._nodes if p.startswith(parent))
 
-    def read_many(self, pipeline: str, sink: str, topic: str) -> dict[int, VersionedRecord]:
-        parent = topic_path(self.root, pipeline, sink, topic)
+    def read_many(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> dict[int, VersionedRecord]:
+        parent = topic_path(self.root, pipeline, sink, topic, cluster)
         found = {}
-        for p in self.list_partitions(pipeline, sink, topic):
+        for p in self.list_partitions(pipeline, sink, topic, cluster):
             record = self._get(f"{parent}/{p}")
             if record is not None:
                 found[p] = record
@@ -95,11 +100,22 @@ class UnsafeInMemoryStateStore:
         phase: str,
         *,
         topic_id: str | None = None,
+        mark: Mark | None = None,
+        replace_mark: bool = False,
     ) -> VersionedRecord:
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         path = lease.key.path(self.root)
-        intended = lease.record.with_state(range_start, range_end, phase, self._clock(), topic_id)
+        intended = lease.record.with_state(
+            range_start,
+            range_end,
+            phase,
+            self._clock(),
+            topic_id,
+            cluster=lease.key.cluster,
+            mark=mark,
+            replace_mark=replace_mark,
+        )
         current = self._get(path)
         if current is not None and current.version == lease.version:
             stored = VersionedRecord(intended, current.version + 1)

@@ -1,0 +1,267 @@
+"""The switch between clusters, carried out: the core's plan against ZooKeeper and Kafka.
+
+:func:`switch` runs the steps of :mod:`eos_pipeline.core.failover.switch`: it checks everything
+it can before the first write (unknown alias, flows MM2 does not replicate, a switch in flight, a
+write in flight, and for every position whose window is bounded, that the last written record's
+copy is really there), then records the switch in flight, fences the old cluster's positions,
+stores the translated positions with their pending marks, and makes the new cluster active. A
+crash anywhere leaves a state from which a rerun ends exactly as an uninterrupted switch would.
+
+The pipeline's active cluster lives at ``<root>/<pipeline>/@failover`` (``@`` keeps it apart
+from sink names); positions at ``<root>/<pipeline>/<sink>/@<cluster>/<topic>/<partition>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
+from eos_pipeline.adapters.keeper import KeeperStateStore
+from eos_pipeline.adapters.mirror import first_offset, read_offset_syncs, read_window
+from eos_pipeline.core.dedup import Phase
+from eos_pipeline.core.failover import (
+    Flow,
+    PhysicalTopic,
+    SyncHistory,
+    Window,
+    resume_after,
+    route,
+)
+from eos_pipeline.core.failover.errors import FailoverError
+from eos_pipeline.core.failover.switch import (
+    ActiveState,
+    ClusterSet,
+    Move,
+    SwitchRefused,
+    move,
+    plan_switch,
+)
+from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
+from eos_pipeline.core.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: Called with the name of each step boundary of the switch (the fault suite kills there).
+SwitchHook = Callable[[str], None]
+
+
+def _no_hook(step: str) -> None:
+    """Nothing happens at a step boundary."""
+
+
+@dataclass(frozen=True)
+class FailoverPipeline:
+    """What the switch needs to know about one pipeline (built from its configuration)."""
+
+    name: str
+    topics: tuple[str, ...]
+    sinks: tuple[str, ...]
+    clusters: ClusterSet
+    settings: dict[str, KafkaSettings]
+    #: The cluster read before any switch (the configured ``bootstrap_servers``).
+    initial: str
+    #: MM2's ``offset-syncs.topic.location``.
+    offset_syncs_location: str = "source"
+
+
+class SwitchInProgress(FailoverError):
+    """A sink was asked to run while a switch is in flight."""
+
+
+class FailoverStates:
+    """The active-cluster node of each pipeline, moved only by compare-and-set."""
+
+    def __init__(self, store: KeeperStateStore) -> None:
+        self.store = store
+
+    def path(self, pipeline: str) -> str:
+        return f"{self.store.settings.root}/{pipeline}/@failover"
+
+    def read(self, pipeline: str, initial: str) -> tuple[ActiveState, int | None]:
+        """The stored state and its znode version; never switched: ``initial``, version None."""
+        path = self.path(pipeline)
+        try:
+            data, stat = self.store.client.get(path)
+        except NoNodeError:
+            return ActiveState(initial), None
+        return ActiveState.decode(data, path), stat.version
+
+    def write(self, pipeline: str, state: ActiveState, version: int | None) -> int:
+        """Store ``state`` if the node is still at ``version``; returns the new version."""
+        path = self.path(pipeline)
+        try:
+            if version is None:
+                self.store.client.create(path, state.encode(), makepath=True)
+                return 0
+            return int(self.store.client.set(path, state.encode(), version=version).version)
+        except (BadVersionError, NodeExistsError):
+            raise SwitchRefused(
+                f"{pipeline}: the failover state changed under this switch (another switch "
+                "ran at the same time); nothing more was written, rerun to see where it stands"
+            ) from None
+
+    def active(self, pipeline: str, initial: str) -> str:
+        """The cluster to read now; refuses while a switch is in flight."""
+        state, _ = self.read(pipeline, initial)
+        if state.switch is not None:
+            raise SwitchInProgress(
+                f"{pipeline}: a switch {state.switch.source} -> {state.switch.target} is in "
+                f"flight; run `eos-pipeline failover --pipeline {pipeline} --to "
+                f"{state.switch.target}` to finish it"
+            )
+        return state.active
+
+
+@dataclass
+class SwitchReport:
+    pipeline: str
+    source: str
+    target: str
+    steps: tuple[str, ...]
+    moves: list[Move] = field(default_factory=list)
+    #: Per target partition (``cluster:topic[partition]``): records read to check the mark,
+    #: and how many of them precede it (re-read, already written).
+    checked: dict[str, tuple[int, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _positions(
+    store: KeeperStateStore, fp: FailoverPipeline, cluster: str
+) -> list[tuple[str, PhysicalTopic, int, KeeperRecord]]:
+    found = []
+    for sink in fp.sinks:
+        for topic in fp.topics:
+            for physical in fp.clusters.topics(topic, cluster):
+                records = store.read_many(fp.name, sink, physical.topic, cluster)
+                for partition, versioned in sorted(records.items()):
+                    if versioned.record.has_state:
+                        found.append((sink, physical, partition, versioned.record))
+    return found
+
+
+def _histories(fp: FailoverPipeline, flows: set[Flow]) -> dict[Flow, SyncHistory]:
+    out = {}
+    for flow in sorted(flows):
+        holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
+        out[flow] = read_offset_syncs(
+            fp.settings[holder], flow, location=fp.offset_syncs_location, policy=fp.clusters.policy
+        )
+    return out
+
+
+def _plan_moves(
+    fp: FailoverPipeline,
+    positions: list[tuple[str, PhysicalTopic, int, KeeperRecord]],
+    target: str,
+) -> list[tuple[str, Move]]:
+    flows = {
+        route(p, target, fp.clusters.aliases, fp.clusters.policy).flow for _, p, _, _ in positions
+    }
+    histories = _histories(fp, flows & set(fp.clusters.flows))
+    moves = []
+    for sink, physical, partition, record in positions:
+        r = route(physical, target, fp.clusters.aliases, fp.clusters.policy)
+        history = histories.get(r.flow, SyncHistory(r.flow))
+        tp = TopicPartition(r.target.topic, partition)
+        try:
+            floor = first_offset(fp.settings[target], tp)
+        except Exception as exc:  # the replica topic may not exist yet
+            raise SwitchRefused(
+                f"{physical}[{partition}]: its counterpart {r.target}[{partition}] cannot be read "
+                f"({exc}); is MirrorMaker 2 replicating {r.flow}?"
+            ) from None
+        moves.append((sink, move(physical, partition, record, target, fp.clusters, history, floor)))
+    return moves
+
+
+def _check_marks(fp: FailoverPipeline, moves: list[tuple[str, Move]]) -> dict[str, tuple[int, int]]:
+    """Find each bounded mark's copy now, so that a missing one refuses the switch up front."""
+    checked = {}
+    for _, m in moves:
+        if m.mark is None or m.mark.window_end is None:
+            continue
+        tp = TopicPartition(m.route.target.topic, m.partition)
+        window = Window(m.position, m.mark.window_end)
+        records = read_window(fp.settings[m.route.target.cluster], tp, window)
+        point = resume_after(tp, m.mark.fingerprint, records, window)
+        checked[f"{m.route.target}[{m.partition}]"] = (len(records), point.skipped)
+    return checked
+
+
+def switch(
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    target: str,
+    *,
+    hook: SwitchHook = _no_hook,
+    writer: str | None = None,
+) -> SwitchReport:
+    """Switch ``fp`` to cluster ``target`` (idempotent; rerun after any crash)."""
+    began = time.monotonic()
+    states = FailoverStates(store)
+    state, version = states.read(fp.name, fp.initial)
+    plan = plan_switch(state, fp.clusters, target)
+    report = SwitchReport(fp.name, plan.source, plan.target, plan.steps)
+    if not plan.steps:
+        log.info("%s: already on %s; nothing to do", fp.name, target)
+        return report
+    source = plan.source
+    positions = _positions(store, fp, source)
+    moves = _plan_moves(fp, positions, target)  # refuses before anything is written
+    report.checked = _check_marks(fp, moves)
+    if "begin" in plan.steps:
+        version = states.write(fp.name, state.begun(target), version)
+        state = state.begun(target)
+        log.info("%s: switch %s -> %s begun", fp.name, source, target)
+    hook("switch_after_begin")
+    # Fence the old cluster's writers, then plan from what the fence took (a writer may have
+    # moved a position between the check and the fence).
+    fenced = []
+    for sink, physical, partition, _ in positions:
+        key = KeeperKey(fp.name, sink, physical.topic, partition, source)
+        fenced.append((sink, physical, partition, store.acquire(key, writer=writer).record))
+    hook("switch_after_fence")
+    if [_state(r) for *_, r in fenced] != [_state(r) for *_, r in positions]:
+        moves = _plan_moves(fp, fenced, target)
+    for sink, m in moves:
+        key = KeeperKey(fp.name, sink, m.route.target.topic, m.partition, target)
+        lease = store.acquire(key, writer=writer)
+        store.write(
+            lease, m.position, m.position, Phase.AFTER.value, mark=m.mark, replace_mark=True
+        )
+        log.info("%s: %s[%d] -> %s", fp.name, m.route.source, m.partition, key)
+    hook("switch_after_positions")
+    states.write(fp.name, state.finished(), version)
+    hook("switch_after_activate")
+    report.moves = [m for _, m in moves]
+    report.seconds = time.monotonic() - began
+    log.info("%s: now active on %s (%d positions moved)", fp.name, target, len(moves))
+    return report
+
+
+def _state(record: KeeperRecord) -> tuple[object, ...]:
+    return (record.range_start, record.range_end, record.phase, record.mark)
+
+
+def partitions_of(settings: KafkaSettings, topic: str) -> int:
+    """Partitions of a physical topic, 0 when it does not exist (yet) on that cluster."""
+    try:
+        return partition_count(settings, topic)
+    except Exception:
+        return 0
+
+
+__all__ = [
+    "FailoverPipeline",
+    "FailoverStates",
+    "SwitchHook",
+    "SwitchInProgress",
+    "SwitchReport",
+    "partitions_of",
+    "switch",
+]

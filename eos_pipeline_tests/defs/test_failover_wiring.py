@@ -1,0 +1,57 @@
+"""A pipeline's clusters in the pipelines file, and the failover job: no stack needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from eos_pipeline.core.failover import Flow
+from eos_pipeline.core.failover.switch import SwitchRefused
+from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.config import ConfigError, parse_config
+from eos_pipeline.defs.failover import failover_pipeline
+
+ONE = """
+pipelines:
+  - name: orders
+    kafka: {bootstrap_servers: "a:9092", topics: [orders]}
+    schema: {id: Int64}
+    clickhouse: {database: shop, table: orders}
+"""
+TWO = ONE.replace(
+    "topics: [orders]}", 'topics: [orders], clusters: {east: "a:9092", west: "b:9092"}}'
+)
+
+
+def test_a_single_cluster_file_is_unchanged_and_cannot_switch() -> None:
+    config = parse_config(ONE, "p.yaml")
+    assert config.pipeline("orders").kafka.initial_cluster is None
+    assert not build_definitions(config).jobs
+    with pytest.raises(SwitchRefused, match=r"no 'kafka\.clusters'"):
+        failover_pipeline(config.pipeline("orders"))
+
+
+def test_named_clusters_give_a_failover_pipeline_and_the_job() -> None:
+    config = parse_config(TWO, "p.yaml")
+    fp = failover_pipeline(config.pipeline("orders"))
+    assert (fp.initial, fp.clusters.aliases, fp.sinks) == (
+        "east",
+        ("east", "west"),
+        ("clickhouse",),
+    )
+    assert fp.clusters.flows == {Flow("east", "west"), Flow("west", "east")}
+    assert fp.settings["west"].bootstrap_servers == "b:9092"
+    assert [job.name for job in build_definitions(config).jobs] == ["failover"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (TWO.replace('east: "a:9092", ', ""), "two or more"),
+        (TWO.replace('"a:9092", west', '"c:9092", west'), "bootstrap_servers must be one of"),
+        (TWO.replace("east:", "e.ast:"), "cluster alias"),
+        (TWO.replace("}}", "}, mirror_flows: [east->north]}"), "not '<alias>-><alias>'"),
+    ],
+)
+def test_bad_clusters_fail_at_load(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text, "p.yaml")
