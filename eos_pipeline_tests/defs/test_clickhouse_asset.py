@@ -147,7 +147,10 @@ def test_a_key_range_run_writes_each_partition_once_with_its_own_numbers_and_che
             assert sorted(events) == keys  # one materialization per partition of the range
             for p, key in enumerate(keys):
                 meta = events[key].materialization.metadata
-                assert meta["records_read"].value == expect_read[p]  # its own numbers
+                if any(expect_read.values()):
+                    assert meta["records_read"].value == expect_read[p]  # its own numbers
+                else:  # the run found nothing: its state, no activity numbers to plot
+                    assert "records_read" not in meta and meta["lag_after"].value == 0
                 rows = (12, 0, 9)[p] - len(dead.get(rig_tp(rig, p), ()))
                 assert meta["dagster/row_count"].value == rows
             checks = run.get_asset_check_evaluations()
