@@ -173,12 +173,9 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
     """Whether both sinks reached ``ends`` with no run in flight, and a one-line status."""
     import dagster as dg
 
+    from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
     from eos_pipeline.core.dedup import Phase
-    from eos_pipeline.defs.assets import (
-        CLICKHOUSE_SINK,
-        checkpoint_from_materialization,
-        hudi_key,
-    )
+    from eos_pipeline.defs.assets import CLICKHOUSE_SINK
     from eos_pipeline.sinks.clickhouse import state_of
 
     pipeline = config.pipeline(PIPELINE)
@@ -195,8 +192,7 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
         done &= at == len(ends)
         parts.append(f"clickhouse {at}/{len(ends)} partitions caught up")
     if pipeline.hudi is not None:
-        event = instance.get_latest_materialization_event(hudi_key(pipeline))
-        checkpoint = checkpoint_from_materialization(event, topic) or {}
+        checkpoint = latest_checkpoint(pipeline.hudi.path) or {}  # the table's, as the sensor
         at = sum(1 for tp, off in checkpoint.items() if off >= ends.get(tp.partition, 0))
         done &= at == len(ends)
         parts.append(f"hudi {at}/{len(ends)}")
