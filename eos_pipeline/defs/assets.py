@@ -702,19 +702,6 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
     return _check
 
 
-def checkpoint_from_materialization(
-    event: dg.EventLogEntry | None, topic: str
-) -> dict[TopicPartition, int] | None:
-    """The Hudi checkpoint recorded by the asset's latest materialization, if any."""
-    if event is None or event.asset_materialization is None:
-        return None
-    value = event.asset_materialization.metadata.get(HUDI_CHECKPOINT_KEY)
-    if value is None:
-        return None
-    data = value.value if isinstance(value, dg.JsonMetadataValue) else json.loads(str(value))
-    return {TopicPartition(topic, int(p)): int(o) for p, o in dict(data).items()}
-
-
 def iter_pipeline_assets(
     pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
 ) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
