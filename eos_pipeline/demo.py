@@ -201,13 +201,10 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
     """Whether both sinks reached ``ends`` with no run in flight, and a one-line status."""
     import dagster as dg
 
+    from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
     from eos_pipeline.core.dedup import Phase
     from eos_pipeline.core.positions import committed, sink_state
-    from eos_pipeline.defs.assets import (
-        CLICKHOUSE_SINK,
-        checkpoint_from_materialization,
-        hudi_key,
-    )
+    from eos_pipeline.defs.assets import CLICKHOUSE_SINK
 
     pipeline = config.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
@@ -224,8 +221,7 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
         done &= at == len(ends)
         parts.append(f"clickhouse {at}/{len(ends)} partitions caught up")
     if pipeline.hudi is not None:
-        event = instance.get_latest_materialization_event(hudi_key(pipeline))
-        checkpoint = checkpoint_from_materialization(event, topic) or {}
+        checkpoint = latest_checkpoint(pipeline.hudi.path) or {}  # the table's, as the sensor
         at = sum(1 for tp, off in checkpoint.items() if off >= ends.get(tp.partition, 0))
         done &= at == len(ends)
         parts.append(f"hudi {at}/{len(ends)}")

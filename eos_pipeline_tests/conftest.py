@@ -1,4 +1,5 @@
-"""Session fixtures: one real local stack (ZooKeeper + Kafka) for the whole test run.
+"""Session fixtures: one real local stack (ZooKeeper + Kafka), one in-process Spark session and
+one Spark Connect server (started on first use) for the whole test run.
 
 The stack is started by the same code as ``eos-pipeline stack up``, on free ports and in a
 temporary state directory, so tests never collide with a stack a developer has running.
@@ -20,6 +21,7 @@ from pyspark.sql import SparkSession
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.stack.services import Stack, StackConfig, free_port
+from eos_pipeline_tests.support.spark_server import connect_server
 
 # The two-cluster MirrorMaker 2 stack: started only by the failover tests that ask for it.
 pytest_plugins = ["eos_pipeline_tests.mirror_fixtures"]
@@ -70,6 +72,18 @@ def chdb_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     )
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(
+    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
+) -> Iterator[StackConfig]:
+    """The session's one Spark Connect server (see ``support.spark_server``).
+
+    Depends on ``spark`` so that the in-process JVM is forked before any gRPC channel opens.
+    """
+    with connect_server(tmp_path_factory.mktemp("spark-connect")) as config:
+        yield config
 
 
 @pytest.fixture(scope="session")

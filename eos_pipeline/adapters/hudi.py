@@ -30,6 +30,7 @@ from eos_pipeline.adapters.spark import (
     FENCING_STRATEGY_CLASS,
     SOURCE_COLUMNS,
 )
+from eos_pipeline.adapters.spark_remote import connect_error
 from eos_pipeline.core.checkpoint import (
     CHECKPOINT_KEY_V1,
     CHECKPOINT_KEY_V2,
@@ -271,7 +272,10 @@ def write_transaction(
     except Exception as exc:
         reason = _conflict(exc)
         if reason is None:
-            raise
+            clear = connect_error(spark, exc)
+            if clear is None:
+                raise
+            raise clear from exc
         raise HudiFencedError(
             f"{table_path}: fenced: {reason}. Nothing was committed; the table's checkpoint is "
             "the other writer's, and the next run plans from it"

@@ -52,8 +52,8 @@ from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
 CLICKHOUSE_SINK = "clickhouse"
 CHECK_NAME = "exactly_once"
-#: Metadata key under which the Hudi asset records the table's checkpoint after its run; the
-#: lag sensor reads it instead of starting a JVM (see ``sensors.py``).
+#: Metadata key under which the Hudi asset records the table's checkpoint after its run (for
+#: the UI; the sensors read the table's own timeline).
 HUDI_CHECKPOINT_KEY = "checkpoint_after"
 #: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product
 #: passes none; a test code location injects some (see :mod:`eos_pipeline.sinks.hooks`).
@@ -505,19 +505,6 @@ def _hudi_row_counts(
     )
     found = {int(row[0]): int(row[1]) for row in rows}
     return {tp: found.get(tp.partition, 0) for tp in tps}
-
-
-def checkpoint_from_materialization(
-    event: dg.EventLogEntry | None, topic: str
-) -> dict[TopicPartition, int] | None:
-    """The Hudi checkpoint recorded by the asset's latest materialization, if any."""
-    if event is None or event.asset_materialization is None:
-        return None
-    value = event.asset_materialization.metadata.get(HUDI_CHECKPOINT_KEY)
-    if value is None:
-        return None
-    data = value.value if isinstance(value, dg.JsonMetadataValue) else json.loads(str(value))
-    return {TopicPartition(topic, int(p)): int(o) for p, o in dict(data).items()}
 
 
 def hudi_pool(pipeline: Pipeline) -> str:

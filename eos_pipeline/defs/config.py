@@ -283,10 +283,27 @@ class ClickHouseConfig(_Strict):
 
 
 class SparkConfig(_Strict):
+    """Where a run's Spark work runs: a Spark Connect server (``remote``) or in-process."""
+
+    #: A Spark Connect server (``sc://host:port``): runs are thin clients of it. Unset or empty:
+    #: Spark runs inside each run's process on ``master``.
+    remote: Secret | None = None
+    #: Bearer token of the Connect server (a secret: ``{env: NAME}``); Connect then uses TLS.
+    token: Secret | None = None
     master: str = "local[2]"
     #: Faster JVM start for short local runs (see ``adapters.spark.spark_conf``).
     quick_start: bool = False
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("remote")
+    @classmethod
+    def _remote(cls, remote: Secret | None) -> Secret | None:
+        if isinstance(remote, str):
+            if not remote.strip():
+                return None  # ``${EOS_SPARK_REMOTE:-}`` left empty: in-process Spark
+            if not remote.startswith("sc://"):
+                raise ValueError(f"remote must be an sc://host:port URL, not {remote!r}")
+        return remote
 
 
 class PipelinesFile(_Strict):

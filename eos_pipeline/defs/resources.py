@@ -2,7 +2,7 @@
 
 Resources hold settings only; connections are opened inside a run, by the code that uses them.
 That matters for chDB (one process per data path: the code server and the sensor daemon must
-never open it) and for Spark (a JVM per run, started only by the Hudi steps).
+never open it) and for Spark (a Connect client, or a JVM per run, made only by the Hudi steps).
 
 Secrets come from ``{env: NAME}`` in the pipelines file: top-level resource fields become
 ``dg.EnvVar`` (Dagster resolves them in the run's process and shows only the variable name);
@@ -17,8 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-from dagster_pyspark import PySparkResource
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink, parse_url
 from eos_pipeline.adapters.kafka import KafkaSettings
@@ -115,31 +114,72 @@ class ClickHouseResource(dg.ConfigurableResource):
             sink.close()
 
 
-class SparkResource(PySparkResource):
-    """dagster-pyspark's resource, with the project's session settings filled in at run time.
+class SparkResource(dg.ConfigurableResource):
+    """The run's Spark session, made on first use: a Spark Connect client, or Spark in-process.
 
-    ``spark_config`` holds only what the pipelines file adds; the jars and Hudi settings of
-    :func:`eos_pipeline.adapters.spark.spark_conf` are resolved when the session is first used,
-    so loading the code location never checks or fetches jars, and a step (or a sensor built
-    with every resource) that never touches Spark never starts a JVM.
+    With ``remote`` (``sc://host:port``, plus ``token`` for a server that wants one) the run is
+    a thin client: no JVM here, the server does the work (:mod:`eos_pipeline.adapters.spark_remote`
+    checks it is reachable, of the same Spark release and has the jars). Without it, a
+    ``master`` (``local[N]``) session starts in this process with the jars and Hudi settings of
+    :func:`eos_pipeline.adapters.spark.spark_conf`, resolved only then, so loading the code
+    location never fetches jars and a step that never touches Spark never starts a JVM.
+
+    Connect mode is process-wide in PySpark: a process that made a Connect session can no longer
+    make an in-process one and the other way round. Never mix the two in one process; a run
+    uses one resource, so one mode. ``spark_config`` is the session's configuration in process,
+    and runtime (SQL) settings sent to the server over Connect.
     """
 
+    remote: str | None = None
+    token: str | None = None
     master: str = "local[2]"
     quick_start: bool = False
+    spark_config: dict[str, str] = Field(default_factory=dict)
+    _session: Any = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        pass  # the session starts on first use
+    @property
+    def is_remote(self) -> bool:
+        return bool(self.remote)
 
     @property
     def spark_session(self) -> Any:
-        if self._spark_session is None:
-            from dagster_pyspark.resources import spark_session_from_config
+        if self._session is None:
+            self._session = self._remote_session() if self.remote else self._local_session()
+        return self._session
 
-            from eos_pipeline.adapters.spark import spark_conf
+    def _remote_session(self) -> Any:
+        from eos_pipeline.adapters.spark_remote import connect
 
-            conf = spark_conf(self.master, self.spark_config, quick_start=self.quick_start)
-            self._spark_session = spark_session_from_config(conf)
-        return self._spark_session
+        assert self.remote
+        session = connect(self.remote, self.token)
+        for key, value in self.spark_config.items():
+            session.conf.set(key, value)
+        return session
+
+    def _local_session(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        from eos_pipeline.adapters.spark import spark_conf
+        from eos_pipeline.adapters.spark_remote import SparkModeConflict, in_connect_mode
+
+        if in_connect_mode():
+            raise SparkModeConflict(
+                "this process is a Spark Connect client; an in-process Spark session cannot "
+                "start next to it (PySpark allows one mode per process)"
+            )
+        builder = SparkSession.builder
+        for key, value in spark_conf(
+            self.master, self.spark_config, quick_start=self.quick_start
+        ).items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        # A Connect session holds state on the server until released; an in-process session
+        # is left to its JVM's owner (a shared test session, or the process's exit).
+        if self._session is not None and self.remote:
+            self._session.stop()
+            self._session = None
 
 
 def _secret(value: Secret | None) -> Any:
@@ -168,6 +208,8 @@ def build_resources(config: PipelinesFile) -> dict[str, Any]:
         ),
         "clickhouse": ClickHouseResource(url=_secret(config.clickhouse.url)),
         "spark": SparkResource(
+            remote=_secret(config.spark.remote),
+            token=_secret(config.spark.token),
             spark_config=dict(config.spark.conf),
             master=config.spark.master,
             quick_start=config.spark.quick_start,

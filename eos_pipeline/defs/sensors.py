@@ -19,12 +19,10 @@ Where a sink stands:
   mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first. On
   an embedded chDB path (one process at a time) all lagging partitions go into one key-range
   run, which catches the ``BEFORE`` ones up first.
-* Hudi: the Kafka checkpoint that the Hudi asset recorded in its latest materialization's
-  metadata. Reading the real checkpoint needs Hudi's Java API (a JVM per evaluation, ~15 s),
-  so the sensor reads this copy instead. The copy is written right after the commit, so it can
-  only lag behind the table, never run ahead of it: a stale copy costs one run that finds
-  nothing to do and records the truth; it can never make the sensor skip data. (Only a table
-  restored to an older state behind Dagster's back would be missed; run a backfill then.)
+* Hudi: the Kafka checkpoint of the table's latest completed commit, read each tick from the
+  table's timeline by hudi-rs (:mod:`eos_pipeline.adapters.hudi_timeline`, no JVM, a few file
+  reads). A commit made by another writer (HoodieStreamer, a backfill, a restore) is therefore
+  seen at the next tick, not after the next run of the asset.
 
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
 partition-key-range run over the table's dynamic partitions, which the asset's
@@ -40,6 +38,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, partition_count, start_offsets
 from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
@@ -65,7 +64,6 @@ from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import Backoff
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
-    checkpoint_from_materialization,
     clickhouse_key,
     hudi_key,
 )
@@ -283,8 +281,10 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         except KafkaReadError as exc:
             return dg.SkipReason(str(exc))
         ordered = context.instance.get_dynamic_partitions(partitions.name)
-        event = context.instance.get_latest_materialization_event(asset)
-        checkpoint = checkpoint_from_materialization(event, topic) or {}
+        try:
+            checkpoint = latest_checkpoint(table) or {}
+        except HudiTimelineError as exc:
+            return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
         lows = None
         if hudi_needs_log_starts(topic, ends, checkpoint, set(ordered), pipeline.reset):
             lows = start_offsets(kafka, topic)

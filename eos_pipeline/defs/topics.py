@@ -7,8 +7,8 @@ stable offset and each sink's lag, with totals Dagster plots over time. It recor
 observation only when something changed, so an idle topic does not fill the event log.
 
 Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
-pipelined gets (ClickHouse positions) and one event-log query (the Hudi checkpoint of the
-latest materialization). No Spark, no ClickHouse.
+pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
+No Spark, no ClickHouse.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -17,11 +17,11 @@ import json
 
 import dagster as dg
 
+from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, start_offsets
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
-    checkpoint_from_materialization,
     clickhouse_key,
     dead_letter_key,
     hudi_key,
@@ -135,9 +135,12 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         kafka = getattr(context.resources, kafka_key).settings()
         hudi_positions: dict[int, int | None] = {}
         if pipeline.hudi is not None:
-            event = context.instance.get_latest_materialization_event(hudi_key(pipeline))
-            checkpoint = checkpoint_from_materialization(event, pipeline.kafka.topics[0]) or {}
-            hudi_positions = {tp.partition: offset for tp, offset in checkpoint.items()}
+            try:  # the table's own checkpoint, as the Hudi lag sensor reads it (no JVM)
+                checkpoint = latest_checkpoint(pipeline.hudi.path) or {}
+            except HudiTimelineError:
+                checkpoint = {}
+            topic = pipeline.kafka.topics[0]
+            hudi_positions = {tp.partition: o for tp, o in checkpoint.items() if tp.topic == topic}
         events: list[dg.AssetObservation] = []
         seen: dict[str, object] = {}
         missing: list[str] = []

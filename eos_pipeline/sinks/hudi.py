@@ -35,8 +35,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -60,6 +58,7 @@ from eos_pipeline.adapters.spark import (
     split_tagged,
     tag_json,
 )
+from eos_pipeline.adapters.spark_remote import connect_error
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
@@ -351,7 +350,12 @@ class HudiTableSync:
         """Run the job that reads and decodes; a Spark failure becomes one clear error."""
         try:
             return frame.collect()
-        except (Py4JJavaError, PySparkException) as exc:  # PySpark re-raises most as the latter
+        except Exception as exc:
+            # Every failure of this one action is a failed read, whatever raised it: PySpark's
+            # errors, Connect's (gRPC included), or a JVM error a classic session passes on raw.
+            clear = connect_error(self.spark, exc)
+            if clear is not None:
+                raise clear from exc
             ranges = ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items()))
             raise HudiSinkError(
                 f"{self.spec.table_name}: reading Kafka ranges {ranges} of {self.spec.topic!r} "

@@ -1,7 +1,8 @@
 """The product's Hudi write path, run by a thin client of the stack's Spark Connect server.
 
-One server for the module, started by the stack's own code (``start_spark``) on a free port,
-ready only once it answered a real query; its teardown proves ``down`` leaves no process. The
+The test session's one server (``spark_connect``, see ``support.spark_server``), started by the
+stack's own code on a free port, ready only once it answered a real query; its teardown proves
+``down`` leaves no process. The
 client side is what a Dagster run would be: a ``sc://`` session, no JVM and no py4j in this
 process for the Connect part. Kafka ranges are read with the product's ``read_kafka_ranges``
 (the Kafka source runs on the server), written with ``write_transaction`` (the checkpoint
@@ -22,7 +23,6 @@ break while channels are live (seen here as ``JAVA_GATEWAY_EXITED``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,60 +53,25 @@ from eos_pipeline.adapters.spark import read_kafka_ranges, with_source_columns
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.stack.services import Stack, StackConfig, free_port, pid_alive
-from eos_pipeline.stack.spark_connect import CONNECT, server_version, start_spark
+from eos_pipeline.stack.services import Stack, StackConfig
+from eos_pipeline.stack.spark_connect import CONNECT, server_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-WORKERS = int(os.environ.get("EOS_TEST_SPARK_WORKERS", "0"))
 CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
-
-
-def _session_members(pid: int) -> set[int]:
-    members = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getsid(int(entry.name)) == pid:
-                    members.add(int(entry.name))
-            except OSError:
-                continue
-    return members
 
 
 _SESSIONS: list[SparkSession] = []
 
 
 @pytest.fixture(scope="module")
-def connect_server(
-    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
-) -> Iterator[StackConfig]:
-    config = StackConfig(
-        state_dir=tmp_path_factory.mktemp("spark-connect"),
-        spark=True,
-        spark_connect_port=free_port(),
-        spark_master_port=free_port(),
-        spark_memory="1g",
-        spark_workers=WORKERS,
-    )
-    stack = Stack(config, say=lambda line: print(f"[stack] {line}"))
-    started = time.monotonic()
+def connect_server(spark_connect: StackConfig) -> Iterator[StackConfig]:
+    """The test session's server; the Connect sessions of this module are closed at its end."""
     try:
-        start_spark(stack)
-    except BaseException:
-        stack.down()
-        raise
-    print(f"[timing] spark connect server ready in {time.monotonic() - started:.1f}s")
-    running = [s.pid for s in stack.status() if s.running and s.pid]
-    members = {pid: _session_members(pid) for pid in running}
-    try:
-        yield config
+        yield spark_connect
     finally:
         while _SESSIONS:
             _SESSIONS.pop().stop()
-        stack.down()
-        left = {pid: {m for m in group if pid_alive(m)} for pid, group in members.items()}
-        assert not any(left.values()), f"processes left after stack down: {left}"
 
 
 def remote_session(url: str, *, new: bool = False) -> SparkSession:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from eos_pipeline.defs.assets import clickhouse_spec, hudi_spec
@@ -107,3 +108,18 @@ def test_missing_variable_without_default_and_missing_file(tmp_path: Path) -> No
         load_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="not valid YAML"):
         parse_config("pipelines: [", "p.yaml")
+
+
+def test_spark_remote_and_token_come_from_the_file_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = GOOD + 'spark: {remote: "${REMOTE:-}", token: {env: EOS_SPARK_TOKEN}}\n'
+    local = build_resources(parse_config(text, "p.yaml", environ={}))["spark"]
+    assert local.remote is None and not local.is_remote  # empty variable: in-process Spark
+    config = parse_config(text, "p.yaml", environ={"REMOTE": "sc://spark:15002"})
+    monkeypatch.setenv("EOS_SPARK_TOKEN", "t0k")
+    with dg.build_resources({"spark": build_resources(config)["spark"]}) as res:
+        assert res.spark.remote == "sc://spark:15002"
+        assert res.spark.token == "t0k"  # resolved in the run's process only
+    with pytest.raises(ConfigError, match=r"spark\.remote: .*sc://host:port"):
+        parse_config(GOOD + "spark: {remote: 'spark:15002'}\n", "p.yaml")

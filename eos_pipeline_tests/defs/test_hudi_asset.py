@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 from dagster._core.definitions.partitions.context import partition_loading_context
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
 )
+from hudi import HudiTableBuilder
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.hudi import completed_commits
+from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.assets import CHECK_NAME, hudi_key
@@ -23,8 +30,9 @@ from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.metadata import ACTIVITY_KEYS, IDLE_CASE
 from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline.defs.sensors import HUDI_TABLE_TAG
+from eos_pipeline.stack.services import StackConfig
 
-from .conftest import Rig
+from .conftest import Rig, pipeline_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -138,3 +146,59 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         )
         (evaluation,) = result.get_asset_check_evaluations()
         assert not evaluation.passed and evaluation.metadata["duplicates"].value == 1
+
+
+def test_a_run_is_a_thin_client_of_the_spark_connect_server(
+    make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
+) -> None:
+    """The pipelines file names the server (``spark.remote``); a run in a fresh process, as
+    Dagster starts one, does its Spark work there and holds no JVM itself. Exact on the data,
+    read back with hudi-rs."""
+    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
+    rig.produce({0: 8, 1: 6}, bad_every=7)
+    text = pipeline_yaml(
+        rig.pipeline,
+        rig.topic,
+        rig.kafka.bootstrap_servers,
+        rig.config.keeper.hosts,
+        str(tmp_path / "chdb"),
+        None,
+        rig.hudi_path,
+    )
+    remote = f"spark: {{remote: '{spark_connect.spark_connect_url}'}}"
+    text = text.replace("spark: {quick_start: true}", remote)
+    assert "remote:" in text
+    config_file = tmp_path / "pipelines.yaml"
+    config_file.write_text(text)
+    keys = keys_for(rig.topic, 2)
+    keys_arg = [",".join(keys)]
+    done = subprocess.run(
+        [sys.executable, "-m", f"{__package__}.hudi_remote_child", str(config_file), *keys_arg],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["jvm"] is False, "the run started a JVM of its own"
+    assert result["checks"] == [True, True]
+    meta = result["meta"]
+    assert [meta[k]["records_read"] for k in keys] == [8, 6]
+    assert sum(meta[k]["dead_letters"] for k in keys) == 2
+
+    pipeline = rig.config.pipelines[0]
+    dead = dead_letter_offsets(rig.kafka, pipeline.dead_letter_topic, rig.pipeline)
+    ends = end_offsets(rig.kafka, rig.topic)
+    assert latest_checkpoint(rig.hudi_path) == {
+        TopicPartition(rig.topic, p): e for p, e in ends.items()
+    }
+    expected = {
+        (p, o)
+        for p in ends
+        for o in range(ends[p])
+        if o not in dead.get(TopicPartition(rig.topic, p), set())
+    }
+    table = pa.Table.from_batches(HudiTableBuilder.from_base_uri(rig.hudi_path).build().read())
+    pairs = list(zip(table["_partition"].to_pylist(), table["_offset"].to_pylist(), strict=True))
+    assert len(pairs) == len(set(pairs)) and set(pairs) == expected

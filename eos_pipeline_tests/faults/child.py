@@ -222,7 +222,13 @@ def _offsets(job: dict[str, Any]) -> None:
 
 
 def _spark(job: dict[str, Any]) -> Any:
+    """An in-process ``local[1]`` session, or with ``spark_remote`` a client of that server."""
     from pyspark.sql import SparkSession
+
+    if job.get("spark_remote"):
+        from eos_pipeline.adapters.spark_remote import connect
+
+        return connect(job["spark_remote"])
 
     from eos_pipeline.adapters.spark import spark_conf
 

@@ -38,10 +38,12 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
+from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK, checkpoint_from_materialization
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.defs.assets import CLICKHOUSE_SINK
 from eos_pipeline.defs.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.demo import (
     REPO,
@@ -258,9 +260,9 @@ class Session:
             for p, end in ends.items()
             if (s := states.get(p)) is not None and s.phase is Phase.AFTER and s.range.end >= end
         )
-        key = dg.AssetKey(["hudi", f"{self.rig.pipeline}_events"])
-        event = self.instance.get_latest_materialization_event(key)
-        checkpoint = checkpoint_from_materialization(event, self.rig.topic) or {}
+        # The table's own checkpoint, as the Hudi sensor reads it: a run killed after its commit
+        # but before its materialization leaves nothing for the sensor to ask for.
+        checkpoint = latest_checkpoint(self.rig.hudi_path) or {}
         hudi = sum(1 for tp, off in checkpoint.items() if off >= ends.get(tp.partition, 0))
         flying = self.instance.get_runs_count(dg.RunsFilter(statuses=IN_FLIGHT))
         failed = self.instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
@@ -381,14 +383,16 @@ def test_sigkill_each_step_of_a_dagster_run_then_sensors_recover(
                     f"{kill.seconds_to_fail:.1f}s later: {report.split(' This usually')[0]}"
                 )
                 kills.append(kill)
-            # A kill after the keeper's AFTER write leaves nothing to do: new records make the
-            # sensor ask for the next run, which must complete.
+            # A kill after the keeper's AFTER write, or after the Hudi commit (the Hudi sensor
+            # reads the table's checkpoint), leaves nothing to do: new records make the sensor
+            # ask for the next run, which must complete.
             states = session.clickhouse_states()
             ends = end_offsets(rig.kafka, rig.topic)
+            hudi_at = latest_checkpoint(rig.hudi_path) or {}
             if all(
                 (s := states.get(p)) is not None and s.phase is Phase.AFTER and s.range.end >= e
                 for p, e in ends.items()
-            ):
+            ) or all(hudi_at.get(TopicPartition(rig.topic, p), -1) >= e for p, e in ends.items()):
                 rig.produce(rng.randint(1, 4), bad_every=3, rng=rng, partitions=[partition])
             hudi_too = hudi_step is not None
             session.wait("the tables caught up", lambda h=hudi_too: session.status(h)[0])

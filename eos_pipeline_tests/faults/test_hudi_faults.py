@@ -4,7 +4,8 @@ recreated topic, oversized records. Each test checks the data read back (``_part
 checkpoint history of the table, never only what a run reported.
 
 Writers that must be separate processes (two at once; a Spark master with task retries) run in
-``hudi_fault_child``; the others run in this process on the session's Spark.
+``hudi_fault_child``: the racing writers as thin clients of the session's Spark Connect server,
+the task-retry one on a JVM of its own. The others run in this process on the session's Spark.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
+from eos_pipeline.stack.services import StackConfig
 from eos_pipeline_tests.faults.child import _read_hudi_offsets
 from eos_pipeline_tests.faults.harness import SCHEMA_MAPPING, Child, ChildResult, FaultRig
 from eos_pipeline_tests.faults.test_infrastructure import OwnStack
@@ -120,13 +122,22 @@ def _zookeeper_lock(rig: FaultRig) -> dict[str, str]:
 # issue 6).
 @pytest.mark.parametrize(("table", "lock"), [("new", "filesystem"), ("existing", "filesystem")])
 def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
-    rig: FaultRig, spark: SparkSession, tmp_path: Path, table: str, lock: str
+    rig: FaultRig,
+    spark: SparkSession,
+    spark_connect: StackConfig,
+    tmp_path: Path,
+    table: str,
+    lock: str,
 ) -> None:
     """Two processes run the same transaction on one table, held at ``before_hudi_write`` until
     both planned, then released together: both pass the early checkpoint check, both write, and
     Hudi's commit lock + our conflict strategy let exactly one commit. On a new table Hudi's own
     file-level check sees no conflict at all (both writers create new file groups). The lock is
-    the default file-system one, or ZooKeeper's (what object stores need)."""
+    the default file-system one, or ZooKeeper's (what object stores need).
+
+    The writers are thin clients of the session's Spark Connect server, as Dagster runs are:
+    their two writes race inside one long-lived Spark, under its commit lock, and the loser's
+    ``HudiFencedError`` must come back over Connect."""
     rig.produce(20, bad_every=6)
     earlier = []
     if table == "existing":
@@ -135,7 +146,8 @@ def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     release = tmp_path / "release"
     env = {"EOS_FAULT_PAUSE_STEP": "before_hudi_write", "EOS_FAULT_PAUSE_FILE": str(release)}
     options = _zookeeper_lock(rig) if lock == "zookeeper" else {}
-    writers = [HudiChild(hudi_job(rig, hudi_options=options), env) for _ in range(2)]
+    job = hudi_job(rig, hudi_options=options, spark_remote=spark_connect.spark_connect_url)
+    writers = [HudiChild(job, env) for _ in range(2)]
     deadline = time.monotonic() + 400
     while len(list(tmp_path.glob("release.*.reached"))) < 2:
         assert time.monotonic() < deadline, "the writers never both reached the write"

@@ -1,0 +1,258 @@
+"""A run's Spark as a thin client of a Spark Connect server, with errors that say what to do.
+
+A Connect client holds no JVM: the server keeps Spark (and its jars) warm, the run sends plans
+over gRPC. What can go wrong before any work is done is checked once, at connect time, and
+reported in words a user can act on:
+
+* nothing answers at the URL: the message names the URL and the command that starts the
+  stack's server (PySpark's own client would retry for minutes before saying anything);
+* the server lacks a jar the product needs (the Hudi bundle, Spark's Kafka connector): named;
+* the client's PySpark and the server's Spark differ in major.minor: both versions named
+  (Connect's protocol is only promised within one feature release).
+
+Connect mode is process-wide in PySpark 3.5: ``SparkSession.builder.remote()`` sets an
+environment variable that every ``pyspark.sql.functions`` call reads, and refuses to start
+next to an in-process (classic) session. One process is either a thin client or holds a local
+JVM, never both; :func:`connect` says so instead of failing obscurely.
+
+The message builders are pure (no I/O), so they are unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: How the stack's own server is started (named in the "unreachable" message).
+STACK_COMMAND = "eos-pipeline stack up"
+DEFAULT_PORT = 15002
+#: Jars the product needs on the server: file-name marker -> what it is (Maven coordinates).
+REQUIRED_JARS: Mapping[str, str] = {
+    "hudi-spark": "the Hudi Spark bundle (org.apache.hudi:hudi-spark3.5-bundle_2.12)",
+    "spark-sql-kafka": "Spark's Kafka connector (org.apache.spark:spark-sql-kafka-0-10_2.12)",
+}
+#: Data sources of the required jars, as Spark names them when one is missing at run time.
+_SOURCE_JARS: Mapping[str, str] = {"hudi": "hudi-spark", "kafka": "spark-sql-kafka"}
+_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+_TOKEN = re.compile(r"(;\s*token=)[^;]*", re.IGNORECASE)
+_MISSING_SOURCE = re.compile(r"Failed to find (?:the )?data source:\s*[`\"]?(\w+)", re.IGNORECASE)
+_UNAVAILABLE = (
+    "StatusCode.UNAVAILABLE",
+    "failed to connect to all addresses",
+    "Connection refused",
+)
+
+
+class SparkConnectError(RuntimeError):
+    """The run cannot use the Spark Connect server it was configured with."""
+
+
+class SparkServerUnreachable(SparkConnectError):
+    """Nothing answers Spark Connect at the configured URL."""
+
+
+class SparkServerMissingJar(SparkConnectError):
+    """The server's classpath lacks a jar the product needs."""
+
+
+class SparkVersionMismatch(SparkConnectError):
+    """The client's PySpark and the server's Spark are different feature releases."""
+
+
+class SparkModeConflict(SparkConnectError):
+    """A classic and a Connect session were asked for in one process."""
+
+
+# ------------------------------------------------------------------------------- pure parts
+
+
+def with_token(url: str, token: str | None) -> str:
+    """``url`` with ``;token=...`` appended (Connect's syntax); a token in ``url`` wins."""
+    if not token or _TOKEN.search(url):
+        return url
+    base = url if "/;" in url else url.rstrip("/") + "/"
+    return f"{base};token={token}"
+
+
+def redact(url: str) -> str:
+    """The URL as messages show it: a token is replaced by ``***``."""
+    return _TOKEN.sub(r"\1***", url)
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """Host and port of an ``sc://host[:port][/;params]`` URL (Connect's default port 15002)."""
+    if not url.startswith("sc://"):
+        raise SparkConnectError(f"{redact(url)!r} is not a Spark Connect URL (sc://host:port)")
+    parsed = urlparse("http://" + url.removeprefix("sc://").split("/;")[0].split(";")[0])
+    if not parsed.hostname:
+        raise SparkConnectError(f"{redact(url)!r} names no host")
+    return parsed.hostname, parsed.port or DEFAULT_PORT
+
+
+def unreachable_message(url: str, reason: str) -> str:
+    return (
+        f"Spark Connect server not reachable at {redact(url)} ({reason}). Start the stack's "
+        f"server with `{STACK_COMMAND}` (see `eos-pipeline stack status`), or point "
+        "`spark.remote` in the pipelines file at a running server; set `spark.remote: null` "
+        "to run Spark inside the run's process instead"
+    )
+
+
+def missing_jars(spark_jars: str) -> list[str]:
+    """Which :data:`REQUIRED_JARS` markers are absent from a ``spark.jars`` value."""
+    names = [os.path.basename(j) for j in spark_jars.split(",") if j.strip()]
+    return [m for m in REQUIRED_JARS if not any(m in name for name in names)]
+
+
+def missing_jar_message(url: str, missing: list[str]) -> str:
+    what = "; ".join(f"{REQUIRED_JARS[m]} ({m}*.jar)" for m in missing)
+    return (
+        f"the Spark Connect server at {redact(url)} lacks {what} on its classpath. Start it "
+        "with those jars in --jars / spark.jars (the stack's server has them: "
+        f"`{STACK_COMMAND}`)"
+    )
+
+
+def _feature_release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+
+
+def version_mismatch_message(url: str, client: str, server: str) -> str | None:
+    """A message if client and server differ in major.minor, else None (patches may differ)."""
+    if _feature_release(client) == _feature_release(server):
+        return None
+    return (
+        f"Spark version mismatch: this client has PySpark {client}, the Spark Connect server at "
+        f"{redact(url)} runs Spark {server}. Spark Connect needs the same major.minor release "
+        f"on both sides: install pyspark=={'.'.join(map(str, _feature_release(server)))}.* "
+        "here, or use a server of your PySpark's release"
+    )
+
+
+def classify(exc: BaseException, url: str) -> SparkConnectError | None:
+    """The clear error behind a Spark failure met over Connect, or None if it is none of ours.
+
+    Covers what can also happen after connecting: the server went away (gRPC UNAVAILABLE) and a
+    data source whose jar the server lacks (``DATA_SOURCE_NOT_FOUND``).
+    """
+    text = str(exc)
+    if any(marker in text for marker in _UNAVAILABLE):
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return SparkServerUnreachable(unreachable_message(url, first[:200]))
+    found = _MISSING_SOURCE.search(text)
+    if found and found.group(1).lower() in _SOURCE_JARS:
+        return SparkServerMissingJar(
+            missing_jar_message(url, [_SOURCE_JARS[found.group(1).lower()]])
+        )
+    return None
+
+
+# ------------------------------------------------------------------------------- I/O
+
+
+def _probe(host: str, port: int, timeout: float) -> str | None:
+    """Why a TCP connection to the server fails, or None if one opens."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _server_version(url: str) -> str:
+    """The server's Spark version in one call, without Connect's minutes of retries."""
+    from pyspark.sql.connect.client import SparkConnectClient
+
+    client = SparkConnectClient(url, retry_policy={"max_retries": 0})
+    try:
+        return str(client._analyze(method="spark_version").spark_version)
+    finally:
+        client.close()
+
+
+def connect(url: str, token: str | None = None, *, timeout: float = 5.0) -> SparkSession:
+    """A Spark Connect session on ``url``, checked: reachable, same release, required jars.
+
+    Puts this process in Connect mode (see the module docstring); refuses if it already holds
+    an in-process Spark session.
+    """
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    full = with_token(url, token)
+    host, port = host_port(full)
+    reason = _probe(host, port, timeout)
+    if reason is not None:
+        raise SparkServerUnreachable(unreachable_message(full, reason))
+    try:
+        server = _server_version(full)
+    except Exception as exc:
+        raise classify(exc, full) or SparkConnectError(
+            f"Spark Connect server at {redact(full)} did not answer: {exc}"
+        ) from exc
+    mismatch = version_mismatch_message(full, pyspark.__version__, server)
+    if mismatch:
+        raise SparkVersionMismatch(mismatch)
+    try:
+        session = SparkSession.builder.remote(full).getOrCreate()
+    except RuntimeError as exc:
+        if "regular Spark session already running" not in str(exc):
+            raise
+        raise SparkModeConflict(
+            f"cannot connect to {redact(full)}: this process already runs an in-process Spark "
+            "session, and PySpark allows one mode per process (classic or Connect)"
+        ) from exc
+    missing = missing_jars(session.conf.get("spark.jars", "") or "")
+    if missing:
+        raise SparkServerMissingJar(missing_jar_message(full, missing))
+    return session
+
+
+def session_url(spark: object) -> str | None:
+    """``sc://host:port`` of a Connect session (token left out), or None for an in-process one."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None
+    builder = getattr(getattr(spark, "client", None), "_builder", None)
+    endpoint = getattr(builder, "endpoint", None)
+    return f"sc://{endpoint}" if endpoint else "sc://?"
+
+
+def connect_error(spark: object, exc: BaseException) -> SparkConnectError | None:
+    """For a Connect session, :func:`classify` with its URL; None for an in-process session."""
+    url = session_url(spark)
+    return classify(exc, url) if url is not None else None
+
+
+def in_connect_mode() -> bool:
+    """This process was put in Connect mode (it can no longer build an in-process session)."""
+    return os.environ.get(_CONNECT_MODE_ENV) == "1"
+
+
+__all__ = [
+    "REQUIRED_JARS",
+    "STACK_COMMAND",
+    "SparkConnectError",
+    "SparkModeConflict",
+    "SparkServerMissingJar",
+    "SparkServerUnreachable",
+    "SparkVersionMismatch",
+    "classify",
+    "connect",
+    "connect_error",
+    "host_port",
+    "in_connect_mode",
+    "missing_jar_message",
+    "missing_jars",
+    "redact",
+    "session_url",
+    "unreachable_message",
+    "version_mismatch_message",
+    "with_token",
+]

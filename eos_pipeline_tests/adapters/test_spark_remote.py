@@ -1,0 +1,98 @@
+"""Connecting runs to a Spark Connect server: the messages of what goes wrong, and one real try.
+
+The message builders are pure and tested without a server; one test connects to a port where
+nothing listens, the way a run would with the stack down, and must fail at once, naming the URL
+and the command that starts the server (PySpark's own client would retry for minutes).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from eos_pipeline.adapters.spark_remote import (
+    STACK_COMMAND,
+    SparkConnectError,
+    SparkServerMissingJar,
+    SparkServerUnreachable,
+    classify,
+    connect,
+    host_port,
+    missing_jar_message,
+    missing_jars,
+    redact,
+    unreachable_message,
+    version_mismatch_message,
+    with_token,
+)
+from eos_pipeline.stack.services import free_port
+
+HUDI = "/c/hudi/hudi-spark3.5-bundle_2.12-1.2.0.jar"
+KAFKA = "/c/spark-kafka/spark-sql-kafka-0-10_2.12-3.5.7.jar"
+
+
+def test_urls_carry_a_token_that_messages_never_show() -> None:
+    assert with_token("sc://h:1", None) == "sc://h:1"
+    assert with_token("sc://h:1", "s3cret") == "sc://h:1/;token=s3cret"
+    assert with_token("sc://h:1/;use_ssl=true", "s3cret") == "sc://h:1/;use_ssl=true;token=s3cret"
+    assert with_token("sc://h:1/;token=mine", "other") == "sc://h:1/;token=mine"
+    assert redact("sc://h:1/;token=s3cret;user_id=a") == "sc://h:1/;token=***;user_id=a"
+    assert "s3cret" not in unreachable_message("sc://h:1/;token=s3cret", "refused")
+    assert host_port("sc://spark.example:443/;token=x") == ("spark.example", 443)
+    assert host_port("sc://spark") == ("spark", 15002)
+    with pytest.raises(SparkConnectError, match="not a Spark Connect URL"):
+        host_port("http://spark:15002")
+
+
+def test_unreachable_names_the_url_and_the_stack_command() -> None:
+    message = unreachable_message("sc://127.0.0.1:15002", "Connection refused")
+    assert "sc://127.0.0.1:15002" in message
+    assert f"`{STACK_COMMAND}`" in message
+    assert "Connection refused" in message
+
+
+def test_missing_jars_are_named_with_their_coordinates() -> None:
+    assert missing_jars(f"{HUDI},{KAFKA},/c/eos-hudi-fencing-1.jar") == []
+    assert missing_jars(KAFKA) == ["hudi-spark"]
+    assert missing_jars("") == ["hudi-spark", "spark-sql-kafka"]
+    message = missing_jar_message("sc://s:1", ["hudi-spark"])
+    assert "org.apache.hudi:hudi-spark3.5-bundle_2.12" in message
+    assert "sc://s:1" in message and "spark-sql-kafka" not in message
+
+
+def test_version_mismatch_is_about_the_feature_release() -> None:
+    assert version_mismatch_message("sc://s:1", "3.5.7", "3.5.1") is None
+    message = version_mismatch_message("sc://s:1", "3.5.7", "4.0.1")
+    assert message is not None
+    assert "PySpark 3.5.7" in message and "Spark 4.0.1" in message
+    assert "pyspark==4.0.*" in message
+
+
+def test_failures_after_connecting_are_classified() -> None:
+    gone = classify(
+        RuntimeError("<_MultiThreadedRendezvous StatusCode.UNAVAILABLE ...>"), "sc://s:1"
+    )
+    assert isinstance(gone, SparkServerUnreachable) and STACK_COMMAND in str(gone)
+    missing = classify(
+        RuntimeError("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: `hudi`."), "sc://s:1"
+    )
+    assert isinstance(missing, SparkServerMissingJar) and "hudi-spark3.5-bundle" in str(missing)
+    kafka = classify(
+        RuntimeError(
+            "[DATA_SOURCE_NOT_FOUND] Failed to find the data source: kafka. Please find packages"
+        ),
+        "sc://s:1",
+    )
+    assert isinstance(kafka, SparkServerMissingJar) and "spark-sql-kafka" in str(kafka)
+    assert classify(RuntimeError("Job aborted due to stage failure"), "sc://s:1") is None
+
+
+@pytest.mark.integration
+def test_connecting_where_no_server_listens_fails_at_once_and_says_what_to_do() -> None:
+    url = f"sc://127.0.0.1:{free_port()}"
+    began = time.monotonic()
+    with pytest.raises(SparkServerUnreachable) as err:
+        connect(url)
+    assert time.monotonic() - began < 10
+    assert url in str(err.value) and STACK_COMMAND in str(err.value)

@@ -1,0 +1,57 @@
+"""Child process: one Dagster run of the Hudi asset whose Spark resource is a Connect client.
+
+Run as ``python -m eos_pipeline_tests.defs.hudi_remote_child <pipelines.yaml> <partition keys>``
+(keys comma-separated). A fresh process, as a Dagster run is: the resource puts it in Connect
+mode. Prints one JSON line: the run's per-partition metadata and whether this process held a
+JVM (it must not).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+
+from eos_pipeline.defs.assets import hudi_key
+from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.config import parse_config
+from eos_pipeline.defs.partitions import partitions_name
+
+
+def main(argv: list[str]) -> int:
+    config = parse_config(Path(argv[1]).read_text(), argv[1])
+    keys = argv[2].split(",")
+    pipeline = config.pipelines[0]
+    defs = build_definitions(config)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(pipeline.name), keys)
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=dg.AssetSelection.assets(hudi_key(pipeline)),
+            tags={
+                ASSET_PARTITION_RANGE_START_TAG: keys[0],
+                ASSET_PARTITION_RANGE_END_TAG: keys[-1],
+            },
+            instance=instance,
+            resources=defs.resources,
+        )
+    from pyspark import SparkContext
+
+    meta = {
+        e.materialization.partition: {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in result.get_asset_materialization_events()
+    }
+    checks = [c.passed for c in result.get_asset_check_evaluations()]
+    jvm = SparkContext._active_spark_context is not None
+    print(json.dumps({"meta": meta, "checks": checks, "jvm": jvm}, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
