@@ -30,7 +30,7 @@ test: fetch system
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest
 
-# Benchmarks (README, "Performance"): starts its own stack on free ports, about 8 minutes.
+# Benchmarks (benchmarks/README.md): starts its own stack on free ports, about 8 minutes.
 bench: fetch
 	$(BIN)/python -m benchmarks --spark --hudi --latency
 
