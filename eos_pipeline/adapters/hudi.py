@@ -3,8 +3,10 @@
 A Hudi commit is atomic: its data files become visible only once the completed instant is on the
 timeline. Putting the Kafka positions into that same commit's extra metadata makes "data written"
 and "position advanced" one event, so the latest *completed* commit is the source of truth for
-where the next run starts. Requested and inflight instants are never read; Hudi rolls a failed
-write back on the next write to the table (its default eager policy for a single writer).
+where the next run starts. Requested and inflight instants are never read; several writers may
+share a table, so a failed write is rolled back lazily, once its heartbeat expired. A new table
+gets one empty commit before its first data commit (see ``_start_timeline``): Hudi would
+otherwise read a failed writer's files as committed.
 
 The checkpoint is stored as HoodieStreamer 1.x stores it (see :mod:`eos_pipeline.core.checkpoint`),
 so a table can be handed over between HoodieStreamer and this project in either direction.
@@ -265,6 +267,8 @@ def write_transaction(
     fence: str | None = None
     if _fencing_available(spark):
         fence = (before.completion_time or before.instant_time) if before else ""
+    if before is None and not completed_commits(spark, table_path):
+        _start_timeline(df, table_path, table_name, checkpoint, fence, settings)
     write_options = hudi_write_options(table_name, checkpoint, **settings, fence_after=fence)
 
     try:
@@ -290,6 +294,47 @@ def write_transaction(
             f"{commit.checkpoint if commit else None}, not a new commit with {dict(checkpoint)}"
         )
     return commit
+
+
+def _start_timeline(
+    df: DataFrame,
+    table_path: str,
+    table_name: str,
+    checkpoint: Mapping[TopicPartition, int],
+    fence: str | None,
+    settings: WriteSettings,
+) -> None:
+    """Complete one empty commit, without a checkpoint, before a new table's first data commit.
+
+    Hudi counts a file slice as committed when its instant is on the completed timeline *or
+    older than the first completed instant* (it assumes older instants were archived). On a
+    table with no completed commit, a fenced or killed writer whose instant is older than the
+    winner's would therefore have its files read as committed, since failed writes are cleaned
+    lazily: every record twice. After this commit every data instant is younger than a
+    completed one, so that cannot happen. The commit carries no checkpoint (``latest_commit``
+    passes over it, like HoodieStreamer); two writers may both try it, and losing that race is
+    fine as long as some empty or data commit completed.
+    """
+    spark = df.sparkSession
+    options = hudi_write_options(table_name, checkpoint, **settings, fence_after=fence)
+    for key in list(options):
+        if key == _COMMIT_META_PREFIX_OPTION or key.startswith(
+            (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1)
+        ):
+            del options[key]
+    try:
+        df.limit(0).write.format("hudi").options(**options).mode("append").save(table_path)
+    except Exception as exc:
+        if _conflict(exc) is None:
+            clear = connect_error(spark, exc)
+            if clear is None:
+                raise
+            raise clear from exc
+        log.info("%s: another writer started the timeline first (%s)", table_path, _conflict(exc))
+    if not completed_commits(spark, table_path):
+        raise HudiCommitError(
+            f"{table_path}: the empty commit that starts a new table's timeline did not complete"
+        )
 
 
 _FENCED = re.compile(r"eos-fenced: ([^\n]+)")

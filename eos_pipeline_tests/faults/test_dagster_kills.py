@@ -38,7 +38,7 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
-from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.dedup import Phase
@@ -241,8 +241,8 @@ class Session:
         return {p: state_of(r.record) for p, r in records.items()}
 
     def hudi_commits(self) -> int:
-        timeline = Path(self.rig.hudi_path) / ".hoodie" / "timeline"
-        return len([p for p in timeline.glob("*.commit")]) if timeline.is_dir() else 0
+        """Completed commits carrying a checkpoint (not the empty one that starts a table)."""
+        return len(checkpoint_history(self.rig.hudi_path))
 
     def hudi_inflight(self) -> set[str]:
         timeline = Path(self.rig.hudi_path) / ".hoodie" / "timeline"
