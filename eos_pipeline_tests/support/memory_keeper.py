@@ -1,7 +1,7 @@
 """A dict-backed keeper store for unit tests of code around the keeper.
 
-It shares the ZooKeeper store's rules through the same helpers
-(:mod:`eos_pipeline.adapters.keeper`): same record format, version CAS, epoch fencing, same
+It shares the ZooKeeper store's rules through the same pure helpers
+(:mod:`eos_pipeline.core.keeper_lease`): same record format, version CAS, epoch fencing, same
 errors.
 """
 
@@ -10,15 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from eos_pipeline.adapters.keeper import (
-    Lease,
-    _outcome_of_write,
-    _refusal,
-    default_writer_id,
-)
+from eos_pipeline.adapters.keeper import default_writer_id
+from eos_pipeline.core.keeper_lease import Lease, refusal, write_outcome
 from eos_pipeline.core.keeper_record import (
     DEFAULT_ROOT,
-    PHASES,
     KeeperKey,
     KeeperRecord,
     Mark,
@@ -103,16 +98,13 @@ class UnsafeInMemoryStateStore:
         mark: Mark | None = None,
         replace_mark: bool = False,
     ) -> VersionedRecord:
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         path = lease.key.path(self.root)
-        intended = lease.record.with_state(
+        intended = lease.next_record(
             range_start,
             range_end,
             phase,
             self._clock(),
-            topic_id,
-            cluster=lease.key.cluster,
+            topic_id=topic_id,
             mark=mark,
             replace_mark=replace_mark,
         )
@@ -120,11 +112,11 @@ class UnsafeInMemoryStateStore:
         if current is not None and current.version == lease.version:
             stored = VersionedRecord(intended, current.version + 1)
             self._nodes[path] = (intended.encode(), stored.version)
-        elif _outcome_of_write(intended, lease.version, current) == "landed":
+        elif write_outcome(intended, lease.version, current) == "landed":
             assert current is not None
             stored = current
         else:
-            raise _refusal(lease, current, path)
+            raise refusal(lease, current, path)
         lease.version, lease.record = stored.version, stored.record
         return stored
 

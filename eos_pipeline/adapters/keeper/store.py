@@ -1,63 +1,15 @@
-"""The keeper state store: per topic-partition sink positions in ZooKeeper, fenced by epochs.
-
-Layout
-------
-One persistent znode per (pipeline, sink, topic, partition)::
-
-    <root>/<pipeline>/<sink>/<topic>/<partition>      root defaults to /eos_pipeline
-
-The hosts string may carry a chroot (``zk1:2181,zk2:2181/team-a``); the store creates the chroot
-node when it is missing. The value is the JSON record of :mod:`eos_pipeline.core.keeper_record`
-(position, phase, epoch, writer, timestamp). Parent znodes are empty.
-
-Compare-and-set and fencing
----------------------------
-The epoch and the state live in the *same* znode, so one ``set(path, data, version=v)`` checks and
-moves both; no multi-op transaction is needed. :meth:`KeeperStateStore.acquire` bumps the epoch
-with a CAS and returns a :class:`Lease` holding the new epoch and the znode version it produced.
-Every :meth:`KeeperStateStore.write` is a CAS on the lease's last known version. Any other change
-to the znode (in particular a newer writer's acquire) changes the version, so a zombie's write
-gets ``BadVersion``; the store then re-reads and raises :class:`FencedError` when the stored epoch
-is newer than the lease's. The order of events cannot matter: ZooKeeper applies the bump and the
-zombie's CAS one after the other, and whichever comes second sees a version it did not expect.
-
-Lost responses
---------------
-A write may reach ZooKeeper and the answer be lost (connection loss, session expiry, timeout), or
-a caller may retry a write that had in fact succeeded. In both cases the store re-reads the znode:
-
-* stored content (everything but ``updated_at``) equals what this write meant to store, under our
-  epoch and lease id -> the write *did* land: success, the lease moves to the stored version;
-* the version is still the one we sent with (the write did not land, nothing else changed) ->
-  send the same CAS again;
-* the stored epoch is newer -> :class:`FencedError`;
-* anything else (same epoch, other content: the lease is being used by two callers, or the node
-  was reset or deleted) -> :class:`ConflictError`. Nothing is overwritten.
-
-Sessions
---------
-All znodes are persistent, never ephemeral, so an expired session loses nothing: kazoo opens a new
-session and the next CAS still names the right version. Leases are not tied to sessions; a lease
-ends only when someone acquires the partition again. Reads are retried with ``KazooRetry`` across
-connection loss and expiry (they are idempotent); writes rely on the CAS and the re-read above.
-Every call is bounded by ``operation_timeout_s``, then fails with :class:`KeeperUnavailableError`.
-
-A store and its leases are meant for one thread at a time.
-"""
+"""The ZooKeeper (or ClickHouse Keeper) state store through kazoo; see the package docstring
+for the layout, the compare-and-set fencing and how lost answers are settled."""
 
 from __future__ import annotations
 
 import logging
-import os
 import random
-import socket
 import time
-import uuid
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -72,12 +24,15 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
-from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
+from eos_pipeline.adapters.keeper.settings import (
+    KeeperAuthError,
+    KeeperSettings,
+    KeeperUnavailableError,
+    default_writer_id,
+)
+from eos_pipeline.core.keeper_lease import ConflictError, Lease, refusal, write_outcome
 from eos_pipeline.core.keeper_record import (
-    DEFAULT_ROOT,
-    PHASES,
-    KeeperError,
     KeeperKey,
     KeeperRecord,
     Mark,
@@ -86,7 +41,6 @@ from eos_pipeline.core.keeper_record import (
     parse_partition_child,
     topic_path,
     utc_now,
-    validate_root,
 )
 
 log = logging.getLogger(__name__)
@@ -95,161 +49,6 @@ T = TypeVar("T")
 
 # Errors after which a request may or may not have been applied by the server.
 _OUTCOME_UNKNOWN = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
-
-
-class FencedError(KeeperError):
-    """A newer writer took the partition: this lease may never move the state again."""
-
-
-class ConflictError(KeeperError):
-    """The znode changed in a way this writer did not expect, so nothing was written."""
-
-
-class KeeperUnavailableError(KeeperError):
-    """ZooKeeper could not be reached, or did not answer within the configured time."""
-
-
-class KeeperAuthError(KeeperError):
-    """The znode's ACL refuses this client (missing or wrong digest credentials)."""
-
-
-def default_writer_id(run_id: str | None = None) -> str:
-    """``host/pid/run``: who holds a lease, for humans; a random suffix stands in for a run id."""
-    return f"{socket.gethostname()}/{os.getpid()}/{run_id or uuid.uuid4().hex[:12]}"
-
-
-@dataclass
-class Lease:
-    """The right to move one partition's state, valid until someone acquires it again.
-
-    ``version`` is the znode version of the last write made through this lease (or of the acquire)
-    and advances with each write; ``record`` is what that write stored. Read the state taken over
-    from ``record`` right after :meth:`StateStore.acquire`.
-    """
-
-    key: KeeperKey
-    epoch: int
-    writer: str
-    version: int
-    record: KeeperRecord
-
-
-class StateStore(Protocol):
-    """What a sink needs from the keeper; the ZooKeeper store and the unit-test store share it."""
-
-    def read(self, key: KeeperKey) -> VersionedRecord | None: ...
-
-    def read_many(
-        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
-    ) -> dict[int, VersionedRecord]: ...
-
-    def list_partitions(
-        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
-    ) -> list[int]: ...
-
-    def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
-
-    def write(
-        self,
-        lease: Lease,
-        range_start: int,
-        range_end: int,
-        phase: str,
-        *,
-        topic_id: str | None = None,
-        mark: Mark | None = None,
-        replace_mark: bool = False,
-    ) -> VersionedRecord: ...
-
-
-@dataclass(frozen=True)
-class KeeperSettings:
-    """How to reach the keeper. ``hosts`` may end in a chroot: ``h1:2181,h2:2181/chroot``.
-
-    ``auth=(user, password)`` logs in with ZooKeeper digest auth and creates every znode with a
-    digest ACL giving that user all permissions (plus read for anyone if ``world_readable``).
-    The password never appears in ``repr`` or in logs.
-    """
-
-    hosts: str
-    root: str = DEFAULT_ROOT
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    world_readable: bool = False
-    connect_timeout_s: float = 10.0
-    session_timeout_s: float = 10.0
-    operation_timeout_s: float = 30.0
-    max_write_attempts: int = 5
-
-    def __post_init__(self) -> None:
-        if not self.hosts or not self.hosts.strip():
-            raise ValueError("keeper hosts must not be empty, e.g. '127.0.0.1:2181'")
-        object.__setattr__(self, "root", validate_root(self.root))
-        if self.auth is not None:
-            user, password = self.auth
-            if not user or ":" in user or not password:
-                raise ValueError("keeper auth needs a non-empty user without ':' and a password")
-        for name in ("connect_timeout_s", "session_timeout_s", "operation_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0")
-        if self.max_write_attempts < 1:
-            raise ValueError("max_write_attempts must be >= 1")
-
-    def __repr__(self) -> str:
-        user = f"{self.auth[0]!r}:***" if self.auth else None
-        return (
-            f"KeeperSettings(hosts={self.hosts!r}, root={self.root!r}, auth={user}, "
-            f"world_readable={self.world_readable})"
-        )
-
-    @property
-    def chroot(self) -> str | None:
-        _, sep, rest = self.hosts.partition("/")
-        return "/" + rest.strip("/") if sep and rest.strip("/") else None
-
-    def acl(self) -> list[ACL]:
-        if self.auth is None:
-            return list(OPEN_ACL_UNSAFE)
-        acl = [make_digest_acl(self.auth[0], self.auth[1], all=True)]
-        if self.world_readable:
-            acl.append(make_acl("world", "anyone", read=True))
-        return acl
-
-    def auth_data(self) -> list[tuple[str, str]]:
-        return [("digest", f"{self.auth[0]}:{self.auth[1]}")] if self.auth else []
-
-
-def _outcome_of_write(
-    intended: KeeperRecord, expected_version: int | None, current: VersionedRecord | None
-) -> str:
-    """After an uncertain or refused write: ``"landed"``, ``"resend"`` or ``"lost"``."""
-    if current is not None and current.record == intended:
-        return "landed"
-    unchanged = (
-        current is None
-        if expected_version is None
-        else (current is not None and current.version == expected_version)
-    )
-    return "resend" if unchanged else "lost"
-
-
-def _refusal(lease: Lease, current: VersionedRecord | None, path: str) -> KeeperError:
-    """Why a write through ``lease`` did not land, given what the znode holds now."""
-    if current is None:
-        return ConflictError(
-            f"conflict: the record of {lease.key} at {path} was deleted while epoch "
-            f"{lease.epoch} held it; nothing written"
-        )
-    stored = current.record
-    if stored.epoch > lease.epoch:
-        return FencedError(
-            f"fenced: writer epoch {lease.epoch} < current epoch {stored.epoch} for {lease.key} "
-            f"(taken over by {stored.writer!r})"
-        )
-    return ConflictError(
-        f"conflict: the record of {lease.key} at {path} changed under epoch {lease.epoch} "
-        f"(expected version {lease.version}, found version {current.version} with epoch "
-        f"{stored.epoch} by {stored.writer!r}); is the same lease used twice? nothing written"
-    )
 
 
 class KeeperStateStore:
@@ -429,7 +228,7 @@ class KeeperStateStore:
             except ConnectionClosedError:
                 raise KeeperUnavailableError(f"cannot write {path}: the store is closed") from None
             current = self._read_path(path)
-            outcome = _outcome_of_write(intended, expected_version, current)
+            outcome = write_outcome(intended, expected_version, current)
             log.info("keeper write to %s: %s (attempt %d) -> %s", path, reason, attempt, outcome)
             if outcome == "landed":
                 return current, None
@@ -535,23 +334,21 @@ class KeeperStateStore:
         Raises :class:`FencedError` when a newer epoch holds it and :class:`ConflictError` on any
         other unexpected change; neither writes anything.
         """
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         path = self.path(lease.key)
-        intended = lease.record.with_state(
+        intended = lease.next_record(
             range_start,
             range_end,
             phase,
             self._clock(),
-            topic_id,
-            cluster=lease.key.cluster,
+            topic_id=topic_id,
             mark=mark,
             replace_mark=replace_mark,
         )
-        if intended.epoch != lease.epoch or intended.writer != lease.writer:
-            raise ValueError(f"lease for {lease.key} does not match its own record")
         stored, current = self._put(path, intended, lease.version)
         if stored is None:
-            raise _refusal(lease, current, path)
+            raise refusal(lease, current, path)
         lease.version, lease.record = stored.version, stored.record
         return stored
+
+
+__all__ = ["KeeperStateStore"]
