@@ -1,0 +1,183 @@
+"""Exact offset-range reads by explicit assignment, in ``read_committed`` isolation."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Iterator
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from eos_pipeline.adapters.kafka.settings import KafkaBatch, KafkaReadError, KafkaSettings
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    return Consumer(
+        settings.config(
+            **{
+                # A group id is required by librdkafka even for manual assignment; nothing is
+                # ever committed under it.
+                "group.id": "eos-pipeline-range-reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            }
+        )
+    )
+
+
+@contextlib.contextmanager
+def range_consumer(settings: KafkaSettings) -> Iterator[Consumer]:
+    """One consumer for several :func:`read_range` calls (the batches of a run), then closed.
+
+    A consumer costs a bootstrap connection and a fetch start-up per batch otherwise; reused,
+    the next batch of the same partition continues from what was already fetched.
+    """
+    consumer = _consumer(settings)
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is consumed.
+
+    Every consumed message is a container object: with a large heap (Dagster, PySpark) the
+    allocations trigger full collections that walk every long-lived object of the process, a
+    third of the reading time in profiles. Messages hold no cycles, so reference counting frees
+    them anyway; the collector resumes (if it was on) when the batch is read. The young
+    generations are collected first: the previous batch's insert leaves cyclic garbage holding
+    its buffers, which would otherwise live on through this read (+85 MB at 25,000 records).
+    """
+    was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.collect(1)
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _position(consumer: Consumer, ktp: KafkaTopicPartition) -> int | None:
+    """Where ``consumer`` continues in ``ktp`` without a new assignment, or None."""
+    current = consumer.assignment()
+    if len(current) != 1 or (current[0].topic, current[0].partition) != (ktp.topic, ktp.partition):
+        return None
+    return int(consumer.position([ktp])[0].offset)
+
+
+def read_range(
+    settings: KafkaSettings,
+    tp: TopicPartition,
+    wanted: OffsetRange,
+    max_bytes: int | None = None,
+    timeout: float = 60.0,
+    *,
+    consumer: Consumer | None = None,
+) -> KafkaBatch:
+    """Read exactly the committed records of ``tp`` in ``wanted``.
+
+    The end must not lie beyond the partition's last stable offset (see :func:`end_offsets`).
+    With ``max_bytes``, reading stops before the record that would exceed it and the returned
+    batch's range ends there; because a committed range never changes, the same call returns
+    the same cut every time. ``consumer`` (from :func:`range_consumer`) is reused and left
+    open; it continues where it stopped when that is exactly ``wanted.start``, and is assigned
+    to ``wanted.start`` otherwise. Without it, a consumer is made and closed for this call.
+    """
+    batch = KafkaBatch(tp=tp, range=wanted)
+    if wanted.is_empty:
+        return batch
+    owned = consumer is None
+    if consumer is None:
+        consumer = _consumer(settings)
+    ktp = KafkaTopicPartition(tp.topic, tp.partition, wanted.start)
+    try:
+        if owned or _position(consumer, ktp) != wanted.start:
+            consumer.assign([ktp])
+        with _gc_paused():
+            end = _consume_into(batch, consumer, ktp, wanted, max_bytes, timeout)
+    finally:
+        if owned:
+            consumer.close()
+    batch.range = OffsetRange(wanted.start, end)
+    return batch
+
+
+def _consume_into(
+    batch: KafkaBatch,
+    consumer: Consumer,
+    ktp: KafkaTopicPartition,
+    wanted: OffsetRange,
+    max_bytes: int | None,
+    timeout: float,
+) -> int:
+    """The read loop of :func:`read_range`; returns where the batch ends."""
+    tp = batch.tp
+    deadline = time.monotonic() + timeout
+    end = wanted.end
+    position = wanted.start
+    done = False
+    while not done:
+        # consume() waits until it has num_messages or the timeout passed: never ask for more
+        # than the range can still hold, or every short batch costs the whole timeout.
+        wanted_now = max(1, min(10_000, end - position))
+        for msg in consumer.consume(num_messages=wanted_now, timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    # Nothing more to read right now. If the log ends at or past our end,
+                    # the rest of the range held only markers or aborted records.
+                    done = msg.offset() >= end
+                    continue
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    raise KafkaReadError(
+                        f"{tp}: offset {wanted.start} is no longer in the log (deleted by "
+                        "retention, or the topic was recreated); refusing to skip ahead. "
+                        f"Details: {err.str()}"
+                    )
+                raise KafkaReadError(f"{tp}: error while reading {wanted}: {err.str()}")
+            offset = msg.offset()
+            position = offset + 1
+            if offset >= end:
+                done = True
+                break
+            value = msg.value()
+            size = len(value) if value is not None else 0
+            if max_bytes is not None and batch.offsets and batch.value_bytes + size > max_bytes:
+                end = offset
+                done = True
+                break
+            batch.offsets.append(offset)
+            batch.keys.append(msg.key())
+            batch.values.append(value)
+            batch.timestamps_ms.append(msg.timestamp()[1])
+            headers = msg.headers()
+            if headers:
+                batch.headers[len(batch.offsets) - 1] = tuple(headers)
+            batch.value_bytes += size
+            if offset == end - 1:
+                done = True
+                break
+        if not done and consumer.position([ktp])[0].offset >= end:
+            done = True
+        if not done and time.monotonic() > deadline:
+            raise KafkaReadError(
+                f"{tp}: reading {wanted} stalled after {timeout:.0f}s with "
+                f"{len(batch)} records read; is the range beyond the partition's last "
+                "stable offset (an open transaction upstream)?"
+            )
+    return end
