@@ -1,0 +1,229 @@
+"""The failover stack's configuration: two clusters, MirrorMaker 2's properties, its state file.
+
+Kept apart from the processes (:mod:`eos_pipeline.stack.mirror`) so the CLI and the tests can
+build and read a configuration without starting anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eos_pipeline.stack.config import StackError
+
+MIRROR_MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
+#: Topic produced on every cluster to prove that both flows replicate (no dot: MM2's default
+#: policy reads the part before the first dot as a cluster alias).
+PROBE_TOPIC = "eos-mirror-probe"
+CONFIG_FILE = "mirror.json"
+
+
+@dataclass(frozen=True)
+class MirrorCluster:
+    """One Kafka cluster of the pair, by its MM2 alias.
+
+    ``managed`` clusters are started and stopped by :class:`MirrorStack`; an unmanaged one is an
+    existing broker reached at ``host:kafka_port`` (its controller port is then unused).
+    """
+
+    alias: str
+    kafka_port: int
+    controller_port: int
+    managed: bool = True
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """Where the two clusters and MirrorMaker 2 run, and how MM2 replicates between them.
+
+    ``offset_lag_max`` is MM2's ``offset.lag.max``: the most records a translated position can
+    be behind; ``offset_syncs_location`` is MM2's ``offset-syncs.topic.location`` (``source``,
+    MM2's default, keeps flow A->B's syncs on A; ``target`` keeps them on B, readable while A is
+    down). ``topics`` is the regex of topics replicated by both flows.
+    """
+
+    state_dir: Path
+    clusters: tuple[MirrorCluster, MirrorCluster]
+    rest_port: int
+    host: str = "127.0.0.1"
+    topics: str = ".*"
+    offset_lag_max: int = 100
+    offset_syncs_location: str = "source"
+    refresh_seconds: int = 1
+    exactly_once: bool = True
+    kafka_heap: str = "512m"
+    mirror_heap: str = "512m"
+    cache_dir: Path | None = None
+    extra_properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        aliases = self.aliases
+        if len(set(aliases)) != 2:
+            raise StackError(f"the two clusters need distinct aliases, got {aliases}")
+        for alias in aliases:
+            if not alias or not alias.replace("_", "").replace("-", "").isalnum():
+                raise StackError(
+                    f"cluster alias {alias!r} must be letters, digits, '-' or '_' (no '.': MM2 "
+                    "separates the alias from the topic name with a dot)"
+                )
+        if self.offset_syncs_location not in ("source", "target"):
+            raise StackError(
+                f"offset_syncs_location must be 'source' or 'target', got "
+                f"{self.offset_syncs_location!r}"
+            )
+        if self.offset_lag_max < 0:
+            raise StackError(f"offset_lag_max must be >= 0, got {self.offset_lag_max}")
+
+    @property
+    def aliases(self) -> tuple[str, str]:
+        return (self.clusters[0].alias, self.clusters[1].alias)
+
+    def cluster(self, alias: str) -> MirrorCluster:
+        for cluster in self.clusters:
+            if cluster.alias == alias:
+                return cluster
+        raise StackError(f"unknown cluster alias {alias!r}; this stack has {self.aliases}")
+
+    def bootstrap(self, alias: str) -> str:
+        return f"{self.host}:{self.cluster(alias).kafka_port}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{self.host}:{self.rest_port}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> MirrorConfig:
+        raw: dict[str, Any] = json.loads(text)
+        raw["state_dir"] = Path(raw["state_dir"])
+        raw["cache_dir"] = Path(raw["cache_dir"]) if raw.get("cache_dir") else None
+        raw["clusters"] = tuple(MirrorCluster(**c) for c in raw["clusters"])
+        return cls(**raw)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> MirrorConfig | None:
+        """The config a previous ``up`` left in ``state_dir``, or None if there is none."""
+        path = Path(state_dir) / CONFIG_FILE
+        try:
+            return cls.from_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StackError(
+                f"{path} is unreadable ({exc}); remove it or run `stack down`"
+            ) from exc
+
+
+def mm2_properties(config: MirrorConfig) -> str:
+    """The dedicated-mode MM2 properties file for ``config`` (both flows enabled)."""
+    a, b = config.aliases
+    lines = [
+        f"clusters={a},{b}",
+        f"{a}.bootstrap.servers={config.bootstrap(a)}",
+        f"{b}.bootstrap.servers={config.bootstrap(b)}",
+        "replication.policy.class=org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
+        "tasks.max=1",
+        # A single-broker cluster can hold no more than one replica of anything.
+        "replication.factor=1",
+        "checkpoints.topic.replication.factor=1",
+        "heartbeats.topic.replication.factor=1",
+        "offset-syncs.topic.replication.factor=1",
+        "offset.storage.replication.factor=1",
+        "status.storage.replication.factor=1",
+        "config.storage.replication.factor=1",
+        # Short intervals: a new topic is mirrored within seconds, not MM2's ten minutes.
+        f"refresh.topics.interval.seconds={config.refresh_seconds}",
+        f"refresh.groups.interval.seconds={config.refresh_seconds}",
+        f"emit.checkpoints.interval.seconds={config.refresh_seconds}",
+        f"emit.heartbeats.interval.seconds={config.refresh_seconds}",
+        f"sync.group.offsets.interval.seconds={config.refresh_seconds}",
+        "offset.flush.interval.ms=1000",
+        f"offset.lag.max={config.offset_lag_max}",
+        f"offset-syncs.topic.location={config.offset_syncs_location}",
+        # KRaft here runs without an authorizer: syncing ACLs would only log errors.
+        "sync.topic.acls.enabled=false",
+        # Every plugin on the classpath ships a ServiceLoader manifest: skipping the reflective
+        # classpath scan saves seconds of CPU per herder at start.
+        "plugin.discovery=service_load",
+    ]
+    for source, target in ((a, b), (b, a)):
+        lines += [
+            f"{source}->{target}.enabled=true",
+            f"{source}->{target}.topics={config.topics}",
+        ]
+    # The workers' internal REST server: exactly-once source needs it to fence zombie tasks,
+    # and it keeps MM2 off the default port 8083.
+    lines += [
+        "dedicated.mode.enable.internal.rest=true",
+        f"listeners=http://{config.host}:{config.rest_port}",
+    ]
+    if config.exactly_once:
+        # Per target cluster: the unprefixed key is silently ignored.
+        lines += [
+            f"{a}.exactly.once.source.support=enabled",
+            f"{b}.exactly.once.source.support=enabled",
+            f"{a}->{b}.consumer.isolation.level=read_committed",
+            f"{b}->{a}.consumer.isolation.level=read_committed",
+        ]
+    lines += [f"{k}={v}" for k, v in sorted(config.extra_properties.items())]
+    return "\n".join(lines) + "\n"
+
+
+#: MirrorMaker 2's log4j2 settings: info for its own progress, warn for chatty client internals.
+MM2_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+# Client config dumps and per-record chatter: thousands of lines that say nothing new.
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = warn
+logger.common.name = org.apache.kafka.common
+logger.common.level = warn
+logger.jetty.name = org.eclipse.jetty
+logger.jetty.level = warn
+logger.reflections.name = org.reflections
+logger.reflections.level = error
+logger.isolation.name = org.apache.kafka.connect.runtime.isolation
+logger.isolation.level = warn
+"""
+
+
+def mirror_config(
+    state_dir: Path,
+    ports: Sequence[tuple[int, int]],
+    rest_port: int,
+    aliases: tuple[str, str] = ("A", "B"),
+    **options: Any,
+) -> MirrorConfig:
+    """A config with both clusters managed, from ``(kafka_port, controller_port)`` per alias."""
+    clusters = tuple(
+        MirrorCluster(alias, kafka, controller)
+        for alias, (kafka, controller) in zip(aliases, ports, strict=True)
+    )
+    return MirrorConfig(
+        state_dir=Path(state_dir).resolve(),
+        clusters=clusters,  # type: ignore[arg-type]
+        rest_port=rest_port,
+        **options,
+    )
+
+
+__all__ = [
+    "CONFIG_FILE",
+    "MIRROR_MAIN_CLASS",
+    "MM2_LOG4J2",
+    "PROBE_TOPIC",
+    "MirrorCluster",
+    "MirrorConfig",
+    "mirror_config",
+    "mm2_properties",
+]
