@@ -1,0 +1,131 @@
+"""Hudi runs: one table, one writer, so one key-range run over every lagging partition."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterator, Mapping, Sequence
+
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.planning.runs import (
+    ANY_PARTITION,
+    HUDI_TABLE_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    SINK_TAG,
+    START_STATE_TAG,
+    Plan,
+    PlannedRun,
+    plan_of,
+    retry_suffix,
+    stopped,
+)
+from eos_pipeline.core.positions import (
+    Reset,
+    checkpoint_state,
+    needs_log_start,
+    standing,
+)
+from eos_pipeline.core.retries import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    Failures,
+    judge,
+)
+
+# ------------------------------------------------------------------------------- Hudi
+
+
+def hudi_blocked(busy: Collection[str], table: str) -> str | None:
+    """Why no Hudi run may be asked for now (a run writing the table), else None."""
+    return f"a run writing {table} is queued or running" if busy else None
+
+
+def _hudi_candidates(
+    topic: str, ends: Mapping[int, int], known: Collection[str]
+) -> Iterator[tuple[TopicPartition, int, str]]:
+    for p, end in sorted(ends.items()):
+        tp = TopicPartition(topic, p)
+        key = partition_key(tp)
+        if key in known:
+            yield tp, end, key
+
+
+def hudi_needs_log_starts(
+    topic: str,
+    ends: Mapping[int, int],
+    checkpoint: Mapping[TopicPartition, int],
+    known: Collection[str],
+    reset: Reset,
+) -> bool:
+    """Whether :func:`plan_hudi` needs ``log_starts`` (one Kafka request)."""
+    return any(
+        needs_log_start(checkpoint_state(checkpoint.get(tp)), reset)
+        for tp, _, _ in _hudi_candidates(topic, ends, known)
+    )
+
+
+def plan_hudi(
+    sink: str,
+    table: str,
+    topic: str,
+    *,
+    ends: Mapping[int, int],
+    ordered_keys: Sequence[str],
+    checkpoint: Mapping[TopicPartition, int],
+    busy: Collection[str],
+    failures: Mapping[tuple[str, str], Failures],
+    max_attempts: int,
+    reset: Reset,
+    log_starts: Mapping[int, int] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
+) -> Plan:
+    """ONE run (one Hudi commit) over every lagging partition of ``topic``, or a skip reason.
+
+    ``ordered_keys`` are the dynamic partitions in the order they were added: the run covers
+    the key range from the first to the last lagging one (partitions in between that are caught
+    up are read as empty ranges, harmless). ``checkpoint`` is the table's position (the copy
+    the asset records; it can only lag behind the table, never run ahead of it).
+    """
+    blocked = hudi_blocked(busy, table)
+    if blocked:
+        return Plan(skip_reason=blocked)
+    lows = log_starts or {}
+    known = set(ordered_keys)
+    lagging: list[str] = []
+    for tp, end, key in _hudi_candidates(topic, ends, known):
+        state = checkpoint_state(checkpoint.get(tp))
+        if standing(state, reset, end=end, log_start=lows.get(tp.partition)).lagging:
+            lagging.append(key)
+    if not lagging:
+        return Plan(skip_reason="the Hudi table is caught up")
+    order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
+    first, last = min(lagging, key=order.__getitem__), max(lagging, key=order.__getitem__)
+    state = ",".join(f"{p}:{checkpoint.get(TopicPartition(topic, p), '-')}" for p in ends)
+    wanted = ",".join(str(e) for _, e in sorted(ends.items()))
+    # the checkpoint can be long (one entry per partition): the tag holds a digest of it
+    start = "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
+    failed = failures.get((ANY_PARTITION, start))
+    verdict = judge(
+        f"Hudi table {table}",
+        start,
+        failed,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        now=now,
+        shown_start=f"checkpoint {state}",
+    )
+    given_up: list[str] = []
+    waiting: list[str] = []
+    if stopped(verdict, given_up, waiting):
+        return plan_of((), given_up, "", waiting)
+    tags = {
+        SINK_TAG: sink,
+        HUDI_TABLE_TAG: table,
+        RANGE_START_TAG: first,
+        RANGE_END_TAG: last,
+        START_STATE_TAG: start,
+    }
+    run = PlannedRun(run_key=f"{sink}:{state}:{wanted}{retry_suffix(failed)}", tags=tags)
+    return Plan(runs=(run,))
