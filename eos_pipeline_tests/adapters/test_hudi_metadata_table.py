@@ -12,7 +12,7 @@ process per transaction (every Dagster run) hits it at every metadata-table comp
 
 So the risky write runs in a child process (a fresh JVM) through the product's
 ``write_transaction``, with the metadata table on (Hudi's default, as HoodieStreamer has it) and
-compacted every 3 delta commits, which puts a compaction at the start of the child's write.
+compacted every few delta commits, which puts a compaction at the start of the child's write.
 The set-up commits run in the session's JVM. About a minute on a 2-core machine.
 """
 
@@ -38,12 +38,14 @@ REPO = Path(__file__).resolve().parents[2]
 TOPIC = "mdt-events"
 PARTITIONS = 4
 BATCH = 5  # offsets per partition and commit
-#: Metadata table on, compacted every 3 delta commits. A new table's metadata table starts with
-#: two (``files`` and ``column_stats`` initialized), its first commit adds the third: the second
-#: write starts with a compaction, and then every third.
+#: Metadata table on, compacted every ``DELTAS`` delta commits. A new table's metadata table
+#: starts with two (``files`` and ``column_stats`` initialized); the first ``write_transaction``
+#: adds two more (the empty commit that starts the table's timeline, then the data): the second
+#: write starts with a compaction, and then every ``DELTAS``-th.
+DELTAS = 4
 OPTIONS = {
     "hoodie.metadata.enable": "true",
-    "hoodie.metadata.compact.max.delta.commits": "3",
+    "hoodie.metadata.compact.max.delta.commits": str(DELTAS),
 }
 _CAUSE = re.compile(r"Caused by: ([\w.$]+(?:Exception|Error)[^\n]*)")
 
@@ -122,8 +124,8 @@ def test_commits_that_start_by_compacting_the_metadata_table_in_a_fresh_jvm(
             f"round {round_}: commit {n} did not compact the metadata table; the test no longer "
             "exercises the risky path (did Hudi's compaction scheduling change?)"
         )
-        if round_ == 1:  # two plain commits in this JVM bring the next compaction due
-            for _ in range(2):
+        if round_ == 1:  # plain commits in this JVM until the next compaction is due
+            for _ in range(DELTAS - 1):
                 n += 1
                 _write_here(spark, table, n)
     assert latest_checkpoint(spark, table) == _checkpoint(n)
