@@ -17,7 +17,14 @@ from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, sink_state
-from eos_pipeline.core.proof import PartitionProof, compare
+from eos_pipeline.core.proof import (
+    PartitionProof,
+    ProvenPrefix,
+    compare,
+    detail_range,
+    extend,
+    prefix_unchanged,
+)
 from eos_pipeline.defs.assets import (
     CHECK_NAME,
     CLICKHOUSE_SINK,
@@ -153,32 +160,38 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
         kafka = getattr(context.resources, kafka_key).settings()
         dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
         proofs = []
+        check_key = dg.AssetCheckKey(key, CHECK_NAME)
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             for pk in sorted(context.partition_keys):
                 tp = parse_partition_key(pk)
+                where = (spec.database, spec.table, tp.topic, tp.partition)
                 position = _clickhouse_committed(st, pipeline, tp) or 0
-                table = dict(
-                    sink.offsets_in_table(
-                        spec.database,
-                        spec.table,
-                        tp.topic,
-                        tp.partition,
-                        source=spec.schema.source,
-                    )
-                )
-                low = _low_bound(kafka, tp, pipeline, table, dead.get(tp, set()), position)
+                lowest = sink.lowest_offset(*where, below=position, source=spec.schema.source)
+                seen = [] if lowest is None else [lowest]
+                low = _low_bound(kafka, tp, pipeline, seen, dead.get(tp, set()), position)
+                # rows beyond the position belong to a step in flight (phase BEFORE); rows below
+                # the low bound were deleted from Kafka and cannot be compared
                 committed = OffsetRange(low, max(low, position))
-                proofs.append(
-                    compare(
-                        tp,
-                        committed,
-                        kafka_offsets(kafka, tp, committed),
-                        dead.get(tp, set()),
-                        # rows beyond the position belong to a step in flight (phase BEFORE);
-                        # rows below the low bound were deleted from Kafka and cannot be compared
-                        {o: n for o, n in table.items() if o < position},
+                prefix = _proven_prefix(context.instance, check_key, pk)
+                detail = detail_range(prefix, committed)
+                if prefix is not None and detail != committed:
+                    proven = OffsetRange(prefix.start, prefix.through)
+                    aggregate = sink.offset_aggregate(
+                        *where, within=proven, source=spec.schema.source
                     )
+                    if not prefix_unchanged(prefix, aggregate):
+                        context.log.warning(
+                            f"{pk}: the proven range {proven} changed in the table "
+                            f"({aggregate}); comparing all of {committed} again"
+                        )
+                        detail = committed
+                table = sink.offsets_in_table(*where, within=detail, source=spec.schema.source)
+                proof = compare(
+                    tp, detail, kafka_offsets(kafka, tp, detail), dead.get(tp, set()), dict(table)
                 )
+                if prefix is not None and detail != committed:
+                    proof = extend(prefix, proof)
+                proofs.append(proof)
         yield from check_events(context, proofs, key)
 
     return _check
@@ -188,13 +201,35 @@ def _low_bound(
     kafka: Any,
     tp: TopicPartition,
     pipeline: Pipeline,
-    table: dict[int, int],
+    seen: Iterable[int],
     dead: set[int],
     position: int,
 ) -> int:
-    """Where the comparable committed range starts (see ``positions.committed_low``)."""
+    """Where the comparable committed range starts (see ``positions.committed_low``); ``seen``:
+    offsets stored in the table (its lowest one is enough)."""
     log_start = start_offsets(kafka, tp.topic)[tp.partition]
-    return committed_low(log_start, pipeline.reset, (*table.keys(), *dead), position)
+    return committed_low(log_start, pipeline.reset, (*seen, *dead), position)
+
+
+def _proven_prefix(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partition: str
+) -> ProvenPrefix | None:
+    """What the partition's latest passing evaluation proved (``core.proof``), or None."""
+    from dagster._core.event_api import PartitionKeyFilter
+    from dagster._core.storage.asset_check_execution_record import (
+        AssetCheckExecutionRecordStatus,
+    )
+
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        check_key,
+        limit=1,
+        status={AssetCheckExecutionRecordStatus.SUCCEEDED},
+        partition_filter=PartitionKeyFilter(key=partition),
+    )
+    if not records or records[0].event is None or records[0].event.dagster_event is None:
+        return None
+    evaluation = records[0].event.dagster_event.asset_check_evaluation_data
+    return ProvenPrefix.from_metadata(evaluation.metadata)
 
 
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:

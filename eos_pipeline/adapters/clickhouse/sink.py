@@ -74,6 +74,7 @@ from eos_pipeline.adapters.clickhouse.embedded import open_embedded
 from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError, explained_errors
 from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
 from eos_pipeline.core.offsets import OffsetRange
+from eos_pipeline.core.proof import TableAggregate
 from eos_pipeline.core.schema import (
     SourceColumns,
     TableSchema,
@@ -316,6 +317,50 @@ class ClickHouseSink:
                 parameters=params,
             )
         return [(int(o), int(n)) for o, n in result.result_rows]
+
+    def offset_aggregate(
+        self,
+        database: str,
+        table: str,
+        topic: str,
+        partition: int,
+        *,
+        within: OffsetRange,
+        source: SourceColumns | None = None,
+    ) -> TableAggregate:
+        """Rows, distinct offsets and their sum in ``within``, summed up by ClickHouse itself:
+        the incremental exactly-once check re-checks a proven range without reading its rows."""
+        src = source or SourceColumns()
+        offset = quote_identifier(src.offset, "offset column")
+        where, params = self._source_filter(src, topic, partition, within)
+        with self._errors("summing offsets", database, table):
+            rows, distinct, total = self._client.query(
+                f"SELECT count(), uniqExact({offset}), sum(toInt128({offset})) "
+                f"FROM {table_ref(database, table)} WHERE {where}",
+                parameters=params,
+            ).result_rows[0]
+        return TableAggregate(int(rows), int(distinct), int(total))
+
+    def lowest_offset(
+        self,
+        database: str,
+        table: str,
+        topic: str,
+        partition: int,
+        *,
+        below: int,
+        source: SourceColumns | None = None,
+    ) -> int | None:
+        """The smallest source offset of the topic-partition below ``below``, or None."""
+        src = source or SourceColumns()
+        offset = quote_identifier(src.offset, "offset column")
+        where, params = self._source_filter(src, topic, partition, OffsetRange(0, below))
+        with self._errors("reading the lowest offset", database, table):
+            rows, low = self._client.query(
+                f"SELECT count(), min({offset}) FROM {table_ref(database, table)} WHERE {where}",
+                parameters=params,
+            ).result_rows[0]
+        return int(low) if rows else None
 
     def count(
         self,
