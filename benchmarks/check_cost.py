@@ -28,6 +28,7 @@ from typing import Any
 
 import clickhouse_connect
 
+from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.kafka import (
@@ -47,7 +48,6 @@ from eos_pipeline.core.proof import (
 )
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 SCHEMA = {"id": "Int64", "name": "String", "score": "Float64", "page": "String"}
 WHERE = ("bench", "events")
@@ -94,16 +94,8 @@ def _incremental(
 
 def run(steps: int, step: int, increment: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="eos-check-cost-"))
-    config = StackConfig(
-        state_dir=work / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-    )
-    stack = Stack(config)
-    stack.up()
     rows: list[dict[str, Any]] = []
-    try:
+    with private_stack(work) as config:
         kafka = KafkaSettings(f"127.0.0.1:{config.kafka_port}")
         topic = "check-cost-" + uuid.uuid4().hex[:6]
         create_topic(kafka, topic, partitions=1)
@@ -151,8 +143,6 @@ def run(steps: int, step: int, increment: int) -> dict[str, Any]:
                     }
                 )
                 print(json.dumps(rows[-1]), flush=True)
-    finally:
-        stack.down()
     return {
         "benchmark": "check_cost",
         "step_records": step,

@@ -23,8 +23,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 _CHILD = textwrap.dedent(
     """
@@ -105,15 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=Path, default=Path(__file__).resolve().parents[1])
     opts = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fp-bench-") as work:
-        config = StackConfig(
-            state_dir=Path(work) / "stack",
-            zookeeper_port=free_port(),
-            kafka_port=free_port(),
-            controller_port=free_port(),
-        )
-        stack = Stack(config, say=lambda line: print(f"[stack] {line}", file=sys.stderr))
-        stack.up()
-        try:
+        say = lambda line: print(f"[stack] {line}", file=sys.stderr)  # noqa: E731
+        with private_stack(Path(work), say) as config:
             kafka = KafkaSettings(config.kafka_bootstrap)
             topic = "fp-bench"
             create_topic(kafka, topic, partitions=opts.partitions)
@@ -138,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
                         f"[round {n}] {name}: {wall:,.0f} rec/s, {per_cpu:,.0f} rec/CPU-s",
                         file=sys.stderr,
                     )
-        finally:
-            stack.down()
     best = {k: max(v) for k, v in rates.items()}
     median = {k: statistics.median(v) for k, v in rates.items()}
     cpu_best = {k: max(v) for k, v in cpu.items()}

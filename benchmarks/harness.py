@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from benchmarks.data import SCHEMA, make_values
+from benchmarks.local_stack import private_stack
 from benchmarks.report import (
     Figure,
     apply_ratios,
@@ -56,7 +57,6 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 DATABASE = "bench"
 # Same fetch sizes as the project's range reader, so the raw read is a fair upper bound.
@@ -653,18 +653,8 @@ def stack_for(opts: Options, workdir: Path) -> Iterator[tuple[str, str]]:
     if opts.kafka_bootstrap and opts.zookeeper_hosts:
         yield opts.kafka_bootstrap, opts.zookeeper_hosts
         return
-    config = StackConfig(
-        state_dir=workdir / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-    )
-    stack = Stack(config, say=lambda line: opts.say(f"[stack] {line}"))
-    try:
-        stack.up()  # inside: a half-started stack is stopped too
+    with private_stack(workdir, say=lambda line: opts.say(f"[stack] {line}")) as config:
         yield config.kafka_bootstrap, config.zookeeper_hosts
-    finally:
-        stack.down()
 
 
 def run(opts: Options) -> dict[str, Any]:

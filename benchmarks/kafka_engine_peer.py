@@ -5,8 +5,8 @@ The peer is what many ClickHouse users run: a ``Kafka`` engine table, a material
 MergeTree table; ClickHouse consumes in the background and parses the JSON itself (at least
 once: a crash between insert and offset commit writes twice). It is tuned for this test: one
 thread per consumer, one consumer per partition, blocks flushed every 250 ms (the default 7.5 s
-would dominate); its time includes joining the consumer group, as a fresh table's does. The project's path is the
-``ClickHousePartitionSync`` of every partition, as a Dagster run calls it.
+would dominate); its time includes joining the consumer group, as a fresh table's does. The
+project's path is the ``ClickHousePartitionSync`` of every partition, as a Dagster run calls it.
 
 Each side runs in a fresh process with a fresh chDB path, rounds alternating; the figures are
 wall seconds from start to the last row and CPU seconds of that process (chDB's threads
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.data import SCHEMA, make_values
+from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 _ENGINE_CHILD = textwrap.dedent(
     """
@@ -153,15 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     opts = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="eos-engine-peer-") as work:
-        config = StackConfig(
-            state_dir=Path(work) / "stack",
-            zookeeper_port=free_port(),
-            kafka_port=free_port(),
-            controller_port=free_port(),
-        )
-        stack = Stack(config, say=lambda line: print(f"[stack] {line}", file=sys.stderr))
-        stack.up()
-        try:
+        say = lambda line: print(f"[stack] {line}", file=sys.stderr)  # noqa: E731
+        with private_stack(Path(work), say) as config:
             kafka = KafkaSettings(config.kafka_bootstrap)
             topic = "engine-peer"
             create_topic(kafka, topic, partitions=opts.partitions)
@@ -179,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"[round {n}] {json.dumps({k: v[-1] for k, v in runs.items()})}",
                     file=sys.stderr,
                 )
-        finally:
-            stack.down()
     mb = size / 1e6
     summary: dict[str, Any] = {
         "benchmark": "kafka_engine_peer",

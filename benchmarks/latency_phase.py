@@ -122,21 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.kafka_bootstrap and args.zookeeper_hosts:
         print(json.dumps(measure(args)))
         return 0
-    from eos_pipeline.stack.services import Stack, StackConfig, free_port
+    from benchmarks.local_stack import private_stack
 
-    config = StackConfig(
-        state_dir=args.workdir / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-    )
-    stack = Stack(config, say=lambda _line: None)
-    try:
-        stack.up()  # inside: a half-started stack is stopped too
+    with private_stack(args.workdir) as config:
         args.kafka_bootstrap, args.zookeeper_hosts = config.kafka_bootstrap, config.zookeeper_hosts
         print(json.dumps(measure(args)))
-    finally:
-        stack.down()
     return 0
 
 
