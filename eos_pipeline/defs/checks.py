@@ -160,7 +160,9 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
         kafka = getattr(context.resources, kafka_key).settings()
         dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
         proofs = []
-        check_key = dg.AssetCheckKey(key, CHECK_NAME)
+        proven = _proven_prefixes(
+            context.instance, dg.AssetCheckKey(key, CHECK_NAME), context.partition_keys
+        )
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             for pk in sorted(context.partition_keys):
                 tp = parse_partition_key(pk)
@@ -172,16 +174,16 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                 # rows beyond the position belong to a step in flight (phase BEFORE); rows below
                 # the low bound were deleted from Kafka and cannot be compared
                 committed = OffsetRange(low, max(low, position))
-                prefix = _proven_prefix(context.instance, check_key, pk)
+                prefix = proven.get(pk)
                 detail = detail_range(prefix, committed)
                 if prefix is not None and detail != committed:
-                    proven = OffsetRange(prefix.start, prefix.through)
+                    earlier = OffsetRange(prefix.start, prefix.through)
                     aggregate = sink.offset_aggregate(
-                        *where, within=proven, source=spec.schema.source
+                        *where, within=earlier, source=spec.schema.source
                     )
                     if not prefix_unchanged(prefix, aggregate):
                         context.log.warning(
-                            f"{pk}: the proven range {proven} changed in the table "
+                            f"{pk}: the proven range {earlier} changed in the table "
                             f"({aggregate}); comparing all of {committed} again"
                         )
                         detail = committed
@@ -211,25 +213,29 @@ def _low_bound(
     return committed_low(log_start, pipeline.reset, (*seen, *dead), position)
 
 
-def _proven_prefix(
-    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partition: str
-) -> ProvenPrefix | None:
-    """What the partition's latest passing evaluation proved (``core.proof``), or None."""
-    from dagster._core.event_api import PartitionKeyFilter
-    from dagster._core.storage.asset_check_execution_record import (
-        AssetCheckExecutionRecordStatus,
-    )
-
+def _proven_prefixes(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partitions: Iterable[str]
+) -> dict[str, ProvenPrefix]:
+    """Per partition, what its latest completed evaluation proved (``core.proof``), if it
+    passed. One read of the check's recent history; a partition whose latest evaluation is
+    older than that window (or failed) is compared in full."""
+    wanted = set(partitions)
     records = instance.event_log_storage.get_asset_check_execution_history(
-        check_key,
-        limit=1,
-        status={AssetCheckExecutionRecordStatus.SUCCEEDED},
-        partition_filter=PartitionKeyFilter(key=partition),
+        check_key, limit=64 + 8 * len(wanted)
     )
-    if not records or records[0].event is None or records[0].event.dagster_event is None:
-        return None
-    evaluation = records[0].event.dagster_event.asset_check_evaluation_data
-    return ProvenPrefix.from_metadata(evaluation.metadata)
+    found: dict[str, ProvenPrefix] = {}
+    decided: set[str] = set()
+    for record in records:  # newest first
+        status = record.status.value
+        if record.partition not in wanted or record.partition in decided or status == "PLANNED":
+            continue
+        decided.add(record.partition)
+        event = record.event.dagster_event if record.event else None
+        if status == "SUCCEEDED" and event is not None:
+            prefix = ProvenPrefix.from_metadata(event.asset_check_evaluation_data.metadata)
+            if prefix is not None:
+                found[record.partition] = prefix
+    return found
 
 
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
