@@ -151,7 +151,9 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
     )
     def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
         kafka = getattr(context.resources, kafka_key).settings()
-        dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
+        dead = dead_letter_offsets(
+            kafka, pipeline.dead_letter_topic, pipeline.name, CLICKHOUSE_SINK
+        )
         proofs = []
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             for pk in sorted(context.partition_keys):
@@ -234,7 +236,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
             )
             for row in grouped:
                 counts[row[0]][row[1]] = row[2]
-        dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name)
+        dead = dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name, "hudi")
         proofs = []
         for tp in tps:
             position = checkpoint.get(tp, 0)
