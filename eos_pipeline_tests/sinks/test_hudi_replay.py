@@ -154,9 +154,6 @@ def test_hudi_replay_after_a_fix_a_stricter_rule_and_a_kill(
     report = again.run(again.plan(1, 0, 40))
     assert report.dead_letters == 31 and report.rows_deleted == 0  # deleted by the killed run
     assert assert_exact(kafka_settings, topic_name, table) == {0: 2, 1: 31}
+    # The checkpoint never moved: the sink's next run starts where it stood (the ClickHouse
+    # replay test runs the sink on after a replay).
     assert hudi_timeline.latest_checkpoint(str(table)) == checkpoint
-
-    # The sink goes on from its unchanged checkpoint, exactly.
-    produce(kafka_settings, topic_name, 10)
-    sync(LIMIT).run()
-    assert assert_exact(kafka_settings, topic_name, table) == {0: 3, 1: 32}
