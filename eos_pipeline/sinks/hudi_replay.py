@@ -96,6 +96,10 @@ class HudiReplay:
         ).persist()
         try:
             good, bad = split_tagged(tagged, spec.schema)
+            # One job reads, decodes and counts; the bad rows are fetched only if there are any.
+            total = tagged.agg(F.count(F.lit(1)).alias("n"), F.count(ERROR_COLUMN).alias("bad"))
+            counted = total.collect()[0]
+            report.records_read = int(counted["n"])
             letters = [
                 DeadLetter(
                     row["offset"],
@@ -104,13 +108,11 @@ class HudiReplay:
                     row[ERROR_CLASS_COLUMN],
                     row[ERROR_COLUMN],
                 )
-                for row in bad.orderBy("offset").collect()
+                for row in (bad.orderBy("offset").collect() if counted["bad"] else [])
             ]
-            report.records_read = int(tagged.count())
             report.dead_letters = self.dead_letters.send(tp, letters)
-            stale = self._rows_of([letter.offset for letter in letters], tp)
-            if stale is not None:
-                report.rows_deleted = stale.count()
+            stale, report.rows_deleted = self._rows_of([x.offset for x in letters], tp)
+            if stale is not None and report.rows_deleted:
                 commit = self._commit(stale, commit, current, "delete")
                 report.commits.append(commit.instant_time)
             self.fault("replay_after_delete")
@@ -145,10 +147,11 @@ class HudiReplay:
         )
         return plan, commit
 
-    def _rows_of(self, offsets: list[int], tp: TopicPartition) -> DataFrame | None:
-        """The table's rows of ``tp`` at ``offsets`` (records judged dead letters now), or None."""
+    def _rows_of(self, offsets: list[int], tp: TopicPartition) -> tuple[DataFrame | None, int]:
+        """The table's rows of ``tp`` at ``offsets`` (records that are dead letters now), and
+        how many there are (0 without reading the table when there is no such record)."""
         if not offsets:
-            return None
+            return None, 0
         source = self.spec.schema.source
         rows = self.spark.read.format("hudi").load(self.spec.table_path)
         rows = rows.where(
@@ -157,7 +160,7 @@ class HudiReplay:
             & F.col(source.offset).isin(offsets)
         )
         rows = rows.drop(*[c for c in _META_COLUMNS if c in rows.columns])
-        return rows if rows.limit(1).count() else None
+        return rows, int(rows.count())
 
     def _commit(
         self, df: DataFrame, previous: CommitInfo, plan: ReplayPlan, operation: str
