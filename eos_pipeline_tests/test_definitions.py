@@ -91,3 +91,15 @@ def test_every_resource_and_each_of_its_settings_has_a_description() -> None:
         assert len(resource.resource_snapshot.description or "") > 40, resource.name
         undescribed = [f.name for f in resource.config_field_snaps if not f.description]
         assert not undescribed, f"{resource.name}: settings without a description: {undescribed}"
+
+
+def test_each_sink_has_a_replay_job_that_is_a_dry_run_unless_told_otherwise() -> None:
+    repo = definitions.defs.get_repository_def()
+    for sink, pool in (("clickhouse", "chdb"), ("hudi", "hudi_demo_events")):
+        job = repo.get_job(f"demo_replay_{sink}")
+        (node,) = job.graph.node_defs
+        assert node.pool == pool, "a replay waits for the sink's own runs of its table"
+        fields = node.config_schema.config_type.fields
+        assert fields["dry_run"].default_value is True
+        assert fields["start"].is_required and not fields["end"].is_required
+        assert all(f.description for f in fields.values())
