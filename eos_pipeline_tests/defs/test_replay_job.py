@@ -15,11 +15,13 @@ from clickhouse_connect.driver.client import Client
 
 from eos_pipeline import cli
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.core.offsets import OffsetRange
-from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key
+from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline.defs.replay import replay_job_name
+from eos_pipeline.sinks.replay import ClickHouseReplay
 
 from .conftest import Rig, pipeline_yaml
 
@@ -111,3 +113,29 @@ def test_replay_job_dry_run_then_replay_repairs_the_table_and_the_check_passes(
         assert cli.main([*base, "--from", "30", "--yes"]) == 0
         assert "rows written: 9" in capsys.readouterr().out  # 10 records, 1 dead letter
         assert _counts(chdb_client, rig) == expected
+
+        # A replay killed after its delete: the check fails, says why and what to run.
+        def crash(step: str) -> None:
+            if step == "replay_after_delete":
+                raise RuntimeError("killed")
+
+        settings = KeeperSettings(rig.config.keeper.hosts, rig.config.keeper.root)
+        with KeeperStateStore(settings) as store, pytest.raises(RuntimeError, match="killed"):
+            pipeline = rig.config.pipelines[0]
+            killed = ClickHouseReplay(
+                clickhouse_spec(pipeline),
+                rig.kafka,
+                store,
+                ClickHouseSink(chdb_client),
+                pipeline.dead_letter_topic,
+                fault=crash,
+            )
+            killed.run(killed.plan(TopicPartition(rig.topic, 0), 0, 12))
+        check = materialize().get_asset_check_evaluations()[0]
+        assert not check.passed
+        note = check.metadata["replay_in_flight"].value
+        assert "--from 0 --to 12 --yes" in note
+        assert _replay(defs, instance, rig, start=0, end=12, dry_run=False).success
+        assert _counts(chdb_client, rig) == expected
+        check = materialize().get_asset_check_evaluations()[0]
+        assert check.passed and "replay_in_flight" not in check.metadata
