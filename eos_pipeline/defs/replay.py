@@ -9,7 +9,8 @@ runs these same jobs. What a replay does and why it stays exact: :mod:`eos_pipel
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -28,6 +29,9 @@ from eos_pipeline.defs.assets import (
 )
 from eos_pipeline.defs.config import Pipeline, PipelinesFile
 from eos_pipeline.defs.resources import kafka_resource_key
+
+if TYPE_CHECKING:
+    from eos_pipeline.sinks.replay import ReplayReport
 
 __all__ = ["ReplayConfig", "replay_job_name", "replay_jobs"]
 
@@ -66,7 +70,7 @@ def _finish(
     context: dg.OpExecutionContext,
     plan: ReplayPlan,
     asset_key: dg.AssetKey,
-    run: Any,
+    run: Callable[[ReplayPlan], "ReplayReport"],
     dry_run: bool,
 ) -> dg.Output[dict[str, Any]]:
     """Log the plan, replay unless it is a dry run, and say what happened."""
