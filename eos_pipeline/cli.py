@@ -39,6 +39,9 @@ examples:
   eos-pipeline demo                      run the main job end to end (Dagster drives it)
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
   eos-pipeline failover --pipeline P --to B   switch pipeline P to cluster B (and back: --to A)
+  eos-pipeline replay --pipeline P --sink clickhouse --partition 0 --from 100 --to 200
+                                         show what a replay of offsets [100, 200) would do
+  eos-pipeline replay ... --yes          ... and do it
 """
 
 
@@ -160,7 +163,80 @@ def build_parser() -> argparse.ArgumentParser:
     failover.add_argument(
         "--config", type=Path, help="pipelines file (default: EOS_PIPELINES_FILE)"
     )
+    replay = commands.add_parser(
+        "replay",
+        help="re-process a range of one partition on purpose (after a fix or a repair)",
+        description="Re-process offsets [FROM, TO) of one partition into one sink, on purpose: "
+        "ClickHouse deletes the range's rows and inserts it again, Hudi upserts it again; the "
+        "sink's position does not move and dead letters of the range are judged anew. Without "
+        "--yes only the plan is printed and nothing is written. Safe to rerun after a crash "
+        "(an interrupted replay must be finished before another range of the partition). Runs "
+        "the Dagster job <pipeline>_replay_<sink>, recorded in DAGSTER_HOME's instance if set.",
+    )
+    replay.add_argument("--pipeline", required=True, help="pipeline name in the pipelines file")
+    replay.add_argument("--sink", required=True, choices=("clickhouse", "hudi"))
+    replay.add_argument("--partition", required=True, type=int, help="Kafka partition number")
+    replay.add_argument(
+        "--from", dest="start", required=True, type=int, help="first offset to replay"
+    )
+    replay.add_argument(
+        "--to", dest="end", type=int, help="offset after the last one (default: sink's position)"
+    )
+    replay.add_argument("--topic", help="topic (default: the pipeline's first)")
+    replay.add_argument("--yes", action="store_true", help="replay (default: dry run)")
+    replay.add_argument("--config", type=Path, help="pipelines file (default: EOS_PIPELINES_FILE)")
     return parser
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    """Run the replay job in this process: the CLI and the UI share one code path."""
+    import dagster as dg
+
+    from eos_pipeline.core.replay import ReplayRefused
+    from eos_pipeline.defs.builder import build_definitions
+    from eos_pipeline.defs.config import ConfigError, load_config
+    from eos_pipeline.defs.replay import replay_job_name
+
+    try:
+        defs = build_definitions(load_config(args.config))
+        name = replay_job_name(args.pipeline, args.sink)
+        try:
+            job = defs.get_job_def(name)
+        except dg.DagsterInvariantViolationError:
+            print(f"error: no job {name}: no such pipeline or sink", file=sys.stderr)
+            return 1
+        op = f"{args.pipeline}_replay_{args.sink}_range"
+        config = {"partition": args.partition, "start": args.start, "dry_run": not args.yes}
+        if args.end is not None:
+            config["end"] = args.end
+        if args.topic:
+            config["topic"] = args.topic
+        instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else None
+        result = job.execute_in_process(
+            run_config={"ops": {op: {"config": config}}},
+            instance=instance,
+            raise_on_error=False,
+        )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        data = failure.step_failure_data if failure else None
+        cause = data.error.cause if data and data.error and data.error.cause else None
+        message = (cause or (data.error if data else None)).message if data else "run failed"
+        kind = "refused" if cause and cause.cls_name == ReplayRefused.__name__ else "error"
+        print(f"{kind}: {message.strip()}", file=sys.stderr)
+        return 1
+    out = result.output_for_node(op)
+    for line in out.pop("plan"):
+        print(line)
+    if out.pop("dry_run"):
+        print("dry run: nothing was written; add --yes to replay")
+        return 0
+    for key, value in out.items():
+        print(f"{key}: {value}")
+    return 0
 
 
 def _run_failover(args: argparse.Namespace) -> int:
@@ -283,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_demo(_stack_config(args), args)
         if args.command == "failover":
             return _run_failover(args)
+        if args.command == "replay":
+            return _run_replay(args)
     except (StackError, ArtifactError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

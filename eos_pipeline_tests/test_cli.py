@@ -66,3 +66,12 @@ def test_status_of_a_stopped_stack(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_console_script_is_installed() -> None:
     assert shutil.which("eos-pipeline") or Path(sys.executable).with_name("eos-pipeline").exists()
+
+
+def test_replay_help_says_what_it_does_and_that_it_is_a_dry_run_by_default() -> None:
+    result = _run("replay", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    for words in ("--from", "--to", "--yes", "--sink", "nothing is written", "does not move"):
+        assert words in text
+    assert "replay" in _run("--help").stdout

@@ -79,3 +79,27 @@ def test_partition_keys_round_trip_without_awkward_characters(tp: TopicPartition
 def test_bad_partition_key_names_the_expected_form() -> None:
     with pytest.raises(ValueError, match="<topic>__p<NNNN>"):
         parse_partition_key("orders-7")
+
+
+def test_every_resource_and_each_of_its_settings_has_a_description() -> None:
+    """The UI's resource pages show these; an empty one leaves a user guessing what it is for."""
+    from dagster._core.remote_representation.external_data import RepositorySnap
+
+    snap = RepositorySnap.from_def(definitions.defs.get_repository_def())
+    assert {r.name for r in snap.resources} == {"clickhouse", "keeper", "spark", "kafka_demo"}
+    for resource in snap.resources:
+        assert len(resource.resource_snapshot.description or "") > 40, resource.name
+        undescribed = [f.name for f in resource.config_field_snaps if not f.description]
+        assert not undescribed, f"{resource.name}: settings without a description: {undescribed}"
+
+
+def test_each_sink_has_a_replay_job_that_is_a_dry_run_unless_told_otherwise() -> None:
+    repo = definitions.defs.get_repository_def()
+    for sink, pool in (("clickhouse", "chdb"), ("hudi", "hudi_demo_events")):
+        job = repo.get_job(f"demo_replay_{sink}")
+        (node,) = job.graph.node_defs
+        assert node.pool == pool, "a replay waits for the sink's own runs of its table"
+        fields = node.config_schema.config_type.fields
+        assert fields["dry_run"].default_value is True
+        assert fields["start"].is_required and not fields["end"].is_required
+        assert all(f.description for f in fields.values())

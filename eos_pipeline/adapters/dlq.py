@@ -4,6 +4,10 @@ Each dead letter keeps the original key and value and carries headers naming its
 partition and offset, the pipeline, and the error. The producer is idempotent, so its own retries
 never duplicate a record; a record sent again by a re-run carries the same source coordinates,
 which is what a reader de-duplicates on.
+
+A deliberate replay (:mod:`eos_pipeline.core.replay`) also writes *replay markers* here: records
+without key and value whose headers name a sink and a range; they withdraw, for that sink, the
+letters of the range written before them. :func:`read_dead_letters` leaves them out.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
-from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.replay import dead_offsets, is_marker, marker_headers
 
 HEADER_PREFIX = "eos."
 #: Largest key + value a dead letter carries. Kafka refuses records above ``message.max.bytes``
@@ -35,10 +40,14 @@ class DeadLetter:
 class DeadLetterWriter:
     """Sends dead letters of one pipeline to its dead-letter topic."""
 
-    def __init__(self, settings: KafkaSettings, topic: str, pipeline: str) -> None:
+    def __init__(
+        self, settings: KafkaSettings, topic: str, pipeline: str, *, sink: str | None = None
+    ) -> None:
         self.settings = settings
         self.topic = topic
         self.pipeline = pipeline
+        #: Named in an ``eos.sink`` header when set (a replay's letters count for its sink only).
+        self.sink = sink
         self._producer = None
 
     def ensure_topic(self, partitions: int = 1) -> None:
@@ -70,6 +79,8 @@ class DeadLetterWriter:
                 (f"{HEADER_PREFIX}error.message", letter.message[:1000].encode()),
                 *omitted,
             ]
+            if self.sink is not None:
+                headers.append((f"{HEADER_PREFIX}sink", self.sink.encode()))
             while True:
                 try:
                     self._producer.produce(
@@ -90,6 +101,39 @@ class DeadLetterWriter:
             )
         return len(letters)
 
+    def send_marker(
+        self, source: TopicPartition, sink: str, replayed: OffsetRange, timeout: float = 60.0
+    ) -> int:
+        """Write a replay marker of ``replayed`` to every partition of the topic; return how many.
+
+        Every partition, because order is only defined within one: each letter written before
+        the marker in its partition is withdrawn for ``sink``, each one written after counts.
+        """
+        from eos_pipeline.adapters.kafka import end_offsets
+
+        if self._producer is None:
+            self.ensure_topic()
+            self._producer = idempotent_producer(self.settings)
+        headers = marker_headers(self.pipeline, sink, source, replayed)
+        partitions = sorted(end_offsets(self.settings, self.topic))
+        failures: list[str] = []
+
+        def on_delivery(err, _msg) -> None:  # type: ignore[no-untyped-def]
+            if err is not None:
+                failures.append(err.str())
+
+        for partition in partitions:
+            self._producer.produce(
+                self.topic, partition=partition, headers=headers, on_delivery=on_delivery
+            )
+        remaining = self._producer.flush(timeout)
+        if remaining or failures:
+            raise RuntimeError(
+                f"dead-letter topic {self.topic!r}: replay marker not acknowledged "
+                f"({remaining} pending, errors: {failures[:3]}); nothing else was done"
+            )
+        return len(partitions)
+
 
 def _fit(
     key: bytes | None, value: bytes | None
@@ -109,11 +153,18 @@ def _fit(
 def read_dead_letters(
     settings: KafkaSettings, topic: str, timeout: float = 30.0
 ) -> list[dict[str, str]]:
-    """Headers of every record in dead-letter ``topic`` (empty if the topic does not exist).
+    """Headers of every letter in dead-letter ``topic`` (empty if the topic does not exist).
 
     Records sent twice (by a re-run, or by two sinks of one pipeline) are all returned; callers
-    de-duplicate on ``eos.source.topic/partition/offset``.
+    de-duplicate on ``eos.source.topic/partition/offset``. Replay markers are not letters.
     """
+    return [h for _, _, h in read_dead_letter_log(settings, topic, timeout) if not is_marker(h)]
+
+
+def read_dead_letter_log(
+    settings: KafkaSettings, topic: str, timeout: float = 30.0
+) -> list[tuple[int, int, dict[str, str]]]:
+    """``(partition, offset, headers)`` of every record in ``topic``, markers included."""
     import time
 
     from confluent_kafka import Consumer
@@ -126,7 +177,7 @@ def read_dead_letters(
     except KafkaReadError:
         return []
     remaining = sum(ends.values())
-    out: list[dict[str, str]] = []
+    out: list[tuple[int, int, dict[str, str]]] = []
     consumer = Consumer(
         settings.config(**{"group.id": "eos-dead-letter-reader", "enable.auto.commit": False})
     )
@@ -140,20 +191,19 @@ def read_dead_letters(
                 if msg.error():
                     continue
                 remaining -= 1
-                out.append({k: v.decode() for k, v in msg.headers() or []})
+                headers = {k: v.decode() for k, v in msg.headers() or []}
+                out.append((msg.partition(), msg.offset(), headers))
     finally:
         consumer.close()
     return out
 
 
 def dead_letter_offsets(
-    kafka: KafkaSettings, dlq_topic: str, pipeline: str
+    kafka: KafkaSettings, dlq_topic: str, pipeline: str, sink: str | None = None
 ) -> dict[TopicPartition, set[int]]:
-    """Source offsets sent to the dead-letter topic by ``pipeline``, per source partition."""
-    out: dict[TopicPartition, set[int]] = {}
-    for h in read_dead_letters(kafka, dlq_topic):
-        if h.get("eos.pipeline") != pipeline:
-            continue
-        tp = TopicPartition(h["eos.source.topic"], int(h["eos.source.partition"]))
-        out.setdefault(tp, set()).add(int(h["eos.source.offset"]))
-    return out
+    """Source offsets that are dead letters of ``pipeline``, per source partition.
+
+    With ``sink``, as that sink's proof counts them: replays of the sink taken into account
+    (:func:`eos_pipeline.core.replay.dead_offsets`).
+    """
+    return dead_offsets(read_dead_letter_log(kafka, dlq_topic), pipeline, sink)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
     from typing_extensions import Unpack
 
 TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
-Operation = Literal["upsert", "insert", "bulk_insert"]
+Operation = Literal["upsert", "insert", "bulk_insert", "delete"]
 
 #: Default record key: the Kafka coordinates, which identify a record uniquely and forever.
 SOURCE_KEY_FIELDS: Final = tuple(SOURCE_COLUMNS.values())
@@ -181,8 +181,9 @@ def hudi_write_options(
     """
     if table_type not in ("COPY_ON_WRITE", "MERGE_ON_READ"):
         raise ValueError(f"table_type must be COPY_ON_WRITE or MERGE_ON_READ, got {table_type!r}")
-    if operation not in ("upsert", "insert", "bulk_insert"):
-        raise ValueError(f"operation must be upsert, insert or bulk_insert, got {operation!r}")
+    if operation not in ("upsert", "insert", "bulk_insert", "delete"):
+        # delete: the rows' keys are removed (a replay drops rows of records now dead letters)
+        raise ValueError(f"operation must be upsert, insert, bulk_insert or delete: {operation!r}")
     if not record_key_fields:
         raise ValueError("record_key_fields must name at least one column")
     version = (options or {}).get(_WRITE_TABLE_VERSION_OPTION)

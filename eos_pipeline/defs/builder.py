@@ -17,6 +17,7 @@ from eos_pipeline.defs.assets import (
 from eos_pipeline.defs.checks import clickhouse_check, hudi_check
 from eos_pipeline.defs.config import Pipeline, PipelinesFile
 from eos_pipeline.defs.failover import failover_jobs
+from eos_pipeline.defs.replay import replay_jobs
 from eos_pipeline.defs.resources import build_resources, chdb_path
 from eos_pipeline.defs.sensors import clickhouse_lag_sensor, hudi_lag_sensor, partitions_sensor
 from eos_pipeline.defs.topics import topic_specs, topics_sensor
@@ -88,7 +89,7 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
         assets=[*referenced, *topics.values()],
         asset_checks=checks,
         sensors=sensors,
-        jobs=failover_jobs(config),
+        jobs=[*failover_jobs(config), *replay_jobs(config, pool)],
         resources=build_resources(config),
         # One process per run: chDB allows one process per data path, and the Hudi asset and
         # its check share one Spark session instead of starting a JVM each.

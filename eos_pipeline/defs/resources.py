@@ -37,15 +37,29 @@ def _read_env(name: str, what: str) -> str:
 
 
 class KafkaResource(dg.ConfigurableResource):
-    """One Kafka cluster: bootstrap servers plus librdkafka and Spark (Java) client settings."""
+    """The Kafka cluster one pipeline reads (its topic and dead-letter topic): the ClickHouse
+    sink reads it with confluent-kafka, the Hudi sink with Spark's Kafka source, the sensors
+    and checks ask it for end offsets and records. Secrets are named by environment variable."""
 
-    bootstrap_servers: str
-    client_config: dict[str, str] = Field(default_factory=dict)
+    bootstrap_servers: str = Field(description="Kafka bootstrap servers, host:port[,host:port]")
+    client_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka client settings (security.protocol, sasl.mechanisms, ...)",
+    )
     #: librdkafka setting -> environment variable holding its value (secrets).
-    client_secrets: dict[str, str] = Field(default_factory=dict)
+    client_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka setting -> environment variable holding its secret value",
+    )
     #: Java client properties for Spark's Kafka source, plain and from the environment.
-    spark_options: dict[str, str] = Field(default_factory=dict)
-    spark_secrets: dict[str, str] = Field(default_factory=dict)
+    spark_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Java client properties for Spark's Kafka source (kafka.* options)",
+    )
+    spark_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark Kafka option -> environment variable holding its secret value",
+    )
 
     def settings(self) -> KafkaSettings:
         config: dict[str, Any] = dict(self.client_config)
@@ -83,12 +97,16 @@ def _plain(value: Any) -> str:
 
 
 class KeeperResource(dg.ConfigurableResource):
-    """The ZooKeeper / ClickHouse Keeper ensemble holding the ClickHouse sink's positions."""
+    """ZooKeeper or ClickHouse Keeper: the ClickHouse sink's position per topic-partition
+    (BEFORE/AFTER range, fencing epoch), replay journals and the failover state. Runs, sensors
+    and checks read it; only runs write it, each write a compare-and-set."""
 
-    hosts: str = "127.0.0.1:2181"
-    root: str = "/eos_pipeline"
-    username: str | None = None
-    password: str | None = None
+    hosts: str = Field(
+        default="127.0.0.1:2181", description="connection string, host:port[,host:port][/chroot]"
+    )
+    root: str = Field(default="/eos_pipeline", description="znode under which all state lives")
+    username: str | None = Field(default=None, description="digest auth user (optional)")
+    password: str | None = Field(default=None, description="digest auth password (optional)")
 
     def settings(self) -> KeeperSettings:
         auth = (self.username, self.password) if self.username and self.password else None
@@ -101,9 +119,14 @@ class KeeperResource(dg.ConfigurableResource):
 
 
 class ClickHouseResource(dg.ConfigurableResource):
-    """``chdb:///path`` (embedded, the default) or ``http(s)://user:password@host:port/db``."""
+    """The ClickHouse the ClickHouse tables live in: ``chdb:///path`` (the real engine embedded
+    in the run's process; one process per path, so runs on it are serialized by the ``chdb``
+    pool) or a server, ``http(s)://user:password@host:port/db``. Opened only inside runs."""
 
-    url: str = "chdb://.state/demo/chdb"
+    url: str = Field(
+        default="chdb://.state/demo/chdb",
+        description="chdb:///path (embedded) or http(s)://user:password@host:port/database",
+    )
 
     @contextmanager
     def sink(self) -> Iterator[ClickHouseSink]:
@@ -115,7 +138,8 @@ class ClickHouseResource(dg.ConfigurableResource):
 
 
 class SparkResource(dg.ConfigurableResource):
-    """The run's Spark session, made on first use: a Spark Connect client, or Spark in-process.
+    """Spark for the Hudi asset and its check, made on first use: a Spark Connect client, or
+    Spark in-process.
 
     With ``remote`` (``sc://host:port``, plus ``token`` for a server that wants one) the run is
     a thin client: no JVM here, the server does the work (:mod:`eos_pipeline.adapters.spark_remote`
@@ -130,11 +154,20 @@ class SparkResource(dg.ConfigurableResource):
     and runtime (SQL) settings sent to the server over Connect.
     """
 
-    remote: str | None = None
-    token: str | None = None
-    master: str = "local[2]"
-    quick_start: bool = False
-    spark_config: dict[str, str] = Field(default_factory=dict)
+    remote: str | None = Field(
+        default=None, description="Spark Connect URL sc://host:port (None: Spark in-process)"
+    )
+    token: str | None = Field(default=None, description="Spark Connect bearer token (optional)")
+    master: str = Field(
+        default="local[2]", description="master of an in-process session (without remote)"
+    )
+    quick_start: bool = Field(
+        default=False, description="small-machine settings for an in-process session"
+    )
+    spark_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings (runtime SQL settings only, over Spark Connect)",
+    )
     _session: Any = PrivateAttr(default=None)
 
     @property

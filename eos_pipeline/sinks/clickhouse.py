@@ -231,6 +231,11 @@ class ClickHousePartitionSync:
         batch = read_range(self.kafka, tp, wanted)
         return self._process(lease, state_of(lease.record), batch, tid)
 
+    def insert_rows(self, batch: KafkaBatch, part: OffsetRange) -> tuple[int, int]:
+        """Insert ``part`` of ``batch`` under this sync's token name, no keeper write (a replay's
+        inserts, see :mod:`eos_pipeline.sinks.replay`); returns rows sent and dead letters."""
+        return self._insert_step(batch, part)
+
     # ------------------------------------------------------------------------------- internals
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
         """Kafka's id of ``tp.topic``, refusing a topic other than the one the position is from.

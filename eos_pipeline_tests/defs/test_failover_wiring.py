@@ -25,7 +25,8 @@ TWO = ONE.replace(
 def test_a_single_cluster_file_is_unchanged_and_cannot_switch() -> None:
     config = parse_config(ONE, "p.yaml")
     assert config.pipeline("orders").kafka.initial_cluster is None
-    assert not build_definitions(config).jobs
+    # Only the pipeline's replay job: no failover job.
+    assert [job.name for job in build_definitions(config).jobs] == ["orders_replay_clickhouse"]
     with pytest.raises(SwitchRefused, match=r"no 'kafka\.clusters'"):
         failover_pipeline(config.pipeline("orders"))
 
@@ -40,7 +41,8 @@ def test_named_clusters_give_a_failover_pipeline_and_the_job() -> None:
     )
     assert fp.clusters.flows == {Flow("east", "west"), Flow("west", "east")}
     assert fp.settings["west"].bootstrap_servers == "b:9092"
-    assert [job.name for job in build_definitions(config).jobs] == ["failover"]
+    names = [job.name for job in build_definitions(config).jobs]
+    assert names == ["failover", "orders_replay_clickhouse"]
 
 
 @pytest.mark.parametrize(

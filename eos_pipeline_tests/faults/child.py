@@ -13,7 +13,9 @@ Commands:
   of its own because chDB allows one data path per process and the test process may already run
   the engine on another path);
 * ``hudi``: run :class:`HudiTableSync` once and print its report;
-* ``hudi-offsets``: print the Hudi table's ``_offset`` counts per partition.
+* ``hudi-offsets``: print the Hudi table's ``_offset`` counts per partition;
+* ``replay``: replay ``[replay_start, replay_end)`` of ``replay_partition`` into ClickHouse
+  (:class:`ClickHouseReplay`) and print its report.
 
 The armed step comes from ``EOS_FAULT_STEP`` (read by :mod:`eos_pipeline_tests.support.faults`,
 whose hooks each command passes to the sink it builds);
@@ -311,7 +313,28 @@ def _hudi_offsets(job: dict[str, Any]) -> None:
         spark.stop()
 
 
+def _replay(job: dict[str, Any]) -> None:
+    """Replay ``[replay_start, replay_end)`` of ``replay_partition`` into ClickHouse."""
+    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.core.offsets import TopicPartition
+    from eos_pipeline.sinks.replay import ClickHouseReplay
+
+    kafka, sink, spec = _clickhouse_setup(job)
+    kill_when_clickhouse_inserts(job["chdb_path"])
+    settings = KeeperSettings(hosts=job["zookeeper"], root=job["keeper_root"])
+    with KeeperStateStore(settings) as store:
+        replay = ClickHouseReplay(
+            spec, kafka, store, sink, job["dlq_topic"], fault=_counting_fault()
+        )
+        tp = TopicPartition(job["topic"], job["replay_partition"])
+        plan = replay.plan(tp, job["replay_start"], job.get("replay_end"))
+        report = replay.run(plan)
+    sink.close()
+    _emit({"resumes": plan.resumes, **report.metadata()})
+
+
 COMMANDS = {
+    "replay": _replay,
     "clickhouse": _clickhouse,
     "offsets": _offsets,
     "zombie": _zombie,

@@ -321,6 +321,8 @@ class FaultRig:
                     headers = {k: v.decode() for k, v in msg.headers() or []}
                     if headers["eos.source.topic"] != self.topic:
                         continue
+                    if "eos.source.offset" not in headers:
+                        continue  # a replay marker, not a letter
                     key = (int(headers["eos.source.partition"]), int(headers["eos.source.offset"]))
                     out.setdefault(key, DeadLetterRecord(headers, msg.key(), msg.value()))
         finally:

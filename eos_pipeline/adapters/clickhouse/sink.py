@@ -362,6 +362,38 @@ class ClickHouseSink:
             ).result_rows[0]
         return int(low) if rows else None
 
+    def delete_offsets(
+        self,
+        database: str,
+        table: str,
+        topic: str,
+        partition: int,
+        within: OffsetRange,
+        *,
+        source: SourceColumns | None = None,
+    ) -> int:
+        """Delete the rows of one topic-partition whose source offset is in ``within`` (a replay).
+
+        A synchronous mutation (``mutations_sync = 2``: done on every replica before it returns),
+        idempotent: deleting again deletes nothing. Returns how many rows there were.
+        """
+        src = source or SourceColumns()
+        where, params = self._source_filter(src, topic, partition, within)
+        ref = table_ref(database, table)
+        with self._errors("deleting a replayed range", database, table):
+            rows = int(
+                self._client.query(
+                    f"SELECT count() FROM {ref} WHERE {where}", parameters=params
+                ).result_rows[0][0]
+            )
+            if rows:
+                self._client.command(
+                    f"ALTER TABLE {ref} DELETE WHERE {where}",
+                    parameters=params,
+                    settings={"mutations_sync": 2},
+                )
+        return rows
+
     def count(
         self,
         database: str,
