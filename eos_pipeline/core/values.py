@@ -16,7 +16,6 @@ import re
 import struct
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from ipaddress import IPv4Address, IPv6Address
@@ -24,6 +23,7 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from eos_pipeline.core.schema import SchemaError
+from eos_pipeline.core.type_names import split_type, unwrap
 
 TOKENS: Final[dict[str, str]] = {
     "Int8..Int64, UInt8..UInt64": 'a JSON integer within the type\'s range (not 1.0, not "1")',
@@ -309,43 +309,6 @@ def _fixed_zone(minutes: int) -> Any:
     return timezone(timedelta(minutes=minutes))
 
 
-@dataclass(frozen=True, slots=True)
-class _Type:
-    """A parsed canonical ClickHouse type: its name, arguments and whether null is allowed."""
-
-    name: str
-    args: tuple[str, ...]
-
-
-def _split(ch_type: str) -> _Type:
-    name, _, rest = ch_type.partition("(")
-    if not rest:
-        return _Type(name, ())
-    parts, depth, current = [], 0, ""
-    for ch in rest[:-1]:
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-            continue
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        current += ch
-    parts.append(current.strip())
-    return _Type(name, tuple(parts))
-
-
-def unwrap(ch_type: str) -> tuple[str, bool]:
-    """``ch_type`` without ``LowCardinality``/``Nullable`` wrappers, and whether it was Nullable."""
-    nullable = False
-    while True:
-        parsed = _split(ch_type)
-        if parsed.name == "LowCardinality":
-            ch_type = parsed.args[0]
-        elif parsed.name == "Nullable":
-            ch_type, nullable = parsed.args[0], True
-        else:
-            return ch_type, nullable
-
-
 def _unquote(tz: str) -> str:
     return tz.strip().strip("'")
 
@@ -356,7 +319,7 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     Raises :class:`SchemaError` for a type the contract does not support, naming a type to use.
     """
     base, nullable = unwrap(ch_type)
-    parsed = _split(base)
+    parsed = split_type(base)
     name = parsed.name
     if name in _UNSUPPORTED_HINT:
         raise SchemaError(
