@@ -26,9 +26,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
@@ -48,82 +46,17 @@ from eos_pipeline.core.decode import add_source_columns, decode_json, decode_jso
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.core.tokens import dedup_token
+from eos_pipeline.sinks.clickhouse_reports import (
+    BatchReport,
+    ClickHouseTableSpec,
+    SyncReport,
+    state_of,
+)
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ClickHouseTableSpec:
-    """Where one pipeline writes, and how big a batch may get."""
-
-    pipeline: str
-    database: str
-    table: str
-    schema: TableSchema
-    sink: str = "clickhouse"
-    max_records: int = 100_000
-    max_bytes: int = 64 * 1024 * 1024
-    reset: Literal["earliest", "latest"] = "earliest"
-    #: Key + value bytes above which a record is dead-lettered as ``Oversized`` (None: no limit).
-    max_record_bytes: int | None = None
-
-
-@dataclass
-class BatchReport:
-    case: str
-    batch: OffsetRange
-    steps: list[OffsetRange] = field(default_factory=list)
-    skipped: list[OffsetRange] = field(default_factory=list)
-    cropped: OffsetRange | None = None
-    records_read: int = 0
-    rows_sent: int = 0
-    dead_letters: int = 0
-    seconds: float = 0.0
-
-
-@dataclass
-class SyncReport:
-    """What one run did for one topic-partition (becomes Dagster metadata)."""
-
-    tp: TopicPartition
-    epoch: int
-    start: int
-    target_end: int
-    end: int = 0
-    batches: list[BatchReport] = field(default_factory=list)
-    #: Cluster alias read from (None: single-cluster pipeline).
-    cluster: str | None = None
-    #: After a switch: records read again to find the last written one, and how many of them
-    #: were skipped as already written (see :mod:`eos_pipeline.sinks.resume`).
-    reread: int = 0
-    skipped: int = 0
-
-    @property
-    def records_read(self) -> int:
-        return sum(b.records_read for b in self.batches)
-
-    @property
-    def rows_sent(self) -> int:
-        return sum(b.rows_sent for b in self.batches)
-
-    @property
-    def dead_letters(self) -> int:
-        return sum(b.dead_letters for b in self.batches)
-
-    @property
-    def cases(self) -> list[str]:
-        return [b.case for b in self.batches]
-
-
-def state_of(record: KeeperRecord | None) -> SinkState | None:
-    if record is None or not record.has_state:
-        return None
-    assert record.range_start is not None and record.range_end is not None
-    return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
 
 
 class ClickHousePartitionSync:
@@ -442,3 +375,12 @@ class ClickHousePartitionSync:
 
 def _size(key: bytes | None, value: bytes | None) -> int:
     return len(key or b"") + len(value or b"")
+
+
+__all__ = [
+    "BatchReport",
+    "ClickHousePartitionSync",
+    "ClickHouseTableSpec",
+    "SyncReport",
+    "state_of",
+]
