@@ -5,6 +5,7 @@ reads that prove exactly once, and the delete a replay makes. Mixed into
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
@@ -28,6 +29,28 @@ class SourceRangeQueries:
         """Driver errors raised inside, re-raised as ClickHouseSinkError naming this target."""
         return explained_errors(action, self.target, database, table)
 
+    def _select(
+        self,
+        action: str,
+        columns: str,
+        where_table: tuple[str, str, str, int],
+        within: OffsetRange | None,
+        source: SourceColumns | None,
+        tail: str = "",
+    ) -> Sequence[Sequence[Any]]:
+        """``SELECT columns ... WHERE <topic-partition in range> tail``; ``{offset}`` in
+        ``columns`` and ``tail`` names the table's offset column."""
+        database, table, topic, partition = where_table
+        src = source or SourceColumns()
+        offset = quote_identifier(src.offset, "offset column")
+        where, params = self._source_filter(src, topic, partition, within)
+        sql = (
+            f"SELECT {columns.format(offset=offset)} FROM {table_ref(database, table)} "
+            f"WHERE {where}{tail.format(offset=offset)}"
+        )
+        with self._errors(action, database, table):
+            return self._client.query(sql, parameters=params).result_rows
+
     def offsets_in_table(
         self,
         database: str,
@@ -43,16 +66,15 @@ class SourceRangeQueries:
         Exactly-once holds when every offset read from Kafka appears once with ``rows`` equal to
         the records it produced; a duplicate shows up as a larger count.
         """
-        src = source or SourceColumns()
-        offset = quote_identifier(src.offset, "offset column")
-        where, params = self._source_filter(src, topic, partition, within)
-        with self._errors("reading offsets", database, table):
-            result = self._client.query(
-                f"SELECT {offset}, count() FROM {table_ref(database, table)} WHERE {where} "
-                f"GROUP BY {offset} ORDER BY {offset}",
-                parameters=params,
-            )
-        return [(int(o), int(n)) for o, n in result.result_rows]
+        rows = self._select(
+            "reading offsets",
+            "{offset}, count()",
+            (database, table, topic, partition),
+            within,
+            source,
+            " GROUP BY {offset} ORDER BY {offset}",
+        )
+        return [(int(o), int(n)) for o, n in rows]
 
     def offset_aggregate(
         self,
@@ -66,15 +88,13 @@ class SourceRangeQueries:
     ) -> TableAggregate:
         """Rows, distinct offsets and their sum in ``within``, summed up by ClickHouse itself:
         the incremental exactly-once check re-checks a proven range without reading its rows."""
-        src = source or SourceColumns()
-        offset = quote_identifier(src.offset, "offset column")
-        where, params = self._source_filter(src, topic, partition, within)
-        with self._errors("summing offsets", database, table):
-            rows, distinct, total = self._client.query(
-                f"SELECT count(), uniqExact({offset}), sum(toInt128({offset})) "
-                f"FROM {table_ref(database, table)} WHERE {where}",
-                parameters=params,
-            ).result_rows[0]
+        ((rows, distinct, total),) = self._select(
+            "summing offsets",
+            "count(), uniqExact({offset}), sum(toInt128({offset}))",
+            (database, table, topic, partition),
+            within,
+            source,
+        )
         return TableAggregate(int(rows), int(distinct), int(total))
 
     def lowest_offset(
@@ -88,14 +108,13 @@ class SourceRangeQueries:
         source: SourceColumns | None = None,
     ) -> int | None:
         """The smallest source offset of the topic-partition below ``below``, or None."""
-        src = source or SourceColumns()
-        offset = quote_identifier(src.offset, "offset column")
-        where, params = self._source_filter(src, topic, partition, OffsetRange(0, below))
-        with self._errors("reading the lowest offset", database, table):
-            rows, low = self._client.query(
-                f"SELECT count(), min({offset}) FROM {table_ref(database, table)} WHERE {where}",
-                parameters=params,
-            ).result_rows[0]
+        ((rows, low),) = self._select(
+            "reading the lowest offset",
+            "count(), min({offset})",
+            (database, table, topic, partition),
+            OffsetRange(0, below),
+            source,
+        )
         return int(low) if rows else None
 
     def delete_offsets(
