@@ -15,8 +15,12 @@ from whatever commit is latest, a write still in flight on the old cluster when 
 carried over as well; Hudi's commit fence keeps an old-cluster and a new-cluster writer from
 both committing. Runs are refused while a switch is in flight.
 
+Rows store their source topic with the cluster (``A:T``, ``B:A.T``; ``core.failover.row_topic``):
+``T`` on A and ``T`` on B are different records, and the source coordinates are the record key.
+
 Tables written before clusters were configured (a checkpoint without a cluster position) are read
-as positions on the pipeline's initial cluster, without marks.
+as positions on the pipeline's initial cluster; the record before each position is marked on the
+first run, so the table can then move. Their rows keep the plain topic name.
 """
 
 from __future__ import annotations
@@ -25,12 +29,19 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
 from eos_pipeline.adapters.hudi import CommitInfo, latest_commit
-from eos_pipeline.adapters.kafka import end_offsets, range_consumer, read_range, start_offsets
+from eos_pipeline.adapters.kafka import (
+    KafkaSettings,
+    end_offsets,
+    range_consumer,
+    read_range,
+    start_offsets,
+)
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import first_offset, read_offset_syncs
 from eos_pipeline.core.failover import SyncHistory
@@ -38,6 +49,7 @@ from eos_pipeline.core.failover.table_position import (
     TablePosition,
     carry_over,
     flows_needed,
+    row_topic,
     streamer_checkpoint,
 )
 from eos_pipeline.core.keeper_record import Mark
@@ -207,6 +219,13 @@ class ClusterHudiSync(HudiTableSync):
             at, found, n_read, n_skip = locate_copy(kafka, tp, start, mark, ends[tp])
             position = position.advanced({tp: at}, {tp: found})
             reread, skipped = reread + n_read, skipped + n_skip
+        unmarked = [
+            tp
+            for tp, at in position.positions.items()
+            if tp not in position.marks and at > lows[tp]
+        ]
+        if unmarked:  # written before marks were kept: mark the record before each position
+            position = position.advanced({}, _marks_before(kafka, unmarked, position, lows))
         start_at: dict[TopicPartition, int] = {}
         for tp in sorted(ends):
             stored_at = position.positions.get(tp)
@@ -266,6 +285,12 @@ class ClusterHudiSync(HudiTableSync):
         self._after = plan.position.advanced(ends, marks)
         return self._after.encode(), plan.moved
 
+    def _to_table(self, good: DataFrame) -> DataFrame:
+        """Rows whose source topic names the cluster too (``B:T``), see ``row_topic``."""
+        column = self.spec.schema.source.topic
+        prefix = row_topic(self.cluster, "")
+        return super()._to_table(good).withColumn(column, F.concat(F.lit(prefix), F.col(column)))
+
     def run_plan(self, plan: HudiPlan) -> HudiReport:
         assert isinstance(plan, ClusterHudiPlan) and plan.position is not None
         self._after = None
@@ -283,6 +308,31 @@ class ClusterHudiSync(HudiTableSync):
                 plan.skipped,
             )
         return report
+
+
+def _marks_before(
+    kafka: KafkaSettings,
+    partitions: list[TopicPartition],
+    position: TablePosition,
+    lows: Mapping[TopicPartition, int],
+    lookback: int = 64,
+) -> dict[TopicPartition, Mark | None]:
+    """The mark of the last record before each position (a table written before marks).
+
+    Looks back at most ``lookback`` offsets: transaction markers take offsets too, so the last
+    record may lie a few offsets before the position. None when none is found: such a position
+    then moves to another cluster only by an exact translation, as before.
+    """
+    marks: dict[TopicPartition, Mark | None] = {}
+    with range_consumer(kafka) as consumer:
+        for tp in sorted(partitions):
+            at = position.positions[tp]
+            batch = read_range(
+                kafka, tp, OffsetRange(max(lows[tp], at - lookback), at), consumer=consumer
+            )
+            last = len(batch) - 1
+            marks[tp] = Mark(batch.fingerprint(last), batch.offsets[last]) if last >= 0 else None
+    return marks
 
 
 __all__ = ["ClusterHudiPlan", "ClusterHudiSync"]

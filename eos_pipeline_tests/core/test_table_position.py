@@ -11,6 +11,8 @@ from eos_pipeline.core.failover.table_position import (
     TablePositionError,
     carry_over,
     flows_needed,
+    row_topic,
+    split_row_topic,
     streamer_checkpoint,
 )
 from eos_pipeline.core.keeper_record import Mark
@@ -109,3 +111,9 @@ def test_a_topic_the_pipeline_does_not_read_is_refused() -> None:
         carry_over(
             TablePosition("A", {TopicPartition("T", 0): 0}), "B", one_way, ["T"], {}, lambda t: 0
         )
+
+
+def test_row_topics_name_the_cluster_and_read_back() -> None:
+    assert row_topic("B", "A.T") == "B:A.T"
+    assert split_row_topic("B:A.T") == ("B", "A.T")
+    assert split_row_topic("T") == (None, "T")

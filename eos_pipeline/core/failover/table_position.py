@@ -101,6 +101,26 @@ class TablePosition:
         return TablePosition(self.cluster, merged, new_marks)
 
 
+#: Separates the cluster alias from the topic in a clustered table's source-topic column. Kafka
+#: topic names never contain it, so the pair reads back unambiguously.
+ROW_TOPIC_SEPARATOR = ":"
+
+
+def row_topic(cluster: str, topic: str) -> str:
+    """The source topic a clustered table stores for a record read from ``topic`` on ``cluster``.
+
+    The same name holds different records on each cluster (``T`` written on A is not ``T``
+    written on B), so source coordinates identify a record only with the cluster in them.
+    """
+    return f"{cluster}{ROW_TOPIC_SEPARATOR}{topic}"
+
+
+def split_row_topic(value: str) -> tuple[str | None, str]:
+    """``(cluster, topic)`` of a stored source topic; cluster None for a single-cluster row."""
+    cluster, sep, topic = value.partition(ROW_TOPIC_SEPARATOR)
+    return (cluster, topic) if sep else (None, value)
+
+
 def streamer_checkpoint(
     pipeline_topic: str, position: TablePosition, partition_count: int
 ) -> Checkpoint:
@@ -191,10 +211,13 @@ def carry_over(
 
 
 __all__ = [
+    "ROW_TOPIC_SEPARATOR",
     "TablePosition",
     "TablePositionError",
     "carry_over",
     "flows_needed",
     "physical_of",
+    "row_topic",
+    "split_row_topic",
     "streamer_checkpoint",
 ]
