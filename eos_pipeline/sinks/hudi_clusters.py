@@ -50,6 +50,7 @@ from eos_pipeline.core.failover.table_position import (
     carry_over,
     flows_needed,
     row_topic,
+    stored_position,
     streamer_checkpoint,
 )
 from eos_pipeline.core.keeper_record import Mark
@@ -121,15 +122,13 @@ class ClusterHudiSync(HudiTableSync):
         """The cluster position of ``commit``; a plain checkpoint is on the initial cluster."""
         if commit is None:
             return None
-        if commit.cluster_position is not None:
-            return TablePosition.decode(commit.cluster_position)
         foreign = sorted({tp.topic for tp in commit.checkpoint} - {self.spec.topic})
-        if foreign:
+        if commit.cluster_position is None and foreign:
             raise HudiSinkError(
                 f"{self.spec.table_path}: the table's checkpoint is for topic(s) {foreign}, "
                 f"not {self.spec.topic!r}; one Hudi table follows one topic"
             )
-        return TablePosition(self.fp.initial, dict(commit.checkpoint))
+        return stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
 
     def positions(self) -> dict[TopicPartition, int] | None:
         """Next offset per physical partition of the latest commit (on its own cluster)."""

@@ -101,6 +101,15 @@ class TablePosition:
         return TablePosition(self.cluster, merged, new_marks)
 
 
+def stored_position(
+    cluster_position: str | None, checkpoint: Mapping[TopicPartition, int], initial: str
+) -> TablePosition:
+    """A commit's cluster position; a plain checkpoint (an older table) is on ``initial``."""
+    if cluster_position is not None:
+        return TablePosition.decode(cluster_position)
+    return TablePosition(initial, dict(checkpoint))
+
+
 #: Separates the cluster alias from the topic in a clustered table's source-topic column. Kafka
 #: topic names never contain it, so the pair reads back unambiguously.
 ROW_TOPIC_SEPARATOR = ":"
@@ -219,5 +228,6 @@ __all__ = [
     "physical_of",
     "row_topic",
     "split_row_topic",
+    "stored_position",
     "streamer_checkpoint",
 ]
