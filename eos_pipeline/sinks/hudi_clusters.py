@@ -231,7 +231,13 @@ class ClusterHudiSync(HudiTableSync):
             if stored_at is None:
                 stored_at = lows[tp] if spec.reset == "earliest" else ends[tp]
             start_at[tp] = stored_at
-        position = position.advanced(start_at, {})
+        # Where this cluster's stretch starts: after a move, the resume point found above (all
+        # before it was written from the other cluster); a partition read for the first time,
+        # its first offset. Kept until the next move, for the exactly-once check.
+        since = {tp: at for tp, at in start_at.items() if tp not in position.positions}
+        if moved:
+            since.update(position.positions)
+        position = position.advanced(start_at, {}, since)
         chosen = None if partitions is None else set(partitions)
         ranges: dict[TopicPartition, OffsetRange] = {}
         for tp, begin in sorted(start_at.items()):

@@ -34,18 +34,24 @@ def test_round_trip_is_exact_and_canonical() -> None:
         "A",
         {TopicPartition("T", 1): 7, TopicPartition("T", 0): 500, TopicPartition("B.T", 0): 0},
         {TopicPartition("T", 0): Mark(FP, 499), TopicPartition("T", 1): Mark(FP2, None, 9)},
+        {TopicPartition("T", 0): 300},
     )
     text = position.encode()
     assert TablePosition.decode(text) == position
-    assert text.startswith('{"cluster":"A","topics":{"B.T":{"0":[0,null]},"T":{"0":[500,')
+    assert text.startswith('{"cluster":"A","topics":{"B.T":{"0":[0,null,null]},"T":{"0":[500,')
+    assert text.endswith('"window_end":9},null]}},"v":1}')
+    with pytest.raises(TablePositionError, match="starting after"):
+        TablePosition("A", {TopicPartition("T", 0): 5}, {}, {TopicPartition("T", 0): 6})
     assert position.pending == {TopicPartition("T", 1): Mark(FP2, None, 9)}
 
 
 @pytest.mark.parametrize(
     "text",
     ["", "[]", '{"v":2,"cluster":"A","topics":{}}', '{"v":1,"cluster":"A"}',
-     '{"v":1,"cluster":"A","topics":{"T":{"0":[-1,null]}}}',
-     '{"v":1,"cluster":"A","topics":{"T":{"0":[1,{"fingerprint":"x"}]}}}'],
+     '{"v":1,"cluster":"A","topics":{"T":{"0":[-1,null,null]}}}',
+     '{"v":1,"cluster":"A","topics":{"T":{"0":[1,null,-1]}}}',
+     '{"v":1,"cluster":"A","topics":{"T":{"0":[1,null]}}}',
+     '{"v":1,"cluster":"A","topics":{"T":{"0":[1,{"fingerprint":"x"},null]}}}'],
 )  # fmt: skip
 def test_corrupt_positions_are_refused(text: str) -> None:
     with pytest.raises(TablePositionError):
@@ -55,9 +61,10 @@ def test_corrupt_positions_are_refused(text: str) -> None:
 def test_advanced_moves_positions_and_replaces_or_drops_marks() -> None:
     tp0, tp1 = TopicPartition("T", 0), TopicPartition("T", 1)
     position = TablePosition("A", {tp0: 5, tp1: 3}, {tp0: Mark(FP, 4), tp1: Mark(FP2, 2)})
-    after = position.advanced({tp0: 9}, {tp0: Mark(FP2, 8), tp1: None})
+    after = position.advanced({tp0: 9}, {tp0: Mark(FP2, 8), tp1: None}, {tp1: 2})
     assert after.positions == {tp0: 9, tp1: 3}
     assert after.marks == {tp0: Mark(FP2, 8)}
+    assert after.since == {tp1: 2}
     with pytest.raises(TablePositionError, match="without a position"):
         TablePosition("A", {}, {tp0: Mark(FP, 1)})
 

@@ -41,15 +41,22 @@ class TablePosition:
     cluster: str
     positions: Mapping[TopicPartition, int]
     marks: Mapping[TopicPartition, Mark] = field(default_factory=dict)
+    #: Where the table's records of each partition on this cluster start (the resume point after
+    #: the switch that brought it here, or where it first read): the exactly-once check compares
+    #: ``[since, position)``. Missing: unknown (a table written before clusters were configured).
+    since: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_cluster(self.cluster)
         for tp, offset in self.positions.items():
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
                 raise TablePositionError(f"{tp}: offset must be an integer >= 0, got {offset!r}")
-        stray = sorted(set(self.marks) - set(self.positions))
+        stray = sorted((set(self.marks) | set(self.since)) - set(self.positions))
         if stray:
-            raise TablePositionError(f"marks for partitions without a position: {stray}")
+            raise TablePositionError(f"marks or starts for partitions without a position: {stray}")
+        late = sorted(tp for tp, at in self.since.items() if at > self.positions[tp])
+        if late:
+            raise TablePositionError(f"partitions starting after their position: {late}")
 
     @property
     def pending(self) -> dict[TopicPartition, Mark]:
@@ -61,7 +68,11 @@ class TablePosition:
         topics: dict[str, dict[str, list[object]]] = {}
         for tp in sorted(self.positions):
             mark = self.marks.get(tp)
-            entry = [self.positions[tp], None if mark is None else mark.to_json()]
+            entry = [
+                self.positions[tp],
+                None if mark is None else mark.to_json(),
+                self.since.get(tp),
+            ]
             topics.setdefault(tp.topic, {})[str(tp.partition)] = entry
         body = {"v": FORMAT_VERSION, "cluster": self.cluster, "topics": topics}
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -74,14 +85,19 @@ class TablePosition:
                 raise ValueError(f"unknown format version {raw.get('v') if raw else raw!r}")
             positions: dict[TopicPartition, int] = {}
             marks: dict[TopicPartition, Mark] = {}
+            since: dict[TopicPartition, int] = {}
             for topic, partitions in raw["topics"].items():
-                for partition, (offset, mark) in partitions.items():
+                for partition, (offset, mark, start) in partitions.items():
                     tp = TopicPartition(topic, int(partition))
                     positions[tp] = offset
+                    if start is not None:
+                        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+                            raise ValueError(f"{tp}: bad start {start!r}")
+                        since[tp] = start
                     decoded = Mark.from_json(mark)
                     if decoded is not None:
                         marks[tp] = decoded
-            return cls(str(raw["cluster"]), positions, marks)
+            return cls(str(raw["cluster"]), positions, marks, since)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TablePositionError(f"corrupt cluster position {text[:200]!r}: {exc}") from None
 
@@ -89,8 +105,10 @@ class TablePosition:
         self,
         positions: Mapping[TopicPartition, int],
         marks: Mapping[TopicPartition, Mark | None],
+        since: Mapping[TopicPartition, int] | None = None,
     ) -> TablePosition:
-        """This position with ``positions`` moved and ``marks`` replaced (None: mark dropped)."""
+        """This position with ``positions`` moved and ``marks`` replaced (None: mark dropped);
+        ``since`` sets where partitions start on this cluster."""
         merged = {**self.positions, **positions}
         new_marks = dict(self.marks)
         for tp, mark in marks.items():
@@ -98,7 +116,7 @@ class TablePosition:
                 new_marks.pop(tp, None)
             else:
                 new_marks[tp] = mark
-        return TablePosition(self.cluster, merged, new_marks)
+        return TablePosition(self.cluster, merged, new_marks, {**self.since, **(since or {})})
 
 
 def stored_position(
