@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history, latest_commit
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.failover.switch import ActiveState, ClusterSet
+from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
 from eos_pipeline.core.failover.table_position import TablePosition
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
@@ -103,6 +103,7 @@ def rig(
         settings=cluster_settings,
         initial="A",
         offset_syncs_location=mirror_stack.config.offset_syncs_location,
+        hudi_table=str(tmp_path / "events"),
     )
     spec = HudiTableSpec(
         pipeline=fp.name,
@@ -158,14 +159,20 @@ def test_seed_story_failover_and_failback_with_an_unreplicated_tail(
     assert adopted.cluster == "A" and adopted.positions[TopicPartition(topic, 0)] == half
     assert adopted.marks[TopicPartition(topic, 0)].last_offset == half - 1
     wait_for_records(b, TopicPartition(f"A.{topic}", 0), 1000)
+    # The switch checks the table up front: its B.T position cannot go back without flow B->A.
+    states = FailoverStates(rig.store)
+    one_way = replace(fp, clusters=ClusterSet.parse(["A", "B"], ["A->B"]))
+    with pytest.raises(SwitchRefused, match="does not replicate"):
+        switch(rig.store, one_way, "B")
+    assert states.read(fp.name, "A") == (ActiveState("A"), None)
 
     with mirror_paused(mirror_stack):
         produce_events(a, topic, 1, 100, prefix="tail")  # on A only: MM2 is frozen
-        states = FailoverStates(rig.store)
         states.write(fp.name, ActiveState("A").begun("B"), None)  # a switch in flight
         with pytest.raises(SwitchInProgress):
             rig.run()
-        switch(rig.store, fp, "B")
+        checked = switch(rig.store, fp, "B").checked
+        assert [k for k in checked if k.startswith("hudi ")], checked  # the mark's copy found
         wait_for_records(b, TopicPartition(f"A.{topic}", 0), 1000)  # the tail is not on B
         produce_events(b, topic, 1, 200, prefix="b")
         _produce_bad(b, topic, 3)
