@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.failover.errors import FailoverError
-from eos_pipeline.core.failover.naming import Flow, PhysicalTopic, route
+from eos_pipeline.core.failover.naming import Flow, PhysicalTopic, physical_topics, route
 from eos_pipeline.core.failover.switch import ClusterSet, Move, move_position
 from eos_pipeline.core.failover.syncs import SyncHistory
 from eos_pipeline.core.keeper_record import Mark, validate_cluster
@@ -170,7 +170,9 @@ def physical_of(
 ) -> PhysicalTopic:
     """The physical topic ``tp.topic`` names on ``cluster`` for one of the pipeline's topics."""
     for topic in pipeline_topics:
-        for physical in clusters.topics(topic, cluster):
+        # every name a replica could have, replicated or not: a flow no longer replicated is
+        # refused by the move, with the flow named
+        for physical in physical_topics(topic, clusters.aliases, cluster, clusters.policy):
             if physical.topic == tp.topic:
                 return physical
     raise TablePositionError(
