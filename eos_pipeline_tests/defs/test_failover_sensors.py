@@ -24,7 +24,7 @@ from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.failover.switch import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import clickhouse_spec, hudi_spec, topic_key
+from eos_pipeline.defs.assets import clickhouse_spec, hudi_key, hudi_spec, topic_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.clusters import active_cluster, hudi_proofs
 from eos_pipeline.defs.config import parse_config
@@ -116,7 +116,22 @@ pipelines:
         produce_events(b, topic, 1, 20, prefix="b")
         # On B: the moved positions are behind (ClickHouse), the table still on A (Hudi).
         assert requests() == dict.fromkeys(lag_sensors, 1)
-        run_both()
+        run_active_clickhouse(fp, ch_spec, store, sink, pipeline.dead_letter_topic)
+        # The Hudi run the sensor asks for, through Dagster: the asset moves the table to B.
+        [request] = _evaluate(defs, f"{name}_hudi_lag", instance).run_requests
+        [asset] = [d for d in defs.assets if getattr(d, "key", None) == hudi_key(pipeline)]
+        result = dg.materialize(
+            [asset],
+            instance=instance,
+            resources=defs.resources,
+            tags=request.tags,
+            partition_key=request.partition_key,
+        )
+        assert result.success
+        metadata = result.get_asset_materialization_events()[0].materialization.metadata
+        assert metadata["cluster"].value == "B"
+        assert metadata["inserted"].value == 20
+        assert 0 < metadata["reread_after_switch"].value <= mirror_stack.config.offset_lag_max + 1
         assert requests() == dict.fromkeys(lag_sensors, 0), "caught up on B"
         observed = _evaluate(defs, f"{name}_topics", instance)
         [event] = [e for e in observed.asset_events if e.asset_key == topic_key(topic)]
