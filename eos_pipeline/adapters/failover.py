@@ -3,9 +3,11 @@
 :func:`switch` runs the steps of :mod:`eos_pipeline.core.failover.switch`: it checks everything
 it can before the first write (unknown alias, flows MM2 does not replicate, a switch in flight, a
 write in flight, and for every position whose window is bounded, that the last written record's
-copy is really there), then records the switch in flight, fences the old cluster's positions,
-stores the translated positions with their pending marks, and makes the new cluster active. A
-crash anywhere leaves a state from which a rerun ends exactly as an uninterrupted switch would.
+copy is really there; for a pipeline's Hudi table, that its position can move:
+:mod:`eos_pipeline.adapters.failover_hudi`), then records the switch in flight, fences the old
+cluster's positions, stores the translated positions with their pending marks, and makes the new
+cluster active. A crash anywhere leaves a state from which a rerun ends exactly as an
+uninterrupted switch would.
 
 The pipeline's active cluster lives at ``<root>/<pipeline>/@failover`` (``@`` keeps it apart
 from sink names); positions at ``<root>/<pipeline>/<sink>/@<cluster>/<topic>/<partition>``.
@@ -67,6 +69,8 @@ class FailoverPipeline:
     initial: str
     #: MM2's ``offset-syncs.topic.location``.
     offset_syncs_location: str = "source"
+    #: The pipeline's Hudi table, checked by the switch (it moves on its own next run).
+    hudi_table: str | None = None
 
 
 class SwitchInProgress(FailoverError):
@@ -214,6 +218,10 @@ def switch(
     positions = _positions(store, fp, source)
     moves = _plan_moves(fp, positions, target)  # refuses before anything is written
     report.checked = _check_marks(fp, moves)
+    if fp.hudi_table is not None:
+        from eos_pipeline.adapters.failover_hudi import check_hudi_table
+
+        report.checked.update(check_hudi_table(fp, fp.hudi_table, target))
     if "begin" in plan.steps:
         version = states.write(fp.name, state.begun(target), version)
         state = state.begun(target)

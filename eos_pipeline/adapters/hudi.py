@@ -62,6 +62,10 @@ _WRITE_TABLE_VERSION_OPTION: Final = "hoodie.write.table.version"
 #: the datasource copies into the commit metadata only options starting with ONE prefix (the
 #: checkpoint key), and HoodieStreamer reads its key exactly, so the extra key is invisible to it.
 TOPIC_ID_SUFFIX: Final = ".eos.kafka.topic.id"
+#: A pipeline with several clusters stores its cluster position (which cluster, every physical
+#: topic, the mark of the last record written) under ``<checkpoint key>`` + this suffix, as JSON
+#: (:class:`eos_pipeline.core.failover.table_position.TablePosition`).
+CLUSTER_POSITION_SUFFIX: Final = ".eos.cluster.position"
 
 #: Multi-writer safety is Hudi's own optimistic concurrency control: a commit happens under a
 #: lock, after a conflict check (ours adds the checkpoint fence, see ``adapters.spark``), and a
@@ -142,6 +146,15 @@ class CommitInfo:
                 return value
         return None
 
+    @property
+    def cluster_position(self) -> str | None:
+        """The cluster position a clustered pipeline stored (JSON); None for other tables."""
+        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+            value = self.extra_metadata.get(key + CLUSTER_POSITION_SUFFIX)
+            if value:
+                return value
+        return None
+
 
 class WriteSettings(TypedDict, total=False):
     """How a transaction is written: shared by :func:`hudi_write_options` and
@@ -154,6 +167,7 @@ class WriteSettings(TypedDict, total=False):
     operation: Operation
     partition_count: int | None
     topic_id: str | None
+    cluster_position: str | None
     options: Mapping[str, str] | None
 
 
@@ -168,6 +182,7 @@ def hudi_write_options(
     operation: Operation = "upsert",
     partition_count: int | None = None,
     topic_id: str | None = None,
+    cluster_position: str | None = None,
     fence_after: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
@@ -175,9 +190,10 @@ def hudi_write_options(
 
     ``upsert`` is the default because it makes a repeated write of the same records harmless
     (same key, same row), which protects against a caller that re-sends a range; ``insert`` and
-    ``bulk_insert`` skip the index lookup and rely on the checkpoint alone. ``topic_id`` is
-    stored next to the checkpoint. ``fence_after`` (completion time of the commit the write
-    started from, "" for a new table) turns on the checkpoint fence; None leaves it off.
+    ``bulk_insert`` skip the index lookup and rely on the checkpoint alone. ``topic_id`` and
+    ``cluster_position`` are stored next to the checkpoint. ``fence_after`` (completion time of
+    the commit the write started from, "" for a new table) turns on the checkpoint fence; None
+    leaves it off.
     """
     if table_type not in ("COPY_ON_WRITE", "MERGE_ON_READ"):
         raise ValueError(f"table_type must be COPY_ON_WRITE or MERGE_ON_READ, got {table_type!r}")
@@ -219,6 +235,8 @@ def hudi_write_options(
     result.update(meta)
     if topic_id:
         result[key + TOPIC_ID_SUFFIX] = topic_id
+    if cluster_position:
+        result[key + CLUSTER_POSITION_SUFFIX] = cluster_position
     return result
 
 
@@ -288,7 +306,13 @@ def write_transaction(
 
     commit = latest_commit(spark, table_path)
     is_new = commit is not None and (before is None or commit.instant_time != before.instant_time)
-    if commit is None or not is_new or commit.checkpoint != dict(checkpoint):
+    stored = settings.get("cluster_position")
+    if (
+        commit is None
+        or not is_new
+        or commit.checkpoint != dict(checkpoint)
+        or commit.cluster_position != (stored or None)
+    ):
         raise HudiCommitError(
             f"{table_path}: the write returned but the latest completed commit "
             f"({commit.instant_time if commit else None}) carries "
@@ -425,6 +449,7 @@ def latest_checkpoint(spark: SparkSession | None, table_path: str) -> Checkpoint
 
 
 __all__ = [
+    "CLUSTER_POSITION_SUFFIX",
     "DEFAULT_ORDERING_FIELD",
     "SMALL_TABLE_OPTIONS",
     "SOURCE_KEY_FIELDS",

@@ -372,7 +372,8 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         partitions_def=pipeline_partitions(pipeline.name),
         backfill_policy=dg.BackfillPolicy.single_run(),
         group_name=pipeline.name,
-        required_resource_keys={kafka_key, "spark"},
+        required_resource_keys={kafka_key, "spark"}
+        | ({"keeper"} if pipeline.kafka.clusters else set()),
         pool=pool,
         kinds={"hudi", "spark", "kafka"},
         description=(
@@ -391,18 +392,35 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         resource = getattr(context.resources, kafka_key)
         kafka = resource.settings()
         spark = context.resources.spark.spark_session
+        spec = hudi_spec(pipeline, resource.spark_kafka_options())
+        tps = [parse_partition_key(k) for k in context.partition_keys]
+        foreign = sorted({tp.topic for tp in tps} - {topic})
+        if foreign:
+            raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
+        if pipeline.kafka.clusters:
+            # Several clusters: partition p of every physical topic on the active one, one commit.
+            from eos_pipeline.defs.failover import failover_pipeline
+            from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+
+            with context.resources.keeper.store() as store:
+                report = ClusterHudiSync(
+                    failover_pipeline(pipeline),
+                    spec,
+                    store,
+                    spark,
+                    pipeline.dead_letter_topic,
+                    fault=hooks.fault,
+                    source_hook=hooks.source_hook,
+                ).run(partitions=sorted(tp.partition for tp in tps))
+            return _clustered_hudi_result(context, report, hooks)
         sync = HudiTableSync(
-            hudi_spec(pipeline, resource.spark_kafka_options()),
+            spec,
             kafka,
             spark,
             DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name),
             fault=hooks.fault,
             source_hook=hooks.source_hook,
         )
-        tps = [parse_partition_key(k) for k in context.partition_keys]
-        foreign = sorted({tp.topic for tp in tps} - {topic})
-        if foreign:
-            raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
         report = sync.run(partitions=sorted(tp.partition for tp in tps))
         context.log.info(
             f"hudi {hudi.table}: commit {report.instant_time or '(none: caught up)'} over "
@@ -482,6 +500,49 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         return dg.MaterializeResult(metadata=metadata)
 
     return _hudi
+
+
+def _clustered_hudi_result(
+    context: dg.AssetExecutionContext, report: Any, hooks: SinkHooks
+) -> dg.MaterializeResult:
+    """A clustered Hudi run's metadata: the cluster read and the exact resume after a switch.
+
+    Physical topics (``T``, ``B.T``) are not Dagster partitions: the run-wide numbers stand.
+    """
+    lag = report.lag_after
+    rows = [
+        [
+            f"{report.cluster}:{partition_key(tp)}",
+            str(r),
+            report.records_read.get(tp, 0),
+            report.rows_written.get(tp, 0),
+            report.dead_letters.get(tp, 0),
+            report.checkpoint_after.get(tp),
+            lag.get(tp, 0),
+        ]
+        for tp, r in sorted(report.ranges.items())
+    ]
+    header = ["partition", "offset range", "read", "written", "DLQ", "to", "lag after"]
+    metadata: dict[str, Any] = {
+        "cluster": report.cluster or "",
+        "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
+        "records_read": report.total_records_read,
+        "inserted": report.total_rows_written,
+        "dead_letters": report.total_dead_letters,
+        "reread_after_switch": report.reread,
+        "skipped_after_switch": report.skipped,
+        "case": f"commit {report.instant_time}" if report.instant_time else "caught up: no commit",
+        "instant_time": report.instant_time or "",
+        "lag_after": sum(lag.values()),
+        "seconds": round(report.seconds, 2),
+        HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
+            {partition_key(tp): off for tp, off in sorted(report.checkpoint_after.items())}
+        ),
+        "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
+    }
+    metadata, _ = quiet_when_idle(metadata, {})
+    hooks.fault("before_materialization_event")
+    return dg.MaterializeResult(metadata=metadata)
 
 
 def _hudi_row_counts(

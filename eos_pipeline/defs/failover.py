@@ -40,6 +40,7 @@ def failover_pipeline(pipeline: Pipeline) -> FailoverPipeline:
         settings={a: KafkaSettings(s, dict(client)) for a, s in source.clusters.items()},
         initial=initial,
         offset_syncs_location=source.offset_syncs_location,
+        hudi_table=pipeline.hudi.path if pipeline.hudi is not None else None,
     )
 
 

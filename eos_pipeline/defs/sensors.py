@@ -23,6 +23,9 @@ Where a sink stands:
   table's timeline by hudi-rs (:mod:`eos_pipeline.adapters.hudi_timeline`, no JVM, a few file
   reads). A commit made by another writer (HoodieStreamer, a backfill, a restore) is therefore
   seen at the next tick, not after the next run of the asset.
+* A pipeline with several clusters: the active cluster's state, its physical topics folded into
+  one state per partition (:mod:`eos_pipeline.defs.clusters`); nothing while a switch is in
+  flight.
 
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
 partition-key-range run over the table's dynamic partitions, which the asset's
@@ -38,6 +41,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from eos_pipeline.adapters.failover import SwitchInProgress
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, partition_count, start_offsets
 from eos_pipeline.core.planning import (
@@ -67,6 +71,7 @@ from eos_pipeline.defs.assets import (
     clickhouse_key,
     hudi_key,
 )
+from eos_pipeline.defs.clusters import active_cluster, clickhouse_states, hudi_positions
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.partitions import pipeline_partitions
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource_key
@@ -211,7 +216,12 @@ def clickhouse_lag_sensor(
         busy = _busy(context.instance, sink)
         topics: list[TopicState] = []
         with keeper.store() as store:
-            for topic in pipeline.kafka.topics:
+            if pipeline.kafka.clusters:  # the active cluster's keys and physical topics
+                try:
+                    topics = clickhouse_states(active_cluster(pipeline, store), store)
+                except (SwitchInProgress, KafkaReadError) as exc:
+                    return dg.SkipReason(str(exc))
+            for topic in [] if pipeline.kafka.clusters else pipeline.kafka.topics:
                 try:
                     ends = end_offsets(kafka, topic)
                 except KafkaReadError:
@@ -265,7 +275,7 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         name=f"{pipeline.name}_hudi_lag",
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_key},
+        required_resource_keys={kafka_key} | ({"keeper"} if pipeline.kafka.clusters else set()),
         target=dg.AssetSelection.assets(asset),
         description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
         "checkpoint is behind Kafka's last stable offset.",
@@ -276,18 +286,28 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         blocked = hudi_blocked(busy, table)
         if blocked:  # before any Kafka request
             return dg.SkipReason(blocked)
-        try:
-            ends = end_offsets(kafka, topic)
-        except KafkaReadError as exc:
-            return dg.SkipReason(str(exc))
         ordered = context.instance.get_dynamic_partitions(partitions.name)
-        try:
-            checkpoint = latest_checkpoint(table) or {}
-        except HudiTimelineError as exc:
-            return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
         lows = None
-        if hudi_needs_log_starts(topic, ends, checkpoint, set(ordered), pipeline.reset):
-            lows = start_offsets(kafka, topic)
+        if pipeline.kafka.clusters:  # the table's cluster position, the active cluster's ends
+            try:
+                with context.resources.keeper.store() as store:
+                    ends, checkpoint = hudi_positions(active_cluster(pipeline, store), table)
+            except (SwitchInProgress, KafkaReadError) as exc:
+                return dg.SkipReason(str(exc))
+            except HudiTimelineError as exc:
+                return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
+            lows = {p: 0 for p in ends}  # nothing stored folds from 0 (core.failover.fold)
+        else:
+            try:
+                ends = end_offsets(kafka, topic)
+            except KafkaReadError as exc:
+                return dg.SkipReason(str(exc))
+            try:
+                checkpoint = latest_checkpoint(table) or {}
+            except HudiTimelineError as exc:
+                return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
+            if hudi_needs_log_starts(topic, ends, checkpoint, set(ordered), pipeline.reset):
+                lows = start_offsets(kafka, topic)
         plan = plan_hudi(
             sink,
             table,

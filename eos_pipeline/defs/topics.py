@@ -120,7 +120,8 @@ def _digest(parts: object) -> str:
 
 def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     kafka_key = kafka_resource_key(pipeline.name)
-    resources = {kafka_key} | ({"keeper"} if pipeline.clickhouse is not None else set())
+    keeper_needed = pipeline.clickhouse is not None or bool(pipeline.kafka.clusters)
+    resources = {kafka_key} | ({"keeper"} if keeper_needed else set())
 
     @dg.sensor(
         name=f"{pipeline.name}_topics",
@@ -131,6 +132,8 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         "each sink's lag per partition (an observation only when something changed).",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        if pipeline.kafka.clusters:
+            return _clustered(context, pipeline)
         # The Kafka resource is keyed per pipeline (kafka_<name>): no fixed parameter name.
         kafka = getattr(context.resources, kafka_key).settings()
         hudi_positions: dict[int, int | None] = {}
@@ -172,3 +175,33 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         return dg.SensorResult(asset_events=events, cursor=digest)
 
     return _sensor
+
+
+def _clustered(
+    context: dg.SensorEvaluationContext, pipeline: Pipeline
+) -> dg.SensorResult | dg.SkipReason:
+    """The topics of a clustered pipeline as the active cluster holds them (all physical
+    topics of each partition summed, see ``defs.clusters.topic_lags``)."""
+    from eos_pipeline.adapters.failover import SwitchInProgress
+    from eos_pipeline.defs.clusters import active_cluster, topic_lags
+
+    keeper: KeeperResource = context.resources.keeper
+    events: list[dg.AssetObservation] = []
+    seen: dict[str, object] = {}
+    sinks = [s for s, on in (("clickhouse", pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    with keeper.store() as store:
+        try:
+            active = active_cluster(pipeline, store)
+            for index, topic in enumerate(pipeline.kafka.topics):
+                rows = topic_lags(active, store, topic)
+                shown = sinks if index == 0 else [s for s in sinks if s != "hudi"]
+                seen[topic] = [(r.partition, r.held, r.end, sorted(r.lags.items())) for r in rows]
+                event = observation(topic_key(topic), rows, shown)
+                metadata = {**event.metadata, "cluster": dg.MetadataValue.text(active.alias)}
+                events.append(dg.AssetObservation(asset_key=event.asset_key, metadata=metadata))
+        except (SwitchInProgress, KafkaReadError) as exc:
+            return dg.SkipReason(str(exc))
+    digest = _digest([active.alias, seen])
+    if digest == context.cursor or not events:
+        return dg.SkipReason("no change in the topics since the last observation")
+    return dg.SensorResult(asset_events=events, cursor=digest)

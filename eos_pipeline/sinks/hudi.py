@@ -124,6 +124,11 @@ class HudiPlan:
         stored = self.previous.checkpoint if self.previous else {}
         return any(not r.is_empty for r in self.ranges.values()) or self.checkpoint != stored
 
+    @property
+    def partition_count(self) -> int:
+        """Partitions the checkpoint must name (all of the topic's)."""
+        return len(self.end_offsets)
+
 
 @dataclass
 class HudiReport:
@@ -138,6 +143,11 @@ class HudiReport:
     rows_written: dict[TopicPartition, int] = field(default_factory=dict)
     dead_letters: dict[TopicPartition, int] = field(default_factory=dict)
     seconds: float = 0.0
+    #: Cluster read, for a pipeline with several (None otherwise); records re-read and skipped
+    #: to resume exactly after a switch.
+    cluster: str | None = None
+    reread: int = 0
+    skipped: int = 0
 
     @property
     def total_records_read(self) -> int:
@@ -294,11 +304,16 @@ class HudiTableSync:
         try:
             report.records_read = {tp: 0 for tp in plan.ranges}
             any_bad = False
-            counts = tagged.groupBy("partition").agg(
-                F.count(F.lit(1)).alias("records"), F.count(ERROR_COLUMN).alias("bad")
+            counts = tagged.groupBy("topic", "partition").agg(
+                F.count(F.lit(1)).alias("records"),
+                F.count(ERROR_COLUMN).alias("bad"),
+                F.max("offset").alias("last"),
             )
+            last: dict[TopicPartition, int] = {}
             for row in self._collect(counts, plan):
-                report.records_read[TopicPartition(spec.topic, row["partition"])] = row["records"]
+                tp = TopicPartition(row["topic"], row["partition"])
+                report.records_read[tp] = row["records"]
+                last[tp] = row["last"]
                 any_bad = any_bad or row["bad"] > 0
             good, bad = split_tagged(tagged, spec.schema)
             report.dead_letters = (
@@ -307,6 +322,7 @@ class HudiTableSync:
             report.rows_written = {
                 tp: report.records_read[tp] - report.dead_letters.get(tp, 0) for tp in plan.ranges
             }
+            cluster_position, allow_rewind = self._commit_extras(plan, last)
             self.fault("before_hudi_write")
             commit = write_transaction(
                 self._to_table(good),
@@ -318,9 +334,11 @@ class HudiTableSync:
                 ordering_field=spec.ordering_field,
                 partition_fields=spec.partition_fields,
                 operation=spec.operation,
-                partition_count=len(plan.end_offsets),
+                partition_count=plan.partition_count,
                 expected_previous=plan.previous.checkpoint if plan.previous else None,
+                allow_rewind=allow_rewind,
                 topic_id=plan.topic_id,
+                cluster_position=cluster_position,
                 options=self._write_options(),
             )
             self.fault("after_hudi_commit")
@@ -340,6 +358,16 @@ class HudiTableSync:
         return report
 
     # ------------------------------------------------------------------------------- internals
+    def _commit_extras(
+        self, plan: HudiPlan, last_offsets: Mapping[TopicPartition, int]
+    ) -> tuple[str | None, bool]:
+        """What the commit stores besides the checkpoint, and whether it may move back.
+
+        ``last_offsets``: offset of the last record read per partition. A single-cluster table
+        stores nothing more and never moves back; see ``sinks.hudi_clusters``.
+        """
+        return None, False
+
     def _read(self, wanted: Mapping[TopicPartition, OffsetRange]) -> DataFrame:
         raw = read_kafka_ranges(
             self.spark, self.kafka.bootstrap_servers, self.spec.kafka_options, wanted
@@ -398,7 +426,7 @@ class HudiTableSync:
         letters: dict[TopicPartition, list[DeadLetter]] = {}
         # Rows come per Spark partition (one per Kafka partition); sorted below, no shuffle.
         for row in bad.toLocalIterator():
-            tp = TopicPartition(self.spec.topic, row["partition"])
+            tp = TopicPartition(row["topic"], row["partition"])
             # Spark hands binary columns over as bytearray; the producer wants bytes.
             letters.setdefault(tp, []).append(
                 DeadLetter(

@@ -42,19 +42,15 @@ def refuse_pending(tp: TopicPartition, record: KeeperRecord | None) -> None:
         )
 
 
-def resolve_pending(
-    store: StateStore,
-    lease: Lease,
-    kafka: KafkaSettings,
-    tp: TopicPartition,
-    target: int,
-    topic_id: str,
-) -> tuple[int, int]:
-    """Move past the pending mark's copy; returns (records re-read, records skipped)."""
-    record = lease.record
-    mark = record.mark
-    assert mark is not None and mark.pending and record.range_end is not None
-    start = record.range_end
+def locate_copy(
+    kafka: KafkaSettings, tp: TopicPartition, start: int, mark: Mark, target: int
+) -> tuple[int, Mark, int, int]:
+    """Find a pending mark's copy in ``tp`` from ``start``; (position, mark, re-read, skipped).
+
+    Found: the position is right after the copy and the mark is located there. Not copied yet
+    (open window): every record read precedes it, so all are skipped and the mark stays pending.
+    """
+    assert mark.pending
     end = target if mark.window_end is None else min(mark.window_end, target)
     batch = read_range(kafka, tp, OffsetRange(start, max(start, end)))
     records = [
@@ -79,12 +75,7 @@ def resolve_pending(
             mark.fingerprint,
             len(records),
         )
-        store.write(lease, batch.range.end, batch.range.end, Phase.AFTER.value, topic_id=topic_id)
-        return len(records), len(records)
-    located = Mark(mark.fingerprint, point.matched_offset)
-    store.write(
-        lease, point.position, point.position, Phase.AFTER.value, topic_id=topic_id, mark=located
-    )
+        return batch.range.end, mark, len(records), len(records)
     log.info(
         "%s: resumed after offset %d, the copy of the last record written before the switch "
         "(%d re-read, %d skipped)",
@@ -93,4 +84,22 @@ def resolve_pending(
         len(records),
         point.skipped,
     )
-    return len(records), point.skipped
+    return point.position, Mark(mark.fingerprint, point.matched_offset), len(records), point.skipped
+
+
+def resolve_pending(
+    store: StateStore,
+    lease: Lease,
+    kafka: KafkaSettings,
+    tp: TopicPartition,
+    target: int,
+    topic_id: str,
+) -> tuple[int, int]:
+    """Move past the pending mark's copy; returns (records re-read, records skipped)."""
+    record = lease.record
+    mark = record.mark
+    assert mark is not None and mark.pending and record.range_end is not None
+    position, found, reread, skipped = locate_copy(kafka, tp, record.range_end, mark, target)
+    located = None if found.pending else found
+    store.write(lease, position, position, Phase.AFTER.value, topic_id=topic_id, mark=located)
+    return reread, skipped

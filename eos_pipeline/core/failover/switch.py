@@ -198,16 +198,37 @@ def move(
     A pending mark (a switch not yet resolved by the sink) is carried over with an open window.
     Without a mark, only an exact translation (or a position at the log's start) is safe.
     """
+    check_movable(f"{physical}[{partition}]", record)
+    return move_position(
+        physical,
+        partition,
+        record.range_end or 0,
+        record.mark,
+        to_cluster,
+        clusters,
+        history,
+        floor,
+    )
+
+
+def move_position(
+    physical: PhysicalTopic,
+    partition: int,
+    end: int,
+    mark: Mark | None,
+    to_cluster: str,
+    clusters: ClusterSet,
+    history: SyncHistory,
+    floor: int = 0,
+) -> Move:
+    """:func:`move` for a position kept outside the keeper (a Hudi commit): next offset ``end``."""
     where = f"{physical}[{partition}]"
-    check_movable(where, record)
     r = route(physical, to_cluster, clusters.aliases, clusters.policy)
     if r.flow not in clusters.flows:
         raise SwitchRefused(
             f"{where}: positions move through flow {r.flow}, which MirrorMaker 2 does not "
             "replicate for this pipeline"
         )
-    end = record.range_end or 0
-    mark = record.mark
     if mark is not None and mark.last_offset is not None:
         window = r.window(history, partition, mark.last_offset, floor)
         return Move(r, partition, window.start, Mark(mark.fingerprint, None, window.end))
@@ -240,6 +261,7 @@ __all__ = [
     "SwitchRefused",
     "check_movable",
     "move",
+    "move_position",
     "plan_switch",
     "settled_positions",
 ]

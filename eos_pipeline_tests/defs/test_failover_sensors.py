@@ -1,0 +1,149 @@
+"""The sensors of a pipeline with two clusters follow the active one, through a failover.
+
+On the real two-cluster stack: the ClickHouse and Hudi lag sensors and the topics sensor read the
+active cluster's keys, the Hudi table's cluster position and the active cluster's physical
+topics. Caught up on A, they request nothing; right after a switch to B they request the runs
+that move the positions; once those ran, nothing again; mid-switch they skip.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from clickhouse_connect.driver.client import Client
+from dagster._core.definitions.partitions.context import partition_loading_context
+from pyspark.sql import SparkSession
+
+from eos_pipeline.adapters.clickhouse import ClickHouseSink
+from eos_pipeline.adapters.failover import FailoverStates, switch
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
+from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
+from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.core.failover.switch import ActiveState
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.defs.assets import clickhouse_spec, hudi_key, hudi_spec, topic_key
+from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.clusters import active_cluster, hudi_proofs
+from eos_pipeline.defs.config import parse_config
+from eos_pipeline.defs.failover import failover_pipeline
+from eos_pipeline.defs.partitions import partition_key, partitions_name
+from eos_pipeline.sinks.clusters import run_active_clickhouse
+from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+from eos_pipeline.stack.mirror import MirrorStack
+from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _evaluate(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
+    sensor = defs.get_repository_def().get_sensor_def(name)
+    with (
+        dg.build_sensor_context(
+            instance=instance, resources=defs.resources, definitions=defs
+        ) as context,
+        partition_loading_context(dynamic_partitions_store=instance),
+    ):
+        return sensor.evaluate_tick(context)
+
+
+def test_sensors_follow_the_active_cluster_through_a_failover(
+    mirror_stack: MirrorStack,
+    cluster_settings: dict[str, KafkaSettings],
+    zookeeper_hosts: str,
+    chdb_client: Client,
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    name, topic, root = f"p_{suffix}", f"t-sensors-{suffix}", f"/eos_fs_{suffix}"
+    a, b = cluster_settings["A"], cluster_settings["B"]
+    for settings in (a, b):
+        create_topic(settings, topic, partitions=1)
+    options = dict(SMALL_TABLE_OPTIONS)
+    text = f"""
+keeper: {{hosts: '{zookeeper_hosts}', root: '{root}'}}
+clickhouse: {{url: 'chdb://{chdb_client.path}'}}
+sensor_interval_seconds: 1
+pipelines:
+  - name: {name}
+    kafka:
+      bootstrap_servers: '{a.bootstrap_servers}'
+      topics: [{topic}]
+      clusters: {{A: '{a.bootstrap_servers}', B: '{b.bootstrap_servers}'}}
+      offset_syncs_location: {mirror_stack.config.offset_syncs_location}
+    schema: {{id: String}}
+    clickhouse: {{database: db_{suffix}, table: events}}
+    hudi: {{path: '{tmp_path / "hudi"}', table: events_{suffix}, options: {options}}}
+"""
+    config = parse_config(text, "test.yaml")
+    [pipeline] = config.pipelines
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(
+        partitions_name(name), [partition_key(TopicPartition(topic, 0))]
+    )
+    fp = failover_pipeline(pipeline)
+    ch_spec = clickhouse_spec(pipeline)
+    sink = ClickHouseSink(chdb_client)
+    sink.ensure_table(ch_spec.database, ch_spec.table, ch_spec.schema)
+    store = KeeperStateStore(KeeperSettings(hosts=zookeeper_hosts, root=root))
+    store.start()
+    lag_sensors = (f"{name}_clickhouse_lag", f"{name}_hudi_lag")
+
+    def requests() -> dict[str, int]:
+        return {s: len(_evaluate(defs, s, instance).run_requests or []) for s in lag_sensors}
+
+    def run_both() -> None:
+        run_active_clickhouse(fp, ch_spec, store, sink, pipeline.dead_letter_topic)
+        ClusterHudiSync(fp, hudi_spec(pipeline, {}), store, spark, pipeline.dead_letter_topic).run()
+
+    try:
+        produce_events(a, topic, 1, 60, prefix="a")
+        assert requests() == dict.fromkeys(lag_sensors, 1)
+        run_both()
+        assert requests() == dict.fromkeys(lag_sensors, 0), "caught up on A"
+
+        wait_for_records(b, TopicPartition(f"A.{topic}", 0), 60)
+        states = FailoverStates(store)
+        states.write(name, ActiveState("A").begun("B"), None)
+        for sensor in (*lag_sensors, f"{name}_topics"):
+            skipped = _evaluate(defs, sensor, instance)
+            assert not skipped.run_requests and "in flight" in (skipped.skip_message or "")
+        switch(store, fp, "B")
+        produce_events(b, topic, 1, 20, prefix="b")
+        # On B: the moved positions are behind (ClickHouse), the table still on A (Hudi).
+        assert requests() == dict.fromkeys(lag_sensors, 1)
+        run_active_clickhouse(fp, ch_spec, store, sink, pipeline.dead_letter_topic)
+        # The Hudi run the sensor asks for, through Dagster: the asset moves the table to B.
+        [request] = _evaluate(defs, f"{name}_hudi_lag", instance).run_requests
+        [asset] = [d for d in defs.assets if getattr(d, "key", None) == hudi_key(pipeline)]
+        result = dg.materialize(
+            [asset],
+            instance=instance,
+            resources=defs.resources,
+            tags=request.tags,
+            partition_key=request.partition_key,
+        )
+        assert result.success
+        metadata = result.get_asset_materialization_events()[0].materialization.metadata
+        assert metadata["cluster"].value == "B"
+        assert metadata["inserted"].value == 20
+        assert 0 < metadata["reread_after_switch"].value <= mirror_stack.config.offset_lag_max + 1
+        assert requests() == dict.fromkeys(lag_sensors, 0), "caught up on B"
+        observed = _evaluate(defs, f"{name}_topics", instance)
+        [event] = [e for e in observed.asset_events if e.asset_key == topic_key(topic)]
+        assert event.metadata["cluster"].value == "B"
+        assert event.metadata["clickhouse_lag"].value == 0
+        assert event.metadata["hudi_lag"].value == 0
+        # A.T's 60 and T's 20, on B (MM2's transaction markers take offsets of A.T too)
+        assert 80 <= event.metadata["records_held"].value <= 90
+        # The exactly-once proof on B: A.T's stretch there starts after the copy of the last
+        # record written on A (nothing new), T's at its start (the 20 written on B).
+        [proof] = hudi_proofs(active_cluster(pipeline, store), spark, [TopicPartition(topic, 0)])
+        assert proof.passed, proof.summary()
+        assert (proof.kafka_records, proof.table_rows) == (20, 20)
+    finally:
+        store.close()
