@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench stack-up stack-down stack-status fetch system clean
+.PHONY: demo test test-cluster lint bench stack-up stack-down stack-status fetch system clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -29,6 +29,11 @@ system:
 test: fetch system
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest
+
+# The Hudi tests marked `spark_cluster` again, with the Connect server on a standalone master +
+# one worker (a real distributed Spark, not local mode).
+test-cluster: fetch
+	EOS_TEST_SPARK_WORKERS=1 $(BIN)/pytest -m spark_cluster
 
 # Benchmarks (benchmarks/README.md): starts its own stack on free ports, about 8 minutes.
 bench: fetch

@@ -18,7 +18,7 @@ environment variables (flags win over them):
   EOS_ZOOKEEPER_PORT         ZooKeeper client port (default: 2181)
   EOS_KAFKA_PORT             Kafka broker port (default: 9092)
   EOS_KAFKA_CONTROLLER_PORT  Kafka KRaft controller port (default: 9093)
-  EOS_SPARK                  1/0: whether `stack up` starts Spark Connect (default: 1)
+  EOS_SPARK                  1/0: whether `stack up` / `demo` start Spark Connect (default: 1)
   EOS_SPARK_CONNECT_PORT     Spark Connect (sc://) port (default: 15002)
   EOS_SPARK_MEMORY           heap of the Spark driver and of each executor (default: 2g)
   EOS_SPARK_CORES            cores of local[N], or of each standalone worker (default: 2)
@@ -38,6 +38,7 @@ examples:
   eos-pipeline stack down                stop everything, leaving no process behind
   eos-pipeline demo                      run the main job end to end (Dagster drives it)
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
+  eos-pipeline demo --no-spark           ... each Hudi run with a Spark of its own (no server)
   eos-pipeline failover --pipeline P --to B   switch pipeline P to cluster B (and back: --to A)
   eos-pipeline replay --pipeline P --sink clickhouse --partition 0 --from 100 --to 200
                                          show what a replay of offsets [100, 200) would do
@@ -143,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=900.0, help="give up if not caught up after this long"
     )
     demo.add_argument("--down", action="store_true", help="stop the stack when done")
+    demo.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run Spark work on the stack's Connect server (default: on, or EOS_SPARK); "
+        "--no-spark: each Hudi run starts Spark in its own process",
+    )
     demo.add_argument(
         "--postgres-url",
         help="keep the Dagster instance in this PostgreSQL database (postgresql://user:pw@host/db)"
@@ -264,7 +272,7 @@ def _run_failover(args: argparse.Namespace) -> int:
 
 
 def _stack_config(args: argparse.Namespace) -> StackConfig:
-    # The Spark options exist on `stack` only; `demo` keeps StackConfig's (or EOS_SPARK's) choice.
+    # `--spark` exists on `stack` and `demo`; the other Spark options on `stack` only.
     return StackConfig.from_env(
         state_dir=args.state_dir,
         zookeeper_port=args.zookeeper_port,
@@ -356,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from eos_pipeline.demo import run_demo
 
+            if args.spark is None and "EOS_SPARK" not in os.environ:
+                args.spark = True  # as `stack up`: runs are thin clients of its server
             return run_demo(_stack_config(args), args)
         if args.command == "failover":
             return _run_failover(args)

@@ -85,26 +85,33 @@ def count_tables(request: dict[str, Any]) -> dict[str, Any]:
                 offsets = sink.offsets_in_table(request["database"], request["table"], topic, p)
                 out["clickhouse"][p] = [sum(n for _, n in offsets), len(offsets)]
     if request.get("hudi_path"):
-        from pyspark.sql import SparkSession
-        from pyspark.sql import functions as F
-
-        from eos_pipeline.adapters.spark import spark_conf
-
-        builder = SparkSession.builder
-        for key, value in spark_conf(quick_start=True).items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        rows = (
-            spark.read.format("hudi")
-            .load(request["hudi_path"])
-            .groupBy("_partition")
-            .agg(F.count("*").alias("rows"), F.countDistinct("_offset").alias("distinct"))
-            .collect()
-        )
-        out["hudi"] = {r["_partition"]: [r["rows"], r["distinct"]] for r in rows}
-        spark.stop()
+        out["hudi"] = count_hudi(request["hudi_path"])
     return out
+
+
+def count_hudi(table_path: str) -> dict[int, list[int]]:
+    """Rows and distinct offsets per partition of a Hudi table's latest snapshot.
+
+    Read with hudi-rs (no JVM: counting must not cost a Spark start), a reader independent of
+    the Spark that wrote the table.
+    """
+    import pyarrow as pa
+    from hudi import HudiTableBuilder
+
+    batches = HudiTableBuilder.from_base_uri(table_path).build().read()
+    table = pa.Table.from_batches(batches).select(["_partition", "_offset"])
+    grouped = table.group_by("_partition").aggregate(
+        [("_offset", "count"), ("_offset", "count_distinct")]
+    )
+    return {
+        int(p): [int(n), int(d)]
+        for p, n, d in zip(
+            grouped["_partition"].to_pylist(),
+            grouped["_offset_count"].to_pylist(),
+            grouped["_offset_count_distinct"].to_pylist(),
+            strict=True,
+        )
+    }
 
 
 def count_in_child(request: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +274,10 @@ def run_demo(
         "EOS_DEMO_DIR": str(work),
         "EOS_SENSOR_INTERVAL_SECONDS": str(args.sensor_interval),
     }
+    if "EOS_SPARK_REMOTE" not in os.environ:
+        # With the stack's Connect server runs are thin clients (no JVM each); without it each
+        # Hudi run starts Spark in its own process.
+        env["EOS_SPARK_REMOTE"] = config.spark_connect_url if config.spark else "local"
     if postgres_url:
         env[POSTGRES_URL_ENV] = postgres_url
         os.environ[POSTGRES_URL_ENV] = postgres_url  # this process reads the instance too

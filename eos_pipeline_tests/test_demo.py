@@ -9,6 +9,7 @@ One demo run (module fixture) serves three tests:
   server; once caught up, more records are produced and a backfill over every partition of
   both tables is launched (as the UI's button does) while the sensors keep running: afterwards
   both tables are again exact against Kafka;
+* the Hudi runs are thin clients of a Spark Connect server, as in ``make demo``;
 * the UI in a real browser (Debian's Chromium): the lineage shows the topic upstream of both
   tables and the dead-letter topic downstream, both checks passed, the columns and row counts
   are listed, the topic shows its per-partition lag.
@@ -146,8 +147,12 @@ def _backfill_then_settle(
 
 @pytest.fixture(scope="module")
 def demo_run(
-    local_stack: StackConfig, tmp_path_factory: pytest.TempPathFactory
+    local_stack: StackConfig,
+    spark_connect: StackConfig,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[DemoRun]:
+    """The demo as ``make demo`` runs it: Hudi runs are thin clients of a Connect server (here
+    the session's, named by ``EOS_SPARK_REMOTE`` as the demo names the stack's)."""
     root = tmp_path_factory.mktemp("demo")
     result = DemoRun(home=root / "home", log=root / "work" / "dagster.log")
     args = argparse.Namespace(
@@ -182,7 +187,8 @@ def demo_run(
         if postgres.missing_reason() is None
         else contextlib.nullcontext()
     )
-    with server as url:
+    with server as url, pytest.MonkeyPatch.context() as env:
+        env.setenv("EOS_SPARK_REMOTE", spark_connect.spark_connect_url)
         args.postgres_url = url
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):

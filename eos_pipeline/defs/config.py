@@ -40,6 +40,8 @@ PIPELINES_FILE_ENV = "EOS_PIPELINES_FILE"
 #: The repository's own file, used when ``EOS_PIPELINES_FILE`` is not set.
 DEFAULT_PIPELINES_FILE = Path(__file__).resolve().parents[2] / "pipelines.yaml"
 
+#: Values of ``spark.remote`` meaning "no server: Spark in the run's own process".
+IN_PROCESS = ("", "local")
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _PIPELINE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 #: An asset owner as Dagster takes it: an e-mail address or ``team:<name>``.
@@ -299,8 +301,8 @@ class SparkConfig(_Strict):
     @classmethod
     def _remote(cls, remote: Secret | None) -> Secret | None:
         if isinstance(remote, str):
-            if not remote.strip():
-                return None  # ``${EOS_SPARK_REMOTE:-}`` left empty: in-process Spark
+            if remote.strip().lower() in IN_PROCESS:
+                return None  # e.g. ``EOS_SPARK_REMOTE=local``: Spark inside the run's process
             if not remote.startswith("sc://"):
                 raise ValueError(f"remote must be an sc://host:port URL, not {remote!r}")
         return remote

@@ -111,6 +111,7 @@ def hudi_rs_coordinates(table: str) -> set[tuple[int, int]]:
 # --------------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.spark_cluster
 def test_server_is_the_products_spark(connect_server: StackConfig, remote: SparkSession) -> None:
     statuses = {s.name: s for s in Stack(connect_server).status()}
     assert statuses[CONNECT].running
@@ -130,6 +131,7 @@ def test_server_is_the_products_spark(connect_server: StackConfig, remote: Spark
     assert remote.sql("SELECT count(*) FROM range(10)").collect()[0][0] == 10
 
 
+@pytest.mark.spark_cluster
 def test_kafka_ranges_into_hudi_through_connect(
     remote: SparkSession,
     kafka_settings: KafkaSettings,

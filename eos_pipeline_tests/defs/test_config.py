@@ -116,6 +116,8 @@ def test_spark_remote_and_token_come_from_the_file_and_environment(
     text = GOOD + 'spark: {remote: "${REMOTE:-}", token: {env: EOS_SPARK_TOKEN}}\n'
     local = build_resources(parse_config(text, "p.yaml", environ={}))["spark"]
     assert local.remote is None and not local.is_remote  # empty variable: in-process Spark
+    named = parse_config(text, "p.yaml", environ={"REMOTE": "local"})
+    assert build_resources(named)["spark"].remote is None  # said so: in-process Spark
     config = parse_config(text, "p.yaml", environ={"REMOTE": "sc://spark:15002"})
     monkeypatch.setenv("EOS_SPARK_TOKEN", "t0k")
     with dg.build_resources({"spark": build_resources(config)["spark"]}) as res:

@@ -148,6 +148,7 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         assert not evaluation.passed and evaluation.metadata["duplicates"].value == 1
 
 
+@pytest.mark.spark_cluster
 def test_a_run_is_a_thin_client_of_the_spark_connect_server(
     make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
 ) -> None:

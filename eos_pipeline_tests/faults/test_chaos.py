@@ -11,8 +11,9 @@ import random
 
 import pytest
 
+from eos_pipeline.stack.services import StackConfig
 from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed, run_child
-from eos_pipeline_tests.support.faults import CLICKHOUSE_STEPS, HUDI_STEPS
+from eos_pipeline_tests.support.faults import CLICKHOUSE_STEPS, HUDI_STEPS, MID_HUDI_WRITE_STEP
 
 pytestmark = pytest.mark.integration
 
@@ -53,12 +54,16 @@ def test_clickhouse_chaos_kills_then_catch_up_is_exact(rig: FaultRig) -> None:
 
 
 @pytest.mark.spark
-def test_hudi_chaos_kills_then_catch_up_is_exact(rig: FaultRig) -> None:
+def test_hudi_chaos_kills_then_catch_up_is_exact(rig: FaultRig, spark_connect: StackConfig) -> None:
     """Kills before the write, while the commit is inflight, and after it completed.
 
-    Every child starts its own Spark (~10 s), so CI runs ``EOS_CHAOS_HUDI_KILLS`` (default 6;
-    with the ClickHouse test's 44 that makes 50 kills across both sinks).
+    A kill inside the write must take the writing driver down with it: those children run Spark
+    in their own process (~10 s each). The other kills are client-side, so those children and
+    the final catch-up are thin clients of the session's Connect server: one table written by
+    both kinds of Spark, which must not matter. CI runs ``EOS_CHAOS_HUDI_KILLS`` (default 6; with
+    the ClickHouse test's 44 that makes 50 kills across both sinks).
     """
+    remote = spark_connect.spark_connect_url
     seed = chaos_seed()
     kills_wanted = int(os.environ.get("EOS_CHAOS_HUDI_KILLS", "6"))
     print(f"hudi chaos seed {seed} (replay: EOS_CHAOS_SEED={seed})")
@@ -72,13 +77,16 @@ def test_hudi_chaos_kills_then_catch_up_is_exact(rig: FaultRig) -> None:
     for step in steps[:kills_wanted]:
         rig.produce(rng.randint(1, 6), bad_every=4, rng=rng)
         partitions = rng.choice([None, rng.sample(range(rig.partitions), 2)])
-        child = run_child("hudi", rig.job(partitions, max_records=rng.randint(5, 20)), fault=step)
+        job = rig.job(partitions, max_records=rng.randint(5, 20))
+        if step != MID_HUDI_WRITE_STEP:
+            job["spark_remote"] = remote
+        child = run_child("hudi", job, fault=step)
         assert child.killed, (
             f"seed {seed}: no kill at {step}: rc={child.returncode}\n{child.tail()}"
         )
         assert f"at step {step}" in child.stderr
         kills[step] = kills.get(step, 0) + 1
-    final = run_child("hudi", rig.job(None, runs=2, verify=True))
+    final = run_child("hudi", rig.job(None, runs=2, verify=True, spark_remote=remote))
     assert final.returncode == 0, f"seed {seed}\n{final.tail()}"
     runs = final.result["runs"]
     assert runs[1]["instant"] is None, "a second run right after catch-up must find nothing to do"

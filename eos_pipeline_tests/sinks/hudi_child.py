@@ -1,10 +1,11 @@
 """Child process for the Hudi kill tests: one transaction, with ``EOS_FAULT_STEP`` armed.
 
 Run as ``python -m eos_pipeline_tests.sinks.hudi_child '<json>'``. It starts its own Spark
-session (a SIGKILL must take the driver JVM's work down with it, as a lost machine would) and
-runs one :class:`HudiTableSync` transaction with the fault suite's hooks
-(:mod:`eos_pipeline_tests.support.faults`). Exit code 0 means the transaction committed; a kill
-shows up to the parent as -SIGKILL.
+session (a SIGKILL must take the driver JVM's work down with it, as a lost machine would), or with
+``spark_remote`` in the job is a thin client of that Spark Connect server (for kills after the
+write, where no driver work is left to take down), and runs one :class:`HudiTableSync`
+transaction with the fault suite's hooks (:mod:`eos_pipeline_tests.support.faults`). Exit code 0
+means the transaction committed; a kill shows up to the parent as -SIGKILL.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
+from eos_pipeline.adapters.spark_remote import connect
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline_tests.support.faults import hudi_fault
@@ -28,11 +30,14 @@ from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 def main(argv: list[str]) -> int:
     args = json.loads(argv[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    builder = SparkSession.builder
-    for key, value in spark_conf("local[2]", quick_start=True).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if args.get("spark_remote"):
+        spark = connect(args["spark_remote"])
+    else:
+        builder = SparkSession.builder
+        for key, value in spark_conf("local[2]", quick_start=True).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
     kafka = KafkaSettings(args["bootstrap"])
     spec = HudiTableSpec(
         pipeline=args["pipeline"],

@@ -38,6 +38,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
+from eos_pipeline.stack.services import StackConfig
 from eos_pipeline_tests.support.faults import FAULT_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -346,11 +347,15 @@ def test_kill_inside_the_hudi_write_is_rolled_back_and_the_rerun_commits_once(ri
     rig.assert_exactly_once()
 
 
-def test_kill_after_the_commit_completed_writes_nothing_twice(rig: Rig) -> None:
+def test_kill_after_the_commit_completed_writes_nothing_twice(
+    rig: Rig, spark_connect: StackConfig
+) -> None:
+    """The killed run is a thin client of the session's Connect server (as Dagster runs are):
+    past its commit nothing of its write is left to take down with the driver."""
     create_topic(rig.kafka, rig.topic, partitions=2)
     rig.produce(per_partition=30, partitions=2, bad_every=11)
 
-    child = run_child(rig, "after_hudi_commit")
+    child = run_child(rig, "after_hudi_commit", spark_remote=spark_connect.spark_connect_url)
 
     assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr
     ends = end_offsets(rig.kafka, rig.topic)
