@@ -350,16 +350,35 @@ def _start_timeline(
     try:
         df.limit(0).write.format("hudi").options(**options).mode("append").save(table_path)
     except Exception as exc:
-        if _conflict(exc) is None:
+        # Two writers creating the table at once: the loser may fail on the half-written
+        # table (e.g. "Could not load properties") rather than with a write conflict. Either
+        # way, what matters is that some writer completed a commit.
+        if _conflict(exc) is None and not _timeline_started(table_path):
             clear = connect_error(spark, exc)
             if clear is None:
                 raise
             raise clear from exc
-        log.info("%s: another writer started the timeline first (%s)", table_path, _conflict(exc))
+        log.info("%s: another writer started the timeline first (%s)", table_path, exc)
     if not completed_commits(spark, table_path):
         raise HudiCommitError(
             f"{table_path}: the empty commit that starts a new table's timeline did not complete"
         )
+
+
+def _timeline_started(table_path: str, wait_s: float = 30.0) -> bool:
+    """Whether a commit completes on the table within ``wait_s`` (another writer's)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if completed_commits(None, table_path):
+                return True
+        except Exception:  # a half-created table cannot be read yet
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 _FENCED = re.compile(r"eos-fenced: ([^\n]+)")
