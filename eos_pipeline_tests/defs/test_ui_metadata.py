@@ -16,13 +16,8 @@ from dagster._core.storage.tags import (
 
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.proof import compare
-from eos_pipeline.defs.assets import (
-    CHECK_NAME,
-    _package_version,
-    clickhouse_key,
-    code_version,
-    hudi_key,
-)
+from eos_pipeline.defs.asset_metadata import _package_version, code_version
+from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key, hudi_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.checks import check_events
 from eos_pipeline.defs.config import ConfigError, parse_config
