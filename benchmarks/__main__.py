@@ -80,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--latency-interval", type=int, default=2, help="sensor interval for the latency run (s)"
     )
+    parser.add_argument(
+        "--latency-follow",
+        type=float,
+        default=10.0,
+        help="clickhouse.follow.idle_seconds of the latency pipeline (it is also measured at 0)",
+    )
     parser.add_argument("--no-dagster", action="store_true", help="skip the Dagster runs")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory probes")
     parser.add_argument(
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         latency_seconds=args.latency_seconds,
         latency_rate=args.latency_rate,
         latency_interval=args.latency_interval,
+        latency_follow=args.latency_follow,
         out=args.out,
         kafka_bootstrap=args.kafka_bootstrap,
         zookeeper_hosts=args.zookeeper_hosts,

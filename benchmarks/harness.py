@@ -88,6 +88,8 @@ class Options:
     latency_seconds: float = 60.0
     latency_rate: float = 20.0
     latency_interval: int = 2
+    #: ``clickhouse.follow.idle_seconds`` of the latency run's pipeline (0: runs do not follow).
+    latency_follow: float = 10.0
     dagster: bool = True
     memory: bool = True
     spark: bool = False
@@ -573,35 +575,52 @@ class Bench:
     def latency(self) -> dict[str, Any]:
         """Real Dagster (daemon, sensors, run launcher) in a fresh process tree; see
         ``benchmarks/latency_phase.py``. Its chDB path is its own, so this process's engine
-        does not block the runs."""
+        does not block the runs. Twice: runs that follow the stream (``clickhouse.follow``),
+        then runs that end once caught up (each record waits for a sensor tick, the queue and
+        a run process start)."""
+        following = self._latency_run(self.opts.latency_follow, "latency")
+        ending = self._latency_run(0.0, "latency-no-follow")
+        for name, result in (("", following), ("runs_ending_caught_up_", ending)):
+            lat, split = result["latency_s"], result["split_s"]
+            self.overheads.update(
+                {
+                    f"sensor_latency_{name}s_p50": lat["p50"],
+                    f"sensor_latency_{name}s_p95": lat["p95"],
+                    f"sensor_latency_{name}split_p50_s": (
+                        f"until run requested {split['until_run_requested']['p50']}, "
+                        f"queued {split['run_queued']['p50']}, "
+                        f"run process start {split['run_process_start']['p50']}, "
+                        f"run until commit {split['run_until_commit']['p50']}"
+                    ),
+                }
+            )
+        p50 = ending["latency_s"]["p50"]
+        following["vs_runs_ending_caught_up_p50"] = round(
+            following["latency_s"]["p50"] / p50 if p50 else 0.0, 3
+        )
+        following["runs_ending_caught_up"] = ending
+        return following
+
+    def _latency_run(self, follow: float, workdir: str) -> dict[str, Any]:
         cmd = [
             *(sys.executable, "-m", "benchmarks.latency_phase"),
             *("--kafka-bootstrap", self.kafka.bootstrap_servers),
             *("--zookeeper-hosts", self.zookeeper_hosts),
-            *("--workdir", str(self.workdir / "latency")),
+            *("--workdir", str(self.workdir / workdir)),
             *("--partitions", str(self.opts.partitions)),
             *("--seconds", str(self.opts.latency_seconds)),
             *("--rate", str(self.opts.latency_rate)),
             *("--interval", str(self.opts.latency_interval)),
             *("--record-bytes", str(self.opts.record_bytes)),
+            *("--follow", str(follow)),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"latency phase failed: {done.stderr[-3000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
-        self.checks["latency via sensor: every offset once"] = bool(result.pop("exact"))
-        lat, split = result["latency_s"], result["split_s"]
-        self.overheads.update(
-            sensor_latency_s_p50=lat["p50"],
-            sensor_latency_s_p95=lat["p95"],
-            sensor_latency_split_p50_s=(
-                f"until run requested {split['until_run_requested']['p50']}, "
-                f"queued {split['run_queued']['p50']}, "
-                f"run process start {split['run_process_start']['p50']}, "
-                f"run until commit {split['run_until_commit']['p50']}"
-            ),
-        )
-        return result
+        what = "following runs" if follow else "runs ending caught up"
+        self.checks[f"latency via sensor ({what}): every offset once"] = bool(result.pop("exact"))
+        return dict(result)
 
     # ---- memory ---------------------------------------------------------------------------------
     def memory(self, topic: Topic, batch: int) -> dict[str, Any]:

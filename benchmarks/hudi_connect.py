@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.data import SCHEMA, make_values
+from benchmarks.local_stack import private_stack
 from benchmarks.spark_phase import _avro_schema
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
@@ -33,7 +34,6 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     produce_all,
 )
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 TOPIC = "bench"
 
@@ -128,19 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-connect-bench-"))
-    config = StackConfig(
-        state_dir=work / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-        spark=True,
-        spark_connect_port=free_port(),
-    )
-    stack = Stack(config, say=lambda _line: None)
-    began = time.perf_counter()
-    stack.up()
     rows: dict[str, list[dict[str, Any]]] = {"server": [], "in-process": [], "streamer": []}
-    try:
+    began = time.perf_counter()
+    with private_stack(work, spark=True) as config:
         server_up = round(time.perf_counter() - began, 1)
         kafka = KafkaSettings(config.kafka_bootstrap)
         create_topic(kafka, TOPIC, args.partitions)
@@ -160,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
             got = _distinct(str(work / name), ("event_id",))
             assert got == args.records, f"HoodieStreamer: {got} rows, not {args.records}"
             rows["streamer"].append({"process_s": round(seconds, 2)})
-    finally:
-        stack.down()
     best = {m: min(rs, key=lambda x: x["process_s"]) for m, rs in rows.items()}
     streamer_s = best["streamer"]["process_s"]
     print(f"stack up with the Connect server: {server_up} s; {args.records} records")

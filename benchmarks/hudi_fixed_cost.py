@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import (
@@ -27,7 +28,6 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 SCHEMA = TableSchema.from_mapping(
     {"id": "Int64", "name": "String", "score": "Float64", "action": "String", "page": "String"}
@@ -65,15 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick-start", action="store_true", help="JVM on its fast-start JIT tier")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-bench-"))
-    config = StackConfig(
-        state_dir=work / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-    )
-    stack = Stack(config, say=lambda _line: None)
-    stack.up()
-    try:
+    with private_stack(work) as config:
         kafka = KafkaSettings(config.kafka_bootstrap)
         create_topic(kafka, "bench", args.partitions)
         producer = idempotent_producer(kafka)
@@ -115,8 +107,6 @@ def main(argv: list[str] | None = None) -> int:
             result[f"tx{n}_records_per_s"] = round(report.total_records_read / seconds)
         print(json.dumps(result))
         spark.stop()
-    finally:
-        stack.down()
     return 0
 
 

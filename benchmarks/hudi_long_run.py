@@ -38,6 +38,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import completed_commits
 from eos_pipeline.adapters.kafka import (
@@ -50,7 +51,6 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 SCHEMA = TableSchema.from_mapping(
     {"id": "Int64", "name": "String", "score": "Float64", "action": "String", "page": "String"}
@@ -232,96 +232,88 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-long-"))
     table_path = str(work / "table")
-    config = StackConfig(
-        state_dir=work / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-    )
-    stack = Stack(config, say=lambda _line: None)
-    stack.up()
-    job = {
-        "bootstrap": config.kafka_bootstrap,
-        "table_path": table_path,
-        "table_type": args.table_type,
-        "options": args.options,
-        "master": args.master,
-        "quick_start": args.quick_start,
-    }
     failures: list[dict[str, Any]] = []
     first_failure = ""
     durations: list[float] = []
     try:
-        kafka = KafkaSettings(config.kafka_bootstrap)
-        create_topic(kafka, TOPIC, args.partitions)
-        producer = idempotent_producer(kafka)
-        spark = None if args.process_per_commit else _spark(args.master, args.quick_start)
-        sync = None if spark is None else _sync(job, spark)
-        began = time.monotonic()
-        for n in range(args.commits):
-            produce_all(producer, TOPIC, _records(rng, args.records, n * 1000, args.partitions))
-            outcome = _attempt(sync) if sync is not None else _in_child(job)
-            seconds = outcome["seconds"]
-            if outcome["ok"]:
-                durations.append(seconds)
-                if (n + 1) % 10 == 0:
-                    print(f"commit {n + 1}: ok ({len(failures)} failed so far)", flush=True)
-                continue
-            first_failure = first_failure or outcome["error"]
-            why = cause(outcome["error"])
-            failures.append({"attempt": n + 1, "seconds": round(seconds, 1), "cause": why})
-            print(f"commit {n + 1}: FAILED after {seconds:.1f} s: {why}", flush=True)
-        elapsed = time.monotonic() - began
-        # Catch up whatever a failed last transaction left (the same way, up to three tries:
-        # a try that fails leaves the table as it was), then check the data in this process.
-        catch_up: dict[str, Any] = {"ok": False, "error": "not tried"}
-        tries = 0
-        while tries < 3 and not catch_up["ok"]:
-            tries += 1
-            catch_up = _attempt(sync) if sync is not None else _in_child(job)
-            if not catch_up["ok"]:
-                print(f"catch-up {tries}: FAILED: {cause(catch_up['error'])}", flush=True)
-        if spark is None:
-            spark = _spark(args.master, args.quick_start)
-        ends = end_offsets(kafka, TOPIC)
-        stored = _table_offsets(spark, table_path)
-        missing = duplicated = 0
-        for p, end in ends.items():
-            seen = stored.get(p, Counter())
-            # Idempotent, non-transactional producer: offsets are 0..end-1, one record each.
-            missing += sum(1 for o in range(end) if o not in seen)
-            duplicated += sum(1 for c in seen.values() if c > 1)
-        durations.sort()
-        result: dict[str, Any] = {
-            "commits_attempted": args.commits,
-            "commits_failed": len(failures),
-            "commits_succeeded": args.commits - len(failures),
-            "completed_commits_on_table": len(completed_commits(spark, table_path)),
-            "seconds_total": round(elapsed, 1),
-            "seconds_per_commit_median": (
-                round(durations[len(durations) // 2], 2) if durations else None
-            ),
-            "failures": failures,
-            "failure_causes": dict(Counter(f["cause"][:160] for f in failures)),
-            "first_failure_text": first_failure,
-            "catch_up_failed": not catch_up["ok"],
-            "catch_up_tries": tries,
-            "records_produced": sum(ends.values()),
-            "missing_offsets": missing,
-            "duplicated_offsets": duplicated,
-            "metadata_table": metadata_timeline(table_path),
-            "partitions": args.partitions,
-            "records_per_commit": args.records,
-            "process_per_commit": args.process_per_commit,
-            "master": args.master,
-            "quick_start": args.quick_start,
-            "hudi_options": args.options,
-            "seed": args.seed,
-            "table_path": table_path if args.keep else None,
-        }
-        spark.stop()
+        with private_stack(work) as config:
+            job = {
+                "bootstrap": config.kafka_bootstrap,
+                "table_path": table_path,
+                "table_type": args.table_type,
+                "options": args.options,
+                "master": args.master,
+                "quick_start": args.quick_start,
+            }
+            kafka = KafkaSettings(config.kafka_bootstrap)
+            create_topic(kafka, TOPIC, args.partitions)
+            producer = idempotent_producer(kafka)
+            spark = None if args.process_per_commit else _spark(args.master, args.quick_start)
+            sync = None if spark is None else _sync(job, spark)
+            began = time.monotonic()
+            for n in range(args.commits):
+                produce_all(producer, TOPIC, _records(rng, args.records, n * 1000, args.partitions))
+                outcome = _attempt(sync) if sync is not None else _in_child(job)
+                seconds = outcome["seconds"]
+                if outcome["ok"]:
+                    durations.append(seconds)
+                    if (n + 1) % 10 == 0:
+                        print(f"commit {n + 1}: ok ({len(failures)} failed so far)", flush=True)
+                    continue
+                first_failure = first_failure or outcome["error"]
+                why = cause(outcome["error"])
+                failures.append({"attempt": n + 1, "seconds": round(seconds, 1), "cause": why})
+                print(f"commit {n + 1}: FAILED after {seconds:.1f} s: {why}", flush=True)
+            elapsed = time.monotonic() - began
+            # Catch up whatever a failed last transaction left (the same way, up to three tries:
+            # a try that fails leaves the table as it was), then check the data in this process.
+            catch_up: dict[str, Any] = {"ok": False, "error": "not tried"}
+            tries = 0
+            while tries < 3 and not catch_up["ok"]:
+                tries += 1
+                catch_up = _attempt(sync) if sync is not None else _in_child(job)
+                if not catch_up["ok"]:
+                    print(f"catch-up {tries}: FAILED: {cause(catch_up['error'])}", flush=True)
+            if spark is None:
+                spark = _spark(args.master, args.quick_start)
+            ends = end_offsets(kafka, TOPIC)
+            stored = _table_offsets(spark, table_path)
+            missing = duplicated = 0
+            for p, end in ends.items():
+                seen = stored.get(p, Counter())
+                # Idempotent, non-transactional producer: offsets are 0..end-1, one record each.
+                missing += sum(1 for o in range(end) if o not in seen)
+                duplicated += sum(1 for c in seen.values() if c > 1)
+            durations.sort()
+            result: dict[str, Any] = {
+                "commits_attempted": args.commits,
+                "commits_failed": len(failures),
+                "commits_succeeded": args.commits - len(failures),
+                "completed_commits_on_table": len(completed_commits(spark, table_path)),
+                "seconds_total": round(elapsed, 1),
+                "seconds_per_commit_median": (
+                    round(durations[len(durations) // 2], 2) if durations else None
+                ),
+                "failures": failures,
+                "failure_causes": dict(Counter(f["cause"][:160] for f in failures)),
+                "first_failure_text": first_failure,
+                "catch_up_failed": not catch_up["ok"],
+                "catch_up_tries": tries,
+                "records_produced": sum(ends.values()),
+                "missing_offsets": missing,
+                "duplicated_offsets": duplicated,
+                "metadata_table": metadata_timeline(table_path),
+                "partitions": args.partitions,
+                "records_per_commit": args.records,
+                "process_per_commit": args.process_per_commit,
+                "master": args.master,
+                "quick_start": args.quick_start,
+                "hudi_options": args.options,
+                "seed": args.seed,
+                "table_path": table_path if args.keep else None,
+            }
+            spark.stop()
     finally:
-        stack.down()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)

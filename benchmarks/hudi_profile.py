@@ -24,13 +24,13 @@ from typing import Any
 from unittest import mock
 
 from benchmarks.data import SCHEMA, make_values
+from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
     idempotent_producer,
     produce_all,
 )
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
 
 class PhaseTimer:
@@ -98,16 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-profile-"))
-    config = StackConfig(
-        state_dir=work / "stack",
-        zookeeper_port=free_port(),
-        kafka_port=free_port(),
-        controller_port=free_port(),
-    )
-    stack = Stack(config, say=lambda _line: None)
     result: dict[str, Any] = {"records": args.records, "options": args.option, "runs": []}
-    try:
-        stack.up()  # inside: a half-started stack is stopped too
+    with private_stack(work) as config:
         kafka = KafkaSettings(config.kafka_bootstrap)
         topic = "profile"
         create_topic(kafka, topic, args.partitions)
@@ -134,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
             began = time.perf_counter()
             run_streamer(table, kafka.bootstrap_servers, work / "streamer-work")
             result["streamer_s"] = round(time.perf_counter() - began, 1)
-    finally:
-        stack.down()
     print(json.dumps(result, indent=1))
     return 0
 
@@ -196,42 +186,19 @@ def _profile(args: argparse.Namespace, kafka: KafkaSettings, topic: str, work: P
             patches_legacy = [mock.patch.object(HudiTableSync, "run_plan", _legacy_run_plan)]
         else:
             patches_legacy = []
-        real_write = hudi_sink.write_transaction
+        timed = [  # (where, name, phase): each is wrapped by the timer for this run
+            (hudi_sink, "latest_commit", "plan: latest_commit (Java API)"),
+            (hudi_sink, "end_offsets", "plan: end_offsets"),
+            (hudi_sink, "start_offsets", "plan: start_offsets"),
+            (hudi_sink, "read_kafka_ranges", "read: set-up"),
+            (hudi_sink, "tag_json", "decode: set-up"),
+            (HudiTableSync, "_send_dead_letters", "dead letters (action)"),
+            (hudi_adapter, "latest_commit", "write: latest_commit x2 (Java API)"),
+            (hudi_sink, "write_transaction", "write_transaction (total)"),
+        ]
         patches = [
-            mock.patch.object(
-                hudi_sink,
-                "latest_commit",
-                timer.wrap("plan: latest_commit (Java API)", hudi_sink.latest_commit),
-            ),
-            mock.patch.object(
-                hudi_sink, "end_offsets", timer.wrap("plan: end_offsets", hudi_sink.end_offsets)
-            ),
-            mock.patch.object(
-                hudi_sink,
-                "start_offsets",
-                timer.wrap("plan: start_offsets", hudi_sink.start_offsets),
-            ),
-            mock.patch.object(
-                hudi_sink,
-                "read_kafka_ranges",
-                timer.wrap("read: set-up", hudi_sink.read_kafka_ranges),
-            ),
-            mock.patch.object(
-                hudi_sink, "tag_json", timer.wrap("decode: set-up", hudi_sink.tag_json)
-            ),
-            mock.patch.object(
-                HudiTableSync,
-                "_send_dead_letters",
-                timer.wrap("dead letters (action)", HudiTableSync._send_dead_letters),
-            ),
-            mock.patch.object(
-                hudi_adapter,
-                "latest_commit",
-                timer.wrap("write: latest_commit x2 (Java API)", hudi_adapter.latest_commit),
-            ),
-            mock.patch.object(
-                hudi_sink, "write_transaction", timer.wrap("write_transaction (total)", real_write)
-            ),
+            mock.patch.object(where, name, timer.wrap(phase, getattr(where, name)))
+            for where, name, phase in timed
         ]
         with contextlib.ExitStack() as stack:
             for p in patches + patches_legacy:
@@ -271,7 +238,7 @@ def _legacy_run_plan(self: Any, plan: Any) -> Any:
         report.dead_letters = {tp: 0 for tp in plan.ranges}
         report.rows_written = dict(report.records_read)
         commit = hudi_sink.write_transaction(
-            self._to_table(good),
+            self.table_rows(good),
             spec.table_path,
             spec.table_name,
             plan.checkpoint,

@@ -85,8 +85,11 @@ class KeeperWatch(threading.Thread):
         return next((t for t, end in self.moves.get(p, []) if end > offset), None)
 
 
-def pipelines_file(path: Path, kafka: str, zookeeper: str, topic: str, interval: int) -> None:
-    """A ClickHouse-only pipeline on the benchmark's schema (JSON is valid YAML)."""
+def pipelines_file(
+    path: Path, kafka: str, zookeeper: str, topic: str, interval: int, follow: float = 0.0
+) -> None:
+    """A ClickHouse-only pipeline on the benchmark's schema (JSON is valid YAML); ``follow``:
+    the sensor's runs go on writing new records until none came for that many seconds."""
     doc = {
         "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
         "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
@@ -98,7 +101,11 @@ def pipelines_file(path: Path, kafka: str, zookeeper: str, topic: str, interval:
                 "format": "json",
                 "schema": {c.name: c.ch_type for c in SCHEMA.columns},
                 "reset": "earliest",
-                "clickhouse": {"database": "latency", "table": "events"},
+                "clickhouse": {
+                    "database": "latency",
+                    "table": "events",
+                    "follow": {"idle_seconds": follow},
+                },
             }
         ],
     }
@@ -115,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to produce")
     parser.add_argument("--interval", type=int, default=2, help="sensor interval (s)")
     parser.add_argument("--record-bytes", type=int, default=1600)
+    parser.add_argument(
+        "--follow",
+        type=float,
+        default=0.0,
+        help="runs follow the stream until it is quiet this long (s); 0: runs end caught up",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="for start-up and drain")
     args = parser.parse_args(argv)
     if args.workdir is None:
@@ -144,7 +157,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     kafka = KafkaSettings(args.kafka_bootstrap)
     create_topic(kafka, topic, args.partitions)
     config = work / "pipelines.yaml"
-    pipelines_file(config, args.kafka_bootstrap, args.zookeeper_hosts, topic, args.interval)
+    pipelines_file(
+        config, args.kafka_bootstrap, args.zookeeper_hosts, topic, args.interval, args.follow
+    )
     root = json.loads(config.read_text())["keeper"]["root"]
     home = prepare_dagster_home(work / "dagster_home")
     env = {
@@ -168,6 +183,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "rate_per_s": args.rate,
         "produce_seconds": args.seconds,
         "sensor_interval_s": args.interval,
+        "follow_idle_s": args.follow,
     }
     try:
         # Warm-up: one record per partition, until the sensors and a first run per partition

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from eos_pipeline.stack.artifacts import ArtifactError, default_cache_dir, ensure_all
+from eos_pipeline.adapters.jvm_artifacts import ArtifactError, default_cache_dir, ensure_all
 from eos_pipeline.stack.mirror import MirrorCluster, MirrorConfig, MirrorStack
 from eos_pipeline.stack.services import ServiceStatus, Stack, StackConfig, StackError
 

@@ -1,5 +1,6 @@
 """Session fixtures: one real local stack (ZooKeeper + Kafka), one in-process Spark session and
-one Spark Connect server (started on first use) for the whole test run.
+one Spark Connect server (launched at the start when a collected test uses it, waited for on
+first use) for the whole test run.
 
 The stack is started by the same code as ``eos-pipeline stack up``, on free ports and in a
 temporary state directory, so tests never collide with a stack a developer has running.
@@ -21,7 +22,7 @@ from pyspark.sql import SparkSession
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.stack.services import Stack, StackConfig, free_port
-from eos_pipeline_tests.support.spark_server import connect_server
+from eos_pipeline_tests.support.spark_server import SessionServer
 
 # The two-cluster MirrorMaker 2 stack: started only by the failover tests that ask for it.
 pytest_plugins = ["eos_pipeline_tests.mirror_fixtures"]
@@ -74,16 +75,30 @@ def chdb_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     client.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _spark_connect_launch(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SessionServer | None]:
+    """Launch the session's Connect server at the start when a collected test will use it:
+    its JVM boots while the tests before that one run (see ``support.spark_server``)."""
+    if not any("spark_connect" in getattr(i, "fixturenames", ()) for i in request.session.items):
+        yield None
+        return
+    server = SessionServer(tmp_path_factory.mktemp("spark-connect"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
-def spark_connect(
-    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
-) -> Iterator[StackConfig]:
-    """The session's one Spark Connect server (see ``support.spark_server``).
+def spark_connect(_spark_connect_launch: SessionServer | None, spark: SparkSession) -> StackConfig:
+    """The session's one Spark Connect server, ready (see ``support.spark_server``).
 
     Depends on ``spark`` so that the in-process JVM is forked before any gRPC channel opens.
     """
-    with connect_server(tmp_path_factory.mktemp("spark-connect")) as config:
-        yield config
+    assert _spark_connect_launch is not None, "spark_connect was not collected as used"
+    return _spark_connect_launch.ready()
 
 
 @pytest.fixture(scope="session")

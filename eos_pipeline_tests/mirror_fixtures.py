@@ -10,16 +10,26 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, idempotent_producer
+from eos_pipeline.adapters.clickhouse import ClickHouseSink
+from eos_pipeline.adapters.failover import FailoverPipeline
+from eos_pipeline.adapters.kafka import (
+    KafkaReadError,
+    KafkaSettings,
+    create_topic,
+    idempotent_producer,
+)
 from eos_pipeline.adapters.mirror import read_window
 from eos_pipeline.core.failover import MirroredRecord, Window
+from eos_pipeline.core.failover.switch import ClusterSet
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 from eos_pipeline.stack.mirror import MirrorStack, mirror_config
 from eos_pipeline.stack.services import free_port, pid_alive
 
@@ -138,3 +148,65 @@ def wait_for_records(
             assert len(records) == count, f"{tp}: {len(records)} records, expected {count}"
             return records
         time.sleep(0.3)
+
+
+@contextmanager
+def cluster_frozen(stack: MirrorStack, alias: str) -> Iterator[None]:
+    """Cluster ``alias``'s broker frozen (SIGSTOP): its port still accepts connections, but
+    nothing answers, as with a hung broker, until the block ends."""
+    [pid] = [s.pid for s in stack.status() if s.name == f"kafka-{alias}" and s.running and s.pid]
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+
+
+def two_cluster_topic(settings: dict[str, KafkaSettings], prefix: str) -> tuple[str, str]:
+    """A fresh topic of one partition created on every cluster; ``(suffix, topic)``."""
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"{prefix}-{suffix}"
+    for cluster in settings.values():
+        create_topic(cluster, topic, partitions=1)
+    return suffix, topic
+
+
+def clickhouse_failover_rig(
+    stack: MirrorStack, settings: dict[str, KafkaSettings], client: Any, name: str, topic: str
+) -> tuple[FailoverPipeline, ClickHouseTableSpec, ClickHouseSink]:
+    """A ClickHouse-only pipeline over both clusters (starting on A) and its fresh table."""
+    from eos_pipeline.core.schema import TableSchema
+
+    fp = FailoverPipeline(
+        name=name,
+        topics=(topic,),
+        sinks=("clickhouse",),
+        clusters=ClusterSet.both_ways(stack.config.aliases),
+        settings=settings,
+        initial="A",
+        offset_syncs_location=stack.config.offset_syncs_location,
+    )
+    schema = TableSchema.from_mapping({"id": "String"})
+    spec = ClickHouseTableSpec(pipeline=name, database=f"db_{name}", table="events", schema=schema)
+    sink = ClickHouseSink(client)
+    sink.ensure_table(spec.database, spec.table, schema)
+    return fp, spec, sink
+
+
+def clickhouse_pipeline_yaml(
+    zookeeper_hosts: str, chdb_path: str, settings: dict[str, KafkaSettings], name: str, topic: str
+) -> str:
+    """A pipelines file naming one ClickHouse pipeline over both clusters (keeper root per name)."""
+    a, b = settings["A"].bootstrap_servers, settings["B"].bootstrap_servers
+    return f"""
+keeper: {{hosts: '{zookeeper_hosts}', root: /eos_{name}}}
+clickhouse: {{url: 'chdb://{chdb_path}'}}
+pipelines:
+  - name: {name}
+    kafka:
+      bootstrap_servers: '{a}'
+      topics: [{topic}]
+      clusters: {{A: '{a}', B: '{b}'}}
+    schema: {{id: String}}
+    clickhouse: {{database: db_{name}, table: events}}
+"""

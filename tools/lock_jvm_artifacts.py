@@ -1,4 +1,4 @@
-"""Regenerate ``eos_pipeline/stack/jvm_artifacts.json`` (maintainers only; needs Maven).
+"""Regenerate ``eos_pipeline/adapters/jvm_artifacts.json`` (maintainers only; needs Maven).
 
 The lock file pins every JVM jar the project runs (Kafka broker, ZooKeeper, Spark's Kafka
 connector, the Hudi Spark bundle) with its SHA-256, so that users and CI fetch exactly these bytes
@@ -20,7 +20,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 REPOSITORY = "https://repo1.maven.org/maven2"
-LOCK_FILE = Path(__file__).resolve().parents[1] / "eos_pipeline" / "stack" / "jvm_artifacts.json"
+LOCK_FILE = Path(__file__).resolve().parents[1] / "eos_pipeline" / "adapters" / "jvm_artifacts.json"
 
 # name -> (root coordinates, extra coordinates, artifactId prefixes to leave out, why)
 BUNDLES: dict[str, dict] = {

@@ -24,7 +24,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import first_offset, read_offset_syncs, read_window
+from eos_pipeline.adapters.mirror import first_offset, read_window
 from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.failover import (
     Flow,
@@ -148,17 +148,17 @@ def _positions(
     return found
 
 
-def _histories(fp: FailoverPipeline, flows: set[Flow]) -> dict[Flow, SyncHistory]:
-    out = {}
-    for flow in sorted(flows):
-        holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
-        out[flow] = read_offset_syncs(
-            fp.settings[holder], flow, location=fp.offset_syncs_location, policy=fp.clusters.policy
-        )
-    return out
+def _histories(
+    store: KeeperStateStore, fp: FailoverPipeline, flows: set[Flow]
+) -> dict[Flow, SyncHistory]:
+    """Each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable."""
+    from eos_pipeline.adapters.sync_archive import refresh
+
+    return {flow: refresh(store, fp, flow) for flow in sorted(flows)}
 
 
 def _plan_moves(
+    store: KeeperStateStore,
     fp: FailoverPipeline,
     positions: list[tuple[str, PhysicalTopic, int, KeeperRecord]],
     target: str,
@@ -166,7 +166,7 @@ def _plan_moves(
     flows = {
         route(p, target, fp.clusters.aliases, fp.clusters.policy).flow for _, p, _, _ in positions
     }
-    histories = _histories(fp, flows & set(fp.clusters.flows))
+    histories = _histories(store, fp, flows & set(fp.clusters.flows))
     moves = []
     for sink, physical, partition, record in positions:
         r = route(physical, target, fp.clusters.aliases, fp.clusters.policy)
@@ -216,12 +216,12 @@ def switch(
         return report
     source = plan.source
     positions = _positions(store, fp, source)
-    moves = _plan_moves(fp, positions, target)  # refuses before anything is written
+    moves = _plan_moves(store, fp, positions, target)  # refuses before anything is written
     report.checked = _check_marks(fp, moves)
     if fp.hudi_table is not None:
         from eos_pipeline.adapters.failover_hudi import check_hudi_table
 
-        report.checked.update(check_hudi_table(fp, fp.hudi_table, target))
+        report.checked.update(check_hudi_table(fp, fp.hudi_table, target, store))
     if "begin" in plan.steps:
         version = states.write(fp.name, state.begun(target), version)
         state = state.begun(target)
@@ -235,7 +235,7 @@ def switch(
         fenced.append((sink, physical, partition, store.acquire(key, writer=writer).record))
     hook("switch_after_fence")
     if [_state(r) for *_, r in fenced] != [_state(r) for *_, r in positions]:
-        moves = _plan_moves(fp, fenced, target)
+        moves = _plan_moves(store, fp, fenced, target)
     for sink, m in moves:
         key = KeeperKey(fp.name, sink, m.route.target.topic, m.partition, target)
         lease = store.acquire(key, writer=writer)

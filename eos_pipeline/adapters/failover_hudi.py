@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.failover import FailoverPipeline, _histories
+from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import first_offset, read_window
 from eos_pipeline.core.failover import Window, resume_after
 from eos_pipeline.core.failover.switch import SwitchRefused
@@ -19,7 +20,7 @@ from eos_pipeline.core.offsets import TopicPartition
 
 
 def check_hudi_table(
-    fp: FailoverPipeline, table_path: str, target: str
+    fp: FailoverPipeline, table_path: str, target: str, store: KeeperStateStore
 ) -> dict[str, tuple[int, int]]:
     """Refuse (``SwitchRefused``, core errors) if the table's position cannot move to
     ``target``; per moved partition, records read to check its mark and how many precede it."""
@@ -31,7 +32,7 @@ def check_hudi_table(
         return {}
     topics = fp.topics[:1]  # one Hudi table follows the pipeline's first topic
     flows = flows_needed(stored, target, fp.clusters, topics) & set(fp.clusters.flows)
-    histories = _histories(fp, flows)
+    histories = _histories(store, fp, flows)
 
     def floor(tp: TopicPartition) -> int:
         try:

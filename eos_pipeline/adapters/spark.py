@@ -1,8 +1,8 @@
 """Spark: the session configuration, exact offset-range reads of Kafka, JSON decoding.
 
 The session carries the Hudi Spark bundle and Spark's Kafka connector as local jars fetched and
-verified by :mod:`eos_pipeline.stack.artifacts` (``spark.jars``, never Ivy resolution at start-up,
-so a session starts the same way offline and never picks up a different jar version).
+verified by :mod:`eos_pipeline.adapters.jvm_artifacts` (``spark.jars``, never Ivy resolution at
+start-up, so a session starts the same way offline and never picks up a different jar version).
 
 Kafka is read in batch mode with explicit per-partition start and end offsets: a retry of a run
 asks for the very same positions and, because a committed range of a Kafka log never changes,
@@ -81,7 +81,7 @@ def default_jars() -> list[str]:
     The bundles are fetched on first use; the fencing strategy is compiled on first use (see
     :func:`fencing_jar`) and left out, with a warning, where no ``javac`` is installed.
     """
-    from eos_pipeline.stack.artifacts import ensure_bundle
+    from eos_pipeline.adapters.jvm_artifacts import ensure_bundle
 
     jars = [p for name in ("hudi", "spark-kafka") for p in ensure_bundle(name)]
     hudi = [p for p in jars if "hudi-spark" in p.name]
@@ -119,7 +119,7 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
     Hudi bundle in use. Without a JDK the sink still checks the checkpoint before writing, but
     that check is not atomic with the commit, so a warning says so.
     """
-    from eos_pipeline.stack.artifacts import default_cache_dir
+    from eos_pipeline.adapters.jvm_artifacts import default_cache_dir
 
     sources = sorted(FENCING_SOURCE.parent.glob("*.java"))
     java = "\0".join(p.read_text() for p in sources)

@@ -10,6 +10,13 @@ reported in words a user can act on:
 * the client's PySpark and the server's Spark differ in major.minor: both versions named
   (Connect's protocol is only promised within one feature release).
 
+Once connected, a server that stops answering (killed, restarted, a network cut) is retried by
+PySpark's client, whose default policy waits about ten minutes before it gives up. A run should
+fail long before that, with the same clear error: :func:`retry_policy` bounds the waits to
+``EOS_SPARK_CONNECT_RETRY_SECONDS`` (default 60 s, time enough for the stack's server to be
+restarted), after which the gRPC error is turned into :class:`SparkServerUnreachable` by
+:func:`classify`.
+
 Connect mode is process-wide in PySpark 3.5: ``SparkSession.builder.remote()`` sets an
 environment variable that every ``pyspark.sql.functions`` call reads, and refuses to start
 next to an in-process (classic) session. One process is either a thin client or holds a local
@@ -20,6 +27,7 @@ The message builders are pure (no I/O), so they are unit-tested without a server
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -30,9 +38,18 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 #: How the stack's own server is started (named in the "unreachable" message).
 STACK_COMMAND = "eos-pipeline stack up"
 DEFAULT_PORT = 15002
+#: How long a connected client retries a server that stopped answering, in seconds.
+RETRY_SECONDS_ENV = "EOS_SPARK_CONNECT_RETRY_SECONDS"
+DEFAULT_RETRY_SECONDS = 60.0
+#: PySpark's backoff shape (first wait 50 ms, times 4), each wait capped at 10 s, and the
+#: random extra PySpark adds to waits of 2 s or more.
+_FIRST_WAIT_MS, _GROWTH, _WAIT_CAP_MS = 50, 4.0, 10_000
+_JITTER_MS, _JITTER_FROM_MS = 500, 2_000
 #: Jars the product needs on the server: file-name marker -> what it is (Maven coordinates).
 REQUIRED_JARS: Mapping[str, str] = {
     "hudi-spark": "the Hudi Spark bundle (org.apache.hudi:hudi-spark3.5-bundle_2.12)",
@@ -42,6 +59,7 @@ REQUIRED_JARS: Mapping[str, str] = {
 _SOURCE_JARS: Mapping[str, str] = {"hudi": "hudi-spark", "kafka": "spark-sql-kafka"}
 _CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 _TOKEN = re.compile(r"(;\s*token=)[^;]*", re.IGNORECASE)
+_GRPC_DETAILS = re.compile(r'details = "([^"]+)"')
 _MISSING_SOURCE = re.compile(r"Failed to find (?:the )?data source:\s*[`\"]?(\w+)", re.IGNORECASE)
 _UNAVAILABLE = (
     "StatusCode.UNAVAILABLE",
@@ -136,6 +154,48 @@ def version_mismatch_message(url: str, client: str, server: str) -> str | None:
     )
 
 
+def retry_waits_ms(max_retries: int) -> list[float]:
+    """The longest wait before each of ``max_retries`` retries (jitter included), in ms."""
+    waits, wait = [], float(_FIRST_WAIT_MS)
+    for _ in range(max_retries):
+        waits.append(wait + (_JITTER_MS if wait >= _JITTER_FROM_MS else 0))
+        wait = min(_WAIT_CAP_MS, wait * _GROWTH)
+    return waits
+
+
+def retry_policy(seconds: float) -> dict[str, float]:
+    """Settings for PySpark's Connect retries whose waits add up to at most ``seconds``.
+
+    As many retries as fit (0 for a budget under 50 ms: fail at the first error).
+    """
+    budget_ms = max(0.0, seconds) * 1000
+    retries = 0
+    while sum(retry_waits_ms(retries + 1)) <= budget_ms:
+        retries += 1
+    return {
+        "max_retries": retries,
+        "initial_backoff": _FIRST_WAIT_MS,
+        "backoff_multiplier": _GROWTH,
+        "max_backoff": _WAIT_CAP_MS,
+        "jitter": _JITTER_MS,
+        "min_jitter_threshold": _JITTER_FROM_MS,
+    }
+
+
+def retry_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """The retry budget: ``EOS_SPARK_CONNECT_RETRY_SECONDS``, else the default."""
+    raw = (os.environ if environ is None else environ).get(RETRY_SECONDS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_RETRY_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SparkConnectError(f"{RETRY_SECONDS_ENV}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise SparkConnectError(f"{RETRY_SECONDS_ENV}={raw!r} must not be negative")
+    return value
+
+
 def classify(exc: BaseException, url: str) -> SparkConnectError | None:
     """The clear error behind a Spark failure met over Connect, or None if it is none of ours.
 
@@ -144,8 +204,13 @@ def classify(exc: BaseException, url: str) -> SparkConnectError | None:
     """
     text = str(exc)
     if any(marker in text for marker in _UNAVAILABLE):
+        # gRPC's own text starts with "<_InactiveRpcError of RPC that terminated with:"; its
+        # details line says what happened.
+        details = _GRPC_DETAILS.search(text)
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        return SparkServerUnreachable(unreachable_message(url, first[:200]))
+        return SparkServerUnreachable(
+            unreachable_message(url, (details.group(1) if details else first)[:200])
+        )
     found = _MISSING_SOURCE.search(text)
     if found and found.group(1).lower() in _SOURCE_JARS:
         return SparkServerMissingJar(
@@ -177,15 +242,33 @@ def _server_version(url: str) -> str:
         client.close()
 
 
-def connect(url: str, token: str | None = None, *, timeout: float = 5.0) -> SparkSession:
+def _bound_retries(session: SparkSession, seconds: float) -> None:
+    """Apply :func:`retry_policy` to the session's client (PySpark 3.5's builder takes none)."""
+    policy = getattr(getattr(session, "client", None), "_retry_policy", None)
+    if isinstance(policy, dict):
+        policy.update(retry_policy(seconds))  # read at every call: takes effect at once
+    else:
+        log.warning("cannot bound Spark Connect retries: this PySpark has no client retry policy")
+
+
+def connect(
+    url: str,
+    token: str | None = None,
+    *,
+    timeout: float = 5.0,
+    retry_for: float | None = None,
+) -> SparkSession:
     """A Spark Connect session on ``url``, checked: reachable, same release, required jars.
 
-    Puts this process in Connect mode (see the module docstring); refuses if it already holds
-    an in-process Spark session.
+    A server that stops answering later is retried for ``retry_for`` seconds (default:
+    :func:`retry_seconds`), then the call fails (:func:`classify` names it). Puts this process
+    in Connect mode (see the module docstring); refuses if it already holds an in-process Spark
+    session.
     """
     import pyspark
     from pyspark.sql import SparkSession
 
+    budget = retry_seconds() if retry_for is None else retry_for
     full = with_token(url, token)
     host, port = host_port(full)
     reason = _probe(host, port, timeout)
@@ -209,6 +292,7 @@ def connect(url: str, token: str | None = None, *, timeout: float = 5.0) -> Spar
             f"cannot connect to {redact(full)}: this process already runs an in-process Spark "
             "session, and PySpark allows one mode per process (classic or Connect)"
         ) from exc
+    _bound_retries(session, budget)
     missing = missing_jars(session.conf.get("spark.jars", "") or "")
     if missing:
         raise SparkServerMissingJar(missing_jar_message(full, missing))
@@ -236,7 +320,9 @@ def in_connect_mode() -> bool:
 
 
 __all__ = [
+    "DEFAULT_RETRY_SECONDS",
     "REQUIRED_JARS",
+    "RETRY_SECONDS_ENV",
     "STACK_COMMAND",
     "SparkConnectError",
     "SparkModeConflict",
@@ -251,6 +337,9 @@ __all__ = [
     "missing_jar_message",
     "missing_jars",
     "redact",
+    "retry_policy",
+    "retry_seconds",
+    "retry_waits_ms",
     "session_url",
     "unreachable_message",
     "version_mismatch_message",

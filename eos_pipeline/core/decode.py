@@ -201,8 +201,11 @@ def add_source_columns(
     tp: TopicPartition,
     offsets: Sequence[int],
     timestamps_ms: Sequence[int],
+    topic: str | None = None,
 ) -> pa.Table:
     """``payload`` plus where each row came from, built as Arrow arrays (no Python objects).
+
+    ``topic`` overrides the topic name stored (a clustered pipeline's ``<cluster>:<topic>``).
 
     Timestamps are Kafka's milliseconds as ``timestamp('ms', 'UTC')``, which ClickHouse stores
     in ``DateTime64(3, 'UTC')`` without the seconds-or-milliseconds ambiguity of a bare number.
@@ -213,7 +216,9 @@ def add_source_columns(
             f"{count} rows but {len(offsets)} offsets and {len(timestamps_ms)} timestamps"
         )
     arrays: list[pa.Array] = [
-        pa.array([tp.topic], pa.string()).take(np.zeros(count, dtype=np.int32)),
+        pa.array([tp.topic if topic is None else topic], pa.string()).take(
+            np.zeros(count, dtype=np.int32)
+        ),
         pa.array(np.full(count, tp.partition, dtype=np.int32)),
         pa.array(offsets, pa.int64()),
     ]

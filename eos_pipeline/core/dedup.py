@@ -23,15 +23,15 @@ end were never sent and are simply new.
 
 How the sink runs a decision
 ----------------------------
-Each entry of :attr:`Decision.steps` is one round: write ``BEFORE(step)`` (it may already be
-stored, when the step is the stored range being re-sent), insert the step's records (one insert,
-or sub-chunks cut by :func:`eos_pipeline.core.tokens.split_range_by_offsets`, each with its own
-token), then write ``AFTER(step)``. One ``BEFORE`` per step, never one for the whole batch: if
-``[s0, b1)`` were stored for "re-send ``[s0, s1)`` then send ``[s1, b1)``", a retry would see
-SAME on ``[s0, b1)`` and re-send it under a token nobody used before, duplicating ``[s0, s1)``.
-With one round per step, a retry after a crash anywhere re-derives exactly the remaining steps
-(the retry is cropped down to the step that was in flight). Dead-letter records are written before
-the first step. Keeper writes only ever happen in steps; a decision without steps writes nothing.
+Each entry of :attr:`Decision.steps` is one round: write ``BEFORE(step)`` (it may already be stored,
+when the step is the stored range being re-sent), insert the step's records (one insert of one
+block, under the token of the step's bounds), then write ``AFTER(step)``. One ``BEFORE`` per step,
+never one for the whole batch: if ``[s0, b1)`` were stored for "re-send ``[s0, s1)`` then send
+``[s1, b1)``", a retry would see SAME on ``[s0, b1)`` and re-send it under a token nobody used
+before, duplicating ``[s0, s1)``. With one round per step, a retry after a crash anywhere re-derives
+exactly the remaining steps (the retry is cropped down to the step that was in flight). Dead-letter
+records are written before the first step. Keeper writes only ever happen in steps; a decision
+without steps writes nothing.
 
 Decision table
 --------------

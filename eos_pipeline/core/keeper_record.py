@@ -36,6 +36,9 @@ Value format (UTF-8 JSON, keys sorted, no spaces)::
   A record without these fields is written as version 2, byte for byte as before.
 * ``updated_at`` is informational (UTC, milliseconds) and is never used to decide anything.
 
+Which record (the key and its znode path, and the names that become path parts) is
+:mod:`eos_pipeline.core.keeper_key`, re-exported here.
+
 Parsing is strict: anything unexpected raises :class:`CorruptRecordError` naming the znode. A
 corrupt record is never read as "no record", since that would restart the partition from scratch
 and write its data again.
@@ -50,25 +53,31 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from eos_pipeline.core.dedup import Phase
+from eos_pipeline.core.keeper_key import (
+    DEFAULT_ROOT,
+    InvalidKeyError,
+    KeeperKey,
+    topic_path,
+    validate_cluster,
+    validate_name,
+    validate_partition,
+    validate_root,
+    validate_topic,
+)
 from eos_pipeline.core.marks import Mark
-from eos_pipeline.core.offsets import TopicPartition
 
 FORMAT_VERSION = 3
 #: Versions this code reads; version 1 is version 2 without ``topic_id``, and version 2 is
 #: version 3 without ``cluster`` and ``mark`` (still written when both are null).
 READABLE_VERSIONS = (1, 2, 3)
-PHASES = ("BEFORE", "AFTER")
-DEFAULT_ROOT = "/eos_pipeline"
-
-# Pipeline and sink names become znode names: a safe subset, no separators, no relative parts.
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+PHASES = tuple(phase.value for phase in Phase)  # one spelling: core.dedup.Phase
 _MAX_WRITER_LEN = 512
 _LEASE_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 _KEYS_V1 = frozenset(
     {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
 )
 _KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}, 3: _KEYS_V1 | {"topic_id", "cluster", "mark"}}
-_CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Kafka's topic ids are 16 bytes, printed in URL-safe base64 without padding (22 characters).
 _TOPIC_ID_RE = re.compile(r"^[A-Za-z0-9_+/=-]{8,64}$")
 
@@ -84,121 +93,6 @@ class CorruptRecordError(KeeperError):
         super().__init__(f"corrupt keeper record at {path}: {reason}")
         self.path = path
         self.reason = reason
-
-
-class InvalidKeyError(ValueError):
-    """A pipeline, sink, topic, partition or root cannot be used as a znode path part."""
-
-
-def validate_name(field_name: str, value: object) -> str:
-    """Check a pipeline/sink/root component: ``[A-Za-z0-9_.-]``, no ``.``/``..``, no ``/``."""
-    if not isinstance(value, str):
-        raise InvalidKeyError(f"{field_name} must be a string, got {type(value).__name__}")
-    if not value:
-        raise InvalidKeyError(f"{field_name} must not be empty")
-    if "/" in value:
-        raise InvalidKeyError(f"{field_name} {value!r} must not contain '/'")
-    if ".." in value or value == ".":
-        raise InvalidKeyError(f"{field_name} {value!r} must not be '.' or contain '..'")
-    if not _NAME_RE.match(value):
-        raise InvalidKeyError(f"{field_name} {value!r} must be 1-200 of [A-Za-z0-9_.-]")
-    return value
-
-
-def validate_topic(value: object) -> str:
-    """Check a topic name by Kafka's own rule (1-249 of ``[A-Za-z0-9._-]``, not ``.``/``..``)."""
-    if not isinstance(value, str):
-        raise InvalidKeyError(f"topic must be a string, got {type(value).__name__}")
-    try:
-        TopicPartition(value, 0)
-    except ValueError as exc:
-        raise InvalidKeyError(f"topic: {exc}") from None
-    return value
-
-
-def validate_partition(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidKeyError(f"partition must be an int, got {type(value).__name__}")
-    if not 0 <= value < 2**31:
-        raise InvalidKeyError(f"partition must be in [0, 2**31), got {value}")
-    return value
-
-
-def validate_root(root: object) -> str:
-    """Check the znode root under which every record lives, e.g. ``/eos_pipeline``.
-
-    The root must be absolute with at least one component, and must not be under ZooKeeper's
-    reserved ``/zookeeper`` tree. A trailing ``/`` is dropped.
-    """
-    if not isinstance(root, str) or not root.startswith("/"):
-        raise InvalidKeyError(f"root must be an absolute znode path like {DEFAULT_ROOT!r}")
-    parts = root.strip("/").split("/")
-    if parts == [""]:
-        raise InvalidKeyError("root must not be '/': give it a name like '/eos_pipeline'")
-    for part in parts:
-        validate_name("root", part)
-    if parts[0] == "zookeeper":
-        raise InvalidKeyError("root must not be under /zookeeper, ZooKeeper's reserved tree")
-    return "/" + "/".join(parts)
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class KeeperKey:
-    """Which record: one per (pipeline, sink, topic, partition). Validated on construction."""
-
-    pipeline: str
-    sink: str
-    topic: str
-    partition: int
-    #: Cluster alias for a pipeline with several clusters (None: the single-cluster layout).
-    cluster: str | None = None
-
-    def __post_init__(self) -> None:
-        validate_name("pipeline", self.pipeline)
-        validate_name("sink", self.sink)
-        validate_topic(self.topic)
-        validate_partition(self.partition)
-        if self.cluster is not None:
-            validate_cluster(self.cluster)
-
-    @classmethod
-    def of(
-        cls, pipeline: str, sink: str, tp: TopicPartition, cluster: str | None = None
-    ) -> KeeperKey:
-        return cls(pipeline, sink, tp.topic, tp.partition, cluster)
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    def path(self, root: str = DEFAULT_ROOT) -> str:
-        """The znode path: ``<root>/<pipeline>/<sink>[/@<cluster>]/<topic>/<partition>``."""
-        parent = topic_path(root, self.pipeline, self.sink, self.topic, self.cluster)
-        return f"{parent}/{self.partition}"
-
-    def __str__(self) -> str:
-        where = f"@{self.cluster}:" if self.cluster else ""
-        return f"{self.pipeline}/{self.sink}/{where}{self.topic}[{self.partition}]"
-
-
-def validate_cluster(value: object) -> str:
-    """A cluster alias: 1-64 of ``[A-Za-z0-9_-]`` (no ``.``, MM2's separator in topic names)."""
-    if not isinstance(value, str) or not _CLUSTER_RE.match(value):
-        raise InvalidKeyError(f"cluster alias {value!r} must be 1-64 of [A-Za-z0-9_-]")
-    return value
-
-
-def topic_path(root: str, pipeline: str, sink: str, topic: str, cluster: str | None = None) -> str:
-    """The parent znode of all partition records of one topic for one sink (and cluster).
-
-    A cluster's part starts with ``@``, which no topic name can hold, so the layouts with and
-    without clusters never meet.
-    """
-    parts = [validate_root(root), validate_name("pipeline", pipeline), validate_name("sink", sink)]
-    if cluster is not None:
-        parts.append("@" + validate_cluster(cluster))
-    parts.append(validate_topic(topic))
-    return "/".join(parts)
 
 
 def parse_partition_child(name: str, parent: str) -> int:
@@ -400,3 +294,28 @@ class VersionedRecord:
 
     record: KeeperRecord
     version: int
+
+
+__all__ = [
+    "DEFAULT_ROOT",
+    "FORMAT_VERSION",
+    "PHASES",
+    "READABLE_VERSIONS",
+    "CorruptRecordError",
+    "InvalidKeyError",
+    "KeeperError",
+    "KeeperKey",
+    "KeeperRecord",
+    "Mark",
+    "VersionedRecord",
+    "format_timestamp",
+    "new_lease_id",
+    "parse_partition_child",
+    "topic_path",
+    "utc_now",
+    "validate_cluster",
+    "validate_name",
+    "validate_partition",
+    "validate_root",
+    "validate_topic",
+]

@@ -9,10 +9,23 @@ failed step):
   after :meth:`Backoff.delay` seconds, and keep asking, saying so in the skip reason
   ("retrying in 8s after 3 failures: <cause>");
 * needs a person (bad config or credentials, offsets deleted by retention, a recreated topic,
-  a fenced writer, a keeper record that does not fit): stop at once and name the cause;
+  a fenced keeper writer, a keeper record that does not fit): stop at once and name the cause;
   re-running cannot fix these, and going on could skip or mix data;
+* fenced by another Hudi writer (``HudiFencedError``: another commit landed between this run's
+  plan and its commit): ask again with the same backoff, up to ``retry.max_attempts`` runs from
+  the same state, then stop naming the cause (see below);
 * unknown (anything else, a run canceled by hand): ask again with the same backoff, up to
   ``retry.max_attempts`` runs from the same state, then stop and say so.
+
+Why a fenced Hudi run is retried. Nothing is written by a fenced run, and the fence only
+refuses a commit when another commit landed after the one the run planned from. The usual
+other writer is a zombie: an earlier run of the same pipeline, killed while its write executed
+on a long-lived Spark Connect server, whose write went on there. Its commit moves the table's
+checkpoint, so the next run starts from a new state (failures are counted per start state) and
+plans after it: it succeeds. Only a writer that keeps landing commits without moving the
+checkpoint (a table service such as clustering run by another tool, whose commit conflicts
+under Hudi's optimistic concurrency) or a second deployment racing this one fences run after
+run from the same state: those are given up on after ``retry.max_attempts`` and named.
 """
 
 from __future__ import annotations
@@ -40,6 +53,8 @@ class Fault(StrEnum):
     TRANSIENT = "transient"
     NEEDS_PERSON = "needs a person"
     UNKNOWN = "unknown"
+    #: Another writer committed first (a Hudi fence): retried a bounded number of times.
+    RACE = "fenced by another writer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +90,6 @@ _PERSON_CLASSES = frozenset(
         "NoAuthError",
         "AuthFailedError",
         "FencedError",
-        "HudiFencedError",
         "ConflictError",
         "CorruptRecordError",
         "InvalidKeyError",
@@ -100,6 +114,13 @@ _PERSON_WORDS = (
     "invalid url",
     "names no host",
     "must not carry",
+)
+#: Error classes of a writer that lost a race for the table's commit (see the module docstring).
+_RACE_CLASSES = frozenset({"HudiFencedError"})
+_RACE_HINT = (
+    "another writer keeps committing to this table: a zombie write (an earlier run's, still "
+    "executing on the Spark Connect server) ends by itself and moves the checkpoint; a second "
+    "deployment, HoodieStreamer or a table service writing the same table needs a person"
 )
 _TRANSIENT_CLASSES = frozenset(
     {
@@ -163,6 +184,9 @@ def _matches(words: Iterable[str], text: str) -> bool:
 
 def diagnose(facts: FailureFacts) -> Diagnosis:
     """Why one run failed, and which kind of fault that is (see the module docstring)."""
+    for cls, message in reversed(facts.errors):  # its message says "fenced": checked first
+        if cls in _RACE_CLASSES:
+            return Diagnosis(Fault.RACE, _said(cls, message))
     for cls, message in reversed(facts.errors):  # the innermost cause names the fault best
         if cls in _PERSON_CLASSES or _matches(_PERSON_WORDS, message):
             return Diagnosis(Fault.NEEDS_PERSON, _said(cls, message))
@@ -213,6 +237,8 @@ class Failures:
 
 def given_up_message(what: str, state: str, failed: Failures, attempts: int) -> str:
     cause = f" Last failure: {failed.diagnosis.cause}." if failed.diagnosis else ""
+    if failed.diagnosis and failed.diagnosis.fault is Fault.RACE:
+        cause += f" The runs were fenced at their commit: {_RACE_HINT}."
     return (
         f"{what}: {failed.count} runs started from {state} failed (last: run "
         f"{failed.last_run_id}); retry.max_attempts is {attempts}, so no more runs are "
@@ -261,7 +287,7 @@ def judge(
                 "run from the UI or a backfill."
             ),
         )
-    if found.fault is Fault.UNKNOWN and failed.count >= max_attempts:
+    if found.fault in (Fault.UNKNOWN, Fault.RACE) and failed.count >= max_attempts:
         return Verdict(run=False, message=given_up_message(what, state, failed, max_attempts))
     if now is not None and failed.last_failed_at is not None:
         remaining = failed.last_failed_at + backoff.delay(failed.count) - now

@@ -1,4 +1,4 @@
-"""Dedup tokens for ClickHouse inserts and deterministic cutting of a chunk into sub-chunks.
+"""Dedup tokens for ClickHouse inserts (and a deterministic cut of a chunk, no sink uses yet).
 
 ClickHouse drops an insert whose ``insert_deduplication_token`` is still in the table's dedup
 window (``non_replicated_deduplication_window`` / ``replicated_deduplication_window``). That only
@@ -11,8 +11,10 @@ attempt, so:
   must use a new version prefix and be rolled out only when every record is AFTER;
 * ClickHouse suffixes the token with the block index when one insert is split into several
   blocks, which ties dedup to its block size settings. To keep that out of the picture the sink
-  sends each (sub-)chunk as one insert of one block, and cuts large chunks itself with
-  :func:`split_range_by_offsets`, each sub-chunk getting its own token from its own bounds;
+  sends each step as one insert of one block. A step is never larger than one read (the batch
+  limits ``max_records`` and ``max_bytes`` cap the read), so the sink does not cut it further.
+  :func:`split_range_by_offsets` is the rule for cutting a chunk should that ever be needed
+  (each piece gets its own token from its own bounds); only the dedup property tests use it;
 * the dedup window is per table and shared by every topic-partition writing to it: it must hold
   more blocks than all writers can insert between a crash and its retry.
 """

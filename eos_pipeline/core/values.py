@@ -1,29 +1,38 @@
 """Value rules of the decoder contract: which JSON token fits which column type, and as what.
 
 One converter per supported ClickHouse type turns a parsed JSON value into its canonical Python
-value or raises :class:`Reject` with the reason; :mod:`core.contract` applies them per record.
+value or raises :class:`Reject` with the reason (the scalar ones are in
+:mod:`core.scalar_values`, the containers here); :mod:`core.contract` applies them per record.
 Types the two sinks cannot store alike are refused up front with a :class:`SchemaError` naming a
 type to use instead. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import decimal
-import functools
-import json
-import math
-import re
-import struct
-import uuid
-from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal, InvalidOperation
-from ipaddress import IPv4Address, IPv6Address
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from eos_pipeline.core.scalar_values import (
+    DATE_RANGES,
+    INT_RANGES,
+    Converter,
+    Reject,
+    bool_value,
+    date_value,
+    datetime_value,
+    decimal_value,
+    fixed_string_value,
+    float_value,
+    int_value,
+    ip_value,
+    kind_of,
+    mismatch,
+    string_value,
+    uuid_value,
+)
 from eos_pipeline.core.schema import SchemaError
 from eos_pipeline.core.type_names import split_type, unwrap
+
+__all__ = ["TOKENS", "Converter", "Reject", "converter", "kind_of", "unwrap"]
 
 TOKENS: Final[dict[str, str]] = {
     "Int8..Int64, UInt8..UInt64": 'a JSON integer within the type\'s range (not 1.0, not "1")',
@@ -58,257 +67,6 @@ _UNSUPPORTED_HINT: Final = {
 }
 
 
-class Reject(Exception):
-    """A value does not fit its column (internal: becomes a ``TypeMismatch``)."""
-
-
-_INT_RANGES: Final = {
-    f"{sign}Int{bits}": (0, (1 << bits) - 1) if sign else (-(1 << bits - 1), (1 << bits - 1) - 1)
-    for sign in ("", "U")
-    for bits in (8, 16, 32, 64)
-}
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_DATE_RANGES: Final = {
-    "Date": (date(1970, 1, 1), date(2149, 6, 6)),
-    "Date32": (date(1900, 1, 1), date(2299, 12, 31)),
-}
-_DATETIME_RANGE: Final = (_EPOCH, datetime(2106, 2, 7, 6, 28, 15, tzinfo=UTC))
-_DATETIME64_RANGE: Final = (
-    datetime(1900, 1, 1, tzinfo=UTC),
-    datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
-)
-_ISO: Final = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})"
-    r"(?:[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})?)?"
-)
-_DATE: Final = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_DECIMAL_TEXT: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_UUID: Final = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-_FLOAT32: Final = struct.Struct("<f")
-_WIDE: Final = decimal.Context(prec=200)  # quantize without the default 28-digit limit
-
-
-def kind_of(value: Any) -> str:
-    """The JSON token kind of a parsed value, for messages."""
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        Decimal: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }.get(type(value), type(value).__name__)
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _mismatch(value: Any, type_name: str, why: str = "") -> Reject:
-    detail = f" ({why})" if why else ""
-    return Reject(f"{kind_of(value)} {_show(value)} does not fit {type_name}{detail}")
-
-
-Converter = Callable[[Any], Any]
-
-
-def _int(type_name: str) -> Converter:
-    low, high = _INT_RANGES[type_name]
-
-    def convert(value: Any) -> Any:
-        if type(value) is not int:
-            raise _mismatch(value, type_name, "needs a JSON integer")
-        if not low <= value <= high:
-            raise _mismatch(value, type_name, f"out of range [{low}, {high}]")
-        return value
-
-    return convert
-
-
-def _float(type_name: str) -> Converter:
-    single = type_name == "Float32"
-
-    def convert(value: Any) -> Any:
-        kind = type(value)
-        if kind is bool or kind not in (int, float, Decimal):
-            raise _mismatch(value, type_name, "needs a JSON number")
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.copysign(math.inf, value)  # an integer beyond any double
-        if single and math.isfinite(number):
-            try:
-                number = _FLOAT32.unpack(_FLOAT32.pack(number))[0]
-            except OverflowError:
-                number = math.copysign(math.inf, number)
-        return number
-
-    return convert
-
-
-def _decimal(type_name: str, precision: int, scale: int) -> Converter:
-    quantum = Decimal(1).scaleb(-scale)
-    limit = Decimal(10) ** (precision - scale)
-
-    def convert(value: Any) -> Any:
-        kind = type(value)
-        if kind is str:
-            if not _DECIMAL_TEXT.fullmatch(value):
-                raise _mismatch(value, type_name, "not a decimal number")
-            number = Decimal(value)
-        elif kind is int or kind is Decimal:
-            number = Decimal(value)
-        elif kind is float:  # NaN or Infinity: JSON floats otherwise arrive as Decimal
-            raise _mismatch(value, type_name, "not a finite number")
-        else:
-            raise _mismatch(value, type_name, "needs a JSON number or decimal string")
-        if not number.is_finite():
-            raise _mismatch(value, type_name, "not a finite number")
-        try:
-            exact = number.quantize(quantum, context=_WIDE)
-        except (InvalidOperation, decimal.Overflow):
-            raise _mismatch(value, type_name, "out of range") from None
-        if exact != number:
-            raise _mismatch(value, type_name, f"more than {scale} digits after the point")
-        if exact.copy_abs() >= limit:  # copy_abs: no rounding to the 28-digit context
-            raise _mismatch(value, type_name, "out of range")
-        return exact
-
-    return convert
-
-
-def _bool(value: Any) -> Any:
-    if type(value) is not bool:
-        raise _mismatch(value, "Bool", "needs true or false")
-    return value
-
-
-def _text(value: Any, type_name: str) -> str:
-    if type(value) is not str:
-        raise _mismatch(value, type_name, "needs a JSON string")
-    return value
-
-
-def _string(type_name: str) -> Converter:
-    return lambda value: _text(value, type_name)
-
-
-def _fixed_string(type_name: str, length: int) -> Converter:
-    def convert(value: Any) -> Any:
-        text = _text(value, type_name)
-        if len(text.encode("utf-8")) > length:
-            raise _mismatch(value, type_name, f"longer than {length} bytes")
-        return text
-
-    return convert
-
-
-def _uuid(value: Any) -> Any:
-    text = _text(value, "UUID")
-    if not _UUID.fullmatch(text):
-        raise _mismatch(value, "UUID", "not in 8-4-4-4-12 hex form")
-    return str(uuid.UUID(text))
-
-
-def _ip(type_name: str) -> Converter:
-    parse = IPv4Address if type_name == "IPv4" else IPv6Address
-
-    def convert(value: Any) -> Any:
-        text = _text(value, type_name)
-        try:
-            return str(parse(text))
-        except ValueError:
-            raise _mismatch(value, type_name, "not an address") from None
-
-    return convert
-
-
-def _date(type_name: str) -> Converter:
-    low, high = _DATE_RANGES[type_name]
-
-    def convert(value: Any) -> Any:
-        match = _DATE.fullmatch(_text(value, type_name))
-        try:
-            day = date(*map(int, match.groups())) if match else None
-        except ValueError:
-            day = None
-        if day is None:
-            raise _mismatch(value, type_name, "not a YYYY-MM-DD date")
-        if not low <= day <= high:
-            raise _mismatch(value, type_name, f"out of range [{low}, {high}]")
-        return day
-
-    return convert
-
-
-def _zone(type_name: str, tz: str | None) -> Any:
-    if tz is None:
-        return UTC
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise SchemaError(f"{type_name}: unknown time zone {tz!r}") from None
-
-
-def _datetime(type_name: str, precision: int, tz: str | None) -> Converter:
-    zone = _zone(type_name, tz)
-    wide = type_name.startswith("DateTime64")
-    low, high = _DATETIME64_RANGE if wide else _DATETIME_RANGE
-    cut = 10 ** (6 - precision)  # microseconds per unit of the column's precision
-
-    def convert(value: Any) -> Any:
-        if type(value) is int:
-            try:
-                moment = _EPOCH + timedelta(seconds=value)
-            except OverflowError:
-                raise _mismatch(value, type_name, "out of range") from None
-        else:
-            match = _ISO.fullmatch(_text(value, type_name)) if type(value) is str else None
-            if match is None:
-                raise _mismatch(value, type_name, "needs epoch seconds or an ISO-8601 string")
-            year, month, day, hour, minute, second, fraction, offset = match.groups()
-            micros = int((fraction or "0")[:6].ljust(6, "0"))
-            if offset is None:
-                zone_here: Any = zone
-            elif offset == "Z":
-                zone_here = UTC
-            else:
-                sign = 1 if offset[0] == "+" else -1
-                hours, minutes = int(offset[1:3]), int(offset[4:6])
-                if hours > 23 or minutes > 59:
-                    raise _mismatch(value, type_name, "bad UTC offset")
-                zone_here = _fixed_zone(sign * (hours * 60 + minutes))
-            try:
-                local = datetime(
-                    int(year),
-                    int(month),
-                    int(day),
-                    int(hour or 0),
-                    int(minute or 0),
-                    int(second or 0),
-                    micros,
-                    tzinfo=zone_here,
-                )
-                moment = local.astimezone(UTC)
-            except (ValueError, OverflowError):
-                raise _mismatch(value, type_name, "not a valid date and time") from None
-        moment = moment.replace(microsecond=moment.microsecond - moment.microsecond % cut)
-        if not low <= moment <= high:
-            raise _mismatch(value, type_name, f"out of range [{low:%Y-%m-%d}, {high:%Y-%m-%d}]")
-        return moment
-
-    return convert
-
-
-@functools.lru_cache(maxsize=64)
-def _fixed_zone(minutes: int) -> Any:
-    from datetime import timezone
-
-    return timezone(timedelta(minutes=minutes))
-
-
 def _unquote(tz: str) -> str:
     return tz.strip().strip("'")
 
@@ -326,10 +84,10 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
             f"{where}: type {ch_type} is not supported by both sinks (ClickHouse and Hudi would "
             f"store different values); use {_UNSUPPORTED_HINT[name]}"
         )
-    if name in _INT_RANGES:
-        return _int(name), nullable
+    if name in INT_RANGES:
+        return int_value(name), nullable
     if name in ("Float32", "Float64"):
-        return _float(name), nullable
+        return float_value(name), nullable
     if name == "Decimal":
         precision, scale = int(parsed.args[0]), int(parsed.args[1])
         if precision > 38:
@@ -337,21 +95,21 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
                 f"{where}: {base} holds more than 38 digits, which Spark decimals cannot; "
                 "use Decimal(38, S) or String"
             )
-        return _decimal(base, precision, scale), nullable
+        return decimal_value(base, precision, scale), nullable
     if name == "Bool":
-        return _bool, nullable
+        return bool_value, nullable
     if name == "String":
-        return _string(base), nullable
+        return string_value(base), nullable
     if name == "FixedString":
-        return _fixed_string(base, int(parsed.args[0])), nullable
+        return fixed_string_value(base, int(parsed.args[0])), nullable
     if name == "UUID":
-        return _uuid, nullable
+        return uuid_value, nullable
     if name in ("IPv4", "IPv6"):
-        return _ip(name), nullable
-    if name in _DATE_RANGES:
-        return _date(name), nullable
+        return ip_value(name), nullable
+    if name in DATE_RANGES:
+        return date_value(name), nullable
     if name == "DateTime":
-        return _datetime(base, 0, _unquote(parsed.args[0]) if parsed.args else None), nullable
+        return datetime_value(base, 0, _unquote(parsed.args[0]) if parsed.args else None), nullable
     if name == "DateTime64":
         precision = int(parsed.args[0])
         if precision > 6:
@@ -360,7 +118,7 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
                 "use DateTime64(6) or less"
             )
         tz = _unquote(parsed.args[1]) if len(parsed.args) > 1 else None
-        return _datetime(base, precision, tz), nullable
+        return datetime_value(base, precision, tz), nullable
     if name == "Array":
         element, element_nullable = converter(parsed.args[0], f"{where} element")
         return _array(base, element, element_nullable), nullable
@@ -376,18 +134,18 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
 def _array(type_name: str, element: Converter, element_nullable: bool) -> Converter:
     def convert(value: Any) -> Any:
         if type(value) is not list:
-            raise _mismatch(value, type_name, "needs a JSON array")
+            raise mismatch(value, type_name, "needs a JSON array")
         out = []
         for item in value:
             if item is None:
                 if not element_nullable:
-                    raise _mismatch(value, type_name, "null element")
+                    raise mismatch(value, type_name, "null element")
                 out.append(None)
             else:
                 try:
                     out.append(element(item))
                 except Reject as exc:
-                    raise _mismatch(value, type_name, f"element {len(out)}: {exc}") from None
+                    raise mismatch(value, type_name, f"element {len(out)}: {exc}") from None
         return out
 
     return convert
@@ -396,18 +154,18 @@ def _array(type_name: str, element: Converter, element_nullable: bool) -> Conver
 def _map(type_name: str, value_rule: Converter, value_nullable: bool) -> Converter:
     def convert(value: Any) -> Any:
         if type(value) is not dict:
-            raise _mismatch(value, type_name, "needs a JSON object")
+            raise mismatch(value, type_name, "needs a JSON object")
         out = {}
         for key, item in value.items():
             if item is None:
                 if not value_nullable:
-                    raise _mismatch(value, type_name, f"null value for key {key!r}")
+                    raise mismatch(value, type_name, f"null value for key {key!r}")
                 out[key] = None
             else:
                 try:
                     out[key] = value_rule(item)
                 except Reject as exc:
-                    raise _mismatch(value, type_name, f"key {key!r}: {exc}") from None
+                    raise mismatch(value, type_name, f"key {key!r}: {exc}") from None
         return out
 
     return convert

@@ -58,8 +58,9 @@ def code_version(pipeline: Pipeline, sink: str) -> str:
     schema. Endpoints and credentials are left out: they do not change what is written."""
     target = pipeline.clickhouse if sink == CLICKHOUSE_SINK else pipeline.hudi
     assert target is not None
-    # the Hudi path comes from the environment (the demo's directory): left out too
-    target_fields = target.model_dump(mode="json", exclude={"path"})
+    # the Hudi path comes from the environment (the demo's directory): left out too, and how
+    # long runs follow the stream (it changes when rows land, not which)
+    target_fields = target.model_dump(mode="json", exclude={"path", "follow"})
     what = json.dumps([pipeline.format, pipeline.schema_, target_fields], sort_keys=True)
     return f"{_package_version()}+{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 

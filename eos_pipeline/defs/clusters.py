@@ -9,25 +9,21 @@ may run then. Wiring only: reads through the adapters, rules in the core.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
-from typing import Any
 
-from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
 from eos_pipeline.adapters.hudi_timeline import latest_commit
-from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, read_range, start_offsets
+from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.core.failover.fold import fold_keeper_states, fold_positions, merge_proofs
-from eos_pipeline.core.failover.table_position import row_topic, stored_position
-from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.failover.fold import fold_keeper_states, fold_positions
+from eos_pipeline.core.failover.table_position import stored_position
+from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import TopicState
 from eos_pipeline.core.positions import (
     PartitionLag,
     committed,
-    committed_low,
     partition_lags,
     sink_state,
 )
-from eos_pipeline.core.proof import PartitionProof, compare
 from eos_pipeline.defs.assets import CLICKHOUSE_SINK
 from eos_pipeline.defs.config import Pipeline
 
@@ -36,7 +32,6 @@ __all__ = [
     "active_cluster",
     "clickhouse_states",
     "hudi_positions",
-    "hudi_proofs",
     "topic_lags",
 ]
 
@@ -146,64 +141,3 @@ def topic_lags(
                     row.partition, seen.held + row.held, seen.end + row.end, lags
                 )
     return [totals[p] for p in sorted(totals)]
-
-
-def hudi_proofs(
-    active: ActiveCluster, spark: Any, tps: list[TopicPartition]
-) -> list[PartitionProof]:
-    """The exactly-once proof of a clustered Hudi table on the active cluster, per partition.
-
-    Per physical partition: the rows the table holds from it (source topic ``<cluster>:<topic>``,
-    plus plain ``<topic>`` rows of a table written before clusters were configured) against the
-    offsets Kafka holds from where the table's stretch on this cluster starts (``since``, set
-    when a switch brought it here) to its position, minus dead letters. Records written from
-    another cluster before the switch are that cluster's stretch, not compared here. A table
-    not moved to the active cluster yet has nothing committed here: empty ranges.
-    """
-    from pyspark.sql import functions as F
-
-    pipeline = active.pipeline
-    assert pipeline.hudi is not None
-    source = pipeline.table_schema.source
-    commit = latest_commit(pipeline.hudi.path)
-    stored = (
-        None
-        if commit is None
-        else stored_position(commit.cluster_position, commit.checkpoint, active.fp.initial)
-    )
-    here = stored is not None and stored.cluster == active.alias
-    counts: dict[tuple[str, int], dict[int, int]] = {}
-    if here:
-        rows = (
-            spark.read.format("hudi")
-            .load(pipeline.hudi.path)
-            .where(F.col(source.partition).isin(sorted({tp.partition for tp in tps})))
-            .groupBy(source.topic, source.partition, source.offset)
-            .count()
-            .collect()
-        )
-        for row in rows:
-            counts.setdefault((row[0], row[1]), {})[row[2]] = row[3]
-    dead = dead_letter_offsets(active.kafka, pipeline.dead_letter_topic, pipeline.name)
-    proofs = []
-    for tp in tps:
-        physical_proofs = []
-        for physical, ends in active.ends(tp.topic).items():
-            if tp.partition not in ends:
-                continue
-            ptp = TopicPartition(physical, tp.partition)
-            position = stored.positions.get(ptp, 0) if here and stored else 0
-            table = dict(counts.get((row_topic(active.alias, physical), tp.partition), {}))
-            if physical == tp.topic and active.alias == active.fp.initial:
-                for offset, n in counts.get((physical, tp.partition), {}).items():
-                    table[offset] = table.get(offset, 0) + n
-            since = stored.since.get(ptp) if here and stored else None
-            if since is None:
-                log_start = start_offsets(active.kafka, physical)[tp.partition]
-                seen = (*table, *dead.get(ptp, set()))
-                since = committed_low(log_start, pipeline.reset, seen, position)
-            window = OffsetRange(min(since, position), position)
-            offsets = read_range(active.kafka, ptp, window).offsets
-            physical_proofs.append(compare(ptp, window, offsets, dead.get(ptp, set()), table))
-        proofs.append(merge_proofs(tp, physical_proofs))
-    return proofs

@@ -1,14 +1,15 @@
-"""Hudi run results the asset reports beyond the plain sink's: a clustered run's metadata and
-the rows per partition in the table after a commit."""
+"""What a Hudi run reports as Dagster metadata: a run's (one commit's) numbers, a clustered run's,
+and the rows per partition in the table after a commit."""
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import dagster as dg
 
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.metadata import markdown_table, quiet_when_idle
+from eos_pipeline.defs.metadata import ROW_COUNT_KEY, markdown_table, quiet_when_idle
 from eos_pipeline.defs.partitions import partition_key
 from eos_pipeline.sinks.hooks import SinkHooks
 
@@ -60,6 +61,80 @@ def clustered_hudi_result(
     return dg.MaterializeResult(metadata=metadata)
 
 
+def hudi_run_metadata(
+    report: Any, row_counts: Mapping[TopicPartition, int] | None, keys: Collection[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A Hudi run's metadata: the commit's numbers, and each partition of ``keys`` its own.
+
+    Each partition's event overrides the unprefixed numbers with its share; the ``commit_*``
+    ones stay. ``row_counts``: rows per partition in the table (None: no table yet).
+    """
+    before = report.checkpoint_before or {}
+    lag = report.lag_after
+    rows = [
+        [
+            partition_key(tp),
+            str(r),
+            report.records_read.get(tp, 0),
+            report.rows_written.get(tp, 0),
+            report.dead_letters.get(tp, 0),
+            before.get(tp, "new"),
+            report.checkpoint_after.get(tp),
+            lag.get(tp, 0),
+        ]
+        for tp, r in sorted(report.ranges.items())
+    ]
+    header = ["partition", "offset range", "read", "written", "DLQ", "from", "to", "lag after"]
+    if report.instant_time is None:
+        case = "caught up: no commit"
+    elif report.checkpoint_before is None:
+        case = f"new table: first commit {report.instant_time}"
+    else:
+        case = f"commit {report.instant_time} on top of the table's last checkpoint"
+    cropped = {
+        tp: max(0, report.end_offsets[tp] - r.end) if tp in report.end_offsets else 0
+        for tp, r in report.ranges.items()
+    }
+    metadata: dict[str, Any] = {
+        "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
+        # the whole commit's numbers; each partition's event overrides the unprefixed ones
+        # with its own share (see defs.metadata.per_partition), the commit_* ones stay
+        "records_read": report.total_records_read,
+        "inserted": report.total_rows_written,
+        "skipped": 0,  # the checkpoint decides the start: nothing already written is read
+        "cropped": sum(cropped.values()),
+        "dead_letters": report.total_dead_letters,
+        "commit_records_read": report.total_records_read,
+        "commit_inserted": report.total_rows_written,
+        "commit_dead_letters": report.total_dead_letters,
+        "commit_partitions": len(report.ranges),
+        "case": case,
+        "instant_time": report.instant_time or "",
+        "lag_after": sum(lag.values()),
+        "seconds": round(report.seconds, 2),
+        HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
+            {str(tp.partition): off for tp, off in sorted(report.checkpoint_after.items())}
+        ),
+        "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
+    }
+    return quiet_when_idle(
+        metadata,
+        {
+            partition_key(tp): {
+                "offset_range": str(r),
+                "records_read": report.records_read.get(tp, 0),
+                "inserted": report.rows_written.get(tp, 0),
+                "cropped": cropped[tp],
+                "dead_letters": report.dead_letters.get(tp, 0),
+                "lag_after": lag.get(tp, 0),
+                **({ROW_COUNT_KEY: row_counts[tp]} if row_counts is not None else {}),
+            }
+            for tp, r in sorted(report.ranges.items())
+            if partition_key(tp) in keys
+        },
+    )
+
+
 def hudi_row_counts(
     spark: Any, path: str, pipeline: Pipeline, tps: list[TopicPartition]
 ) -> dict[TopicPartition, int] | None:
@@ -83,4 +158,4 @@ def hudi_row_counts(
     return {tp: found.get(tp.partition, 0) for tp in tps}
 
 
-__all__ = ["HUDI_CHECKPOINT_KEY", "clustered_hudi_result", "hudi_row_counts"]
+__all__ = ["HUDI_CHECKPOINT_KEY", "clustered_hudi_result", "hudi_row_counts", "hudi_run_metadata"]

@@ -28,7 +28,7 @@ from eos_pipeline.defs.assets import (
     hudi_spec,
 )
 from eos_pipeline.defs.config import Pipeline, PipelinesFile
-from eos_pipeline.defs.resources import kafka_resource_key
+from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
 
 if TYPE_CHECKING:
     from eos_pipeline.sinks.replay import ReplayReport
@@ -99,11 +99,10 @@ def _finish(
 
 
 def clickhouse_replay_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
 
     @dg.op(
         name=f"{pipeline.name}_replay_clickhouse_range",
-        required_resource_keys={kafka_key, "keeper", "clickhouse"},
+        required_resource_keys={kafka_resource_key(pipeline.name), "keeper", "clickhouse"},
         pool=pool,
     )
     def replay_range(
@@ -112,7 +111,7 @@ def clickhouse_replay_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinit
         from eos_pipeline.sinks.replay import ClickHouseReplay
 
         tp = _tp(pipeline, config)
-        kafka = getattr(context.resources, kafka_key).settings()
+        kafka = kafka_resource(context, pipeline.name).settings()
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             replay = ClickHouseReplay(
                 clickhouse_spec(pipeline),
@@ -138,11 +137,10 @@ def clickhouse_replay_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinit
 
 
 def hudi_replay_job(pipeline: Pipeline) -> dg.JobDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
 
     @dg.op(
         name=f"{pipeline.name}_replay_hudi_range",
-        required_resource_keys={kafka_key, "spark"},
+        required_resource_keys={kafka_resource_key(pipeline.name), "spark"},
         pool=hudi_pool(pipeline),
     )
     def replay_range(
@@ -151,10 +149,10 @@ def hudi_replay_job(pipeline: Pipeline) -> dg.JobDefinition:
         from eos_pipeline.sinks.hudi_replay import HudiReplay
 
         tp = _tp(pipeline, config)
-        kafka_resource = getattr(context.resources, kafka_key)
-        spec = hudi_spec(pipeline, kafka_resource.spark_kafka_options())
+        source = kafka_resource(context, pipeline.name)
+        spec = hudi_spec(pipeline, source.spark_kafka_options())
         spark = context.resources.spark.spark_session
-        replay = HudiReplay(spec, kafka_resource.settings(), spark, pipeline.dead_letter_topic)
+        replay = HudiReplay(spec, source.settings(), spark, pipeline.dead_letter_topic)
         plan = replay.plan(tp.partition, config.start, config.end)
         return _finish(context, plan, hudi_key(pipeline), replay.run, config.dry_run)
 

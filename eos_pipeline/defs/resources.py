@@ -254,4 +254,16 @@ def build_resources(config: PipelinesFile) -> dict[str, Any]:
 
 
 def kafka_resource_key(pipeline: str) -> str:
+    """The resource key of ``pipeline``'s Kafka cluster (``kafka_<name>``), built only here."""
     return f"kafka_{pipeline}"
+
+
+def kafka_resource(context: Any, pipeline: str) -> KafkaResource:
+    """``pipeline``'s Kafka resource from an asset's, op's, sensor's or check's context.
+
+    It cannot be a typed resource parameter: a parameter's name is its resource key, this key
+    depends on the pipeline, and Dagster refuses a definition that names resources both in its
+    decorator (``required_resource_keys``) and as parameters. So the definitions require
+    :func:`kafka_resource_key` and read the resource back through this one function.
+    """
+    return getattr(context.resources, kafka_resource_key(pipeline))

@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 
 from eos_pipeline.core.planning import RunInfo, failures_by_start
+from eos_pipeline.core.planning.stuck import stuck_partitions
 from eos_pipeline.core.retries import FailureFacts, Failures, diagnose
 
 __all__ = ["DiagnosedFailures", "failed_run_infos", "failure_facts"]
@@ -90,6 +91,8 @@ class DiagnosedFailures(Mapping[tuple[str, str], Failures]):
         self._instance = instance
         self._canceled = canceled
         self._groups = failures_by_start(runs)
+        #: Partitions the newest range runs set aside for a person (``core.planning.stuck``).
+        self.stuck = stuck_partitions(runs)
         self._read: set[tuple[str, str]] = set()
 
     def __getitem__(self, key: tuple[str, str]) -> Failures:

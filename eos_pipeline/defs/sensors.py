@@ -37,7 +37,6 @@ one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` 
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
-from collections.abc import Mapping
 
 import dagster as dg
 
@@ -52,7 +51,6 @@ from eos_pipeline.core.planning import (
     SINK_PARTITION_TAG,
     SINK_TAG,
     START_STATE_TAG,
-    Failures,
     Plan,
     RunInfo,
     TopicState,
@@ -64,6 +62,7 @@ from eos_pipeline.core.planning import (
     plan_hudi,
     plan_new_partitions,
 )
+from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import Backoff
 from eos_pipeline.defs.assets import (
@@ -74,7 +73,7 @@ from eos_pipeline.defs.assets import (
 from eos_pipeline.defs.clusters import active_cluster, clickhouse_states, hudi_positions
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.partitions import pipeline_partitions
-from eos_pipeline.defs.resources import KeeperResource, kafka_resource_key
+from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
 
 __all__ = [
@@ -116,7 +115,7 @@ def _runs(
     return [RunInfo(run.run_id, dict(run.tags)) for run in runs]
 
 
-def failed_runs(instance: dg.DagsterInstance, sink: str) -> Mapping[tuple[str, str], Failures]:
+def failed_runs(instance: dg.DagsterInstance, sink: str) -> DiagnosedFailures:
     """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query), each
     with the cause of its newest run, read when the planner asks (see ``run_failures``)."""
     runs, canceled = failed_run_infos(instance, {SINK_TAG: sink}, FAILED_RUNS_LOOKBACK)
@@ -129,6 +128,18 @@ def _backoff(pipeline: Pipeline) -> Backoff:
 
 def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
     return in_flight_keys(_runs(instance, sink, _IN_FLIGHT, IN_FLIGHT_LOOKBACK))
+
+
+def _following(instance: dg.DagsterInstance, sink: str) -> bool:
+    """Whether a run of ``sink`` that follows the stream is starting or running."""
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
+            tags={SINK_TAG: sink, FOLLOW_TAG: "true"},
+        ),
+        limit=1,
+    )
+    return bool(runs)
 
 
 def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
@@ -148,21 +159,19 @@ def _result(
 
 def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     """Adds a dynamic partition for every Kafka partition of the pipeline's topics."""
-    kafka_key = kafka_resource_key(pipeline.name)
     partitions = pipeline_partitions(pipeline.name)
 
     @dg.sensor(
         name=f"{pipeline.name}_partitions",
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_key},
+        required_resource_keys={kafka_resource_key(pipeline.name)},
         description="Keeps the dynamic partitions in step with the topics' partition counts: "
         "adds a key per new Kafka partition, removes keys that match none (naming the valid "
         "ones).",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        # The Kafka resource is keyed per pipeline (kafka_<name>): no fixed parameter name.
-        kafka = getattr(context.resources, kafka_key).settings()
+        kafka = kafka_resource(context, pipeline.name).settings()
         existing = set(context.instance.get_dynamic_partitions(partitions.name))
         counts: dict[str, int] = {}
         missing: list[str] = []
@@ -190,26 +199,25 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
 def clickhouse_lag_sensor(
     pipeline: Pipeline, interval: int, chdb_path: str | None
 ) -> dg.SensorDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     partitions = pipeline_partitions(pipeline.name)
     asset = clickhouse_key(pipeline)
     sink = f"{pipeline.name}.{CLICKHOUSE_SINK}"
+    assert pipeline.clickhouse is not None
+    # following is for one cluster's topics; a clustered pipeline's runs end once caught up
+    follows = pipeline.clickhouse.follow.idle_seconds > 0 and not pipeline.kafka.clusters
 
     @dg.sensor(
         name=f"{pipeline.name}_clickhouse_lag",
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_key, "keeper"},
+        required_resource_keys={kafka_resource_key(pipeline.name), "keeper"},
         target=dg.AssetSelection.assets(asset),
         description="Requests runs for the partitions whose ClickHouse position is behind "
         "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
         "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        # Typed resource parameters cannot be used here: the Kafka resource's key depends on
-        # the pipeline (kafka_<name>), and Dagster refuses a sensor that names resources both
-        # in the decorator and as parameters.
-        kafka = getattr(context.resources, kafka_key).settings()
+        kafka = kafka_resource(context, pipeline.name).settings()
         keeper: KeeperResource = context.resources.keeper
         ordered = context.instance.get_dynamic_partitions(partitions.name)
         known = set(ordered)
@@ -233,17 +241,21 @@ def clickhouse_lag_sensor(
                 if clickhouse_needs_log_starts(state, known, busy, pipeline.reset):
                     state = TopicState(topic, ends, state.records, start_offsets(kafka, topic))
                 topics.append(state)
+        failures = failed_runs(context.instance, sink)
         plan = plan_clickhouse(
             sink,
             topics,
             known=known,
             busy=busy,
-            failures=failed_runs(context.instance, sink),
+            failures=failures,
+            stuck=failures.stuck,
             max_attempts=pipeline.retry.max_attempts,
             reset=pipeline.reset,
             chdb_path=chdb_path,
             ordered_keys=ordered,
             queued=chdb_path is not None and _queued(context.instance, sink),
+            follow=follows,
+            following=follows and chdb_path is not None and _following(context.instance, sink),
             backoff=_backoff(pipeline),
             now=time.time(),
         )
@@ -263,7 +275,6 @@ def clickhouse_lag_sensor(
 
 
 def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     partitions = pipeline_partitions(pipeline.name)
     asset = hudi_key(pipeline)
     assert pipeline.hudi is not None
@@ -275,13 +286,14 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         name=f"{pipeline.name}_hudi_lag",
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_key} | ({"keeper"} if pipeline.kafka.clusters else set()),
+        required_resource_keys={kafka_resource_key(pipeline.name)}
+        | ({"keeper"} if pipeline.kafka.clusters else set()),
         target=dg.AssetSelection.assets(asset),
         description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
         "checkpoint is behind Kafka's last stable offset.",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        kafka = getattr(context.resources, kafka_key).settings()
+        kafka = kafka_resource(context, pipeline.name).settings()
         busy = _busy(context.instance, sink)
         blocked = hudi_blocked(busy, table)
         if blocked:  # before any Kafka request

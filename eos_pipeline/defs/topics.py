@@ -28,7 +28,7 @@ from eos_pipeline.defs.assets import (
     topic_key,
 )
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.resources import KeeperResource, kafka_resource_key
+from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 
 __all__ = ["dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
 
@@ -118,10 +118,27 @@ def _digest(parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _seen(rows: list[PartitionLag]) -> list[object]:
+    """What of a topic's rows counts as a change (the cursor is their digest)."""
+    return [(r.partition, r.held, r.end, sorted(r.lags.items())) for r in rows]
+
+
+def _observed(
+    context: dg.SensorEvaluationContext,
+    events: list[dg.AssetObservation],
+    seen: object,
+    note: str = "",
+) -> dg.SensorResult | dg.SkipReason:
+    """The observations, unless nothing changed since the cursor's (then a skip)."""
+    digest = _digest(seen)
+    if digest == context.cursor or not events:
+        return dg.SkipReason(f"no change in the topics since the last observation{note}")
+    return dg.SensorResult(asset_events=events, cursor=digest)
+
+
 def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     keeper_needed = pipeline.clickhouse is not None or bool(pipeline.kafka.clusters)
-    resources = {kafka_key} | ({"keeper"} if keeper_needed else set())
+    resources = {kafka_resource_key(pipeline.name)} | ({"keeper"} if keeper_needed else set())
 
     @dg.sensor(
         name=f"{pipeline.name}_topics",
@@ -134,8 +151,7 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         if pipeline.kafka.clusters:
             return _clustered(context, pipeline)
-        # The Kafka resource is keyed per pipeline (kafka_<name>): no fixed parameter name.
-        kafka = getattr(context.resources, kafka_key).settings()
+        kafka = kafka_resource(context, pipeline.name).settings()
         hudi_positions: dict[int, int | None] = {}
         if pipeline.hudi is not None:
             try:  # the table's own checkpoint, as the Hudi lag sensor reads it (no JVM)
@@ -166,13 +182,10 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             if source and pipeline.hudi is not None and index == 0:
                 positions["hudi"] = hudi_positions
             rows = partition_lags(ends, starts, positions, pipeline.reset)
-            seen[topic] = [(r.partition, r.held, r.end, sorted(r.lags.items())) for r in rows]
+            seen[topic] = _seen(rows)
             events.append(observation(topic_key(topic), rows, list(positions)))
-        digest = _digest(seen)
-        if digest == context.cursor or not events:
-            note = f"; not found: {', '.join(missing)}" if missing else ""
-            return dg.SkipReason(f"no change in the topics since the last observation{note}")
-        return dg.SensorResult(asset_events=events, cursor=digest)
+        note = f"; not found: {', '.join(missing)}" if missing else ""
+        return _observed(context, events, seen, note)
 
     return _sensor
 
@@ -195,13 +208,10 @@ def _clustered(
             for index, topic in enumerate(pipeline.kafka.topics):
                 rows = topic_lags(active, store, topic)
                 shown = sinks if index == 0 else [s for s in sinks if s != "hudi"]
-                seen[topic] = [(r.partition, r.held, r.end, sorted(r.lags.items())) for r in rows]
+                seen[topic] = _seen(rows)
                 event = observation(topic_key(topic), rows, shown)
                 metadata = {**event.metadata, "cluster": dg.MetadataValue.text(active.alias)}
                 events.append(dg.AssetObservation(asset_key=event.asset_key, metadata=metadata))
         except (SwitchInProgress, KafkaReadError) as exc:
             return dg.SkipReason(str(exc))
-    digest = _digest([active.alias, seen])
-    if digest == context.cursor or not events:
-        return dg.SkipReason("no change in the topics since the last observation")
-    return dg.SensorResult(asset_events=events, cursor=digest)
+    return _observed(context, events, [active.alias, seen])

@@ -44,8 +44,10 @@ from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.contract import ErrorClass, oversized
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
+from eos_pipeline.core.failover.table_position import row_topic
 from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.positions import needs_log_start, start_offset
 from eos_pipeline.core.tokens import dedup_token
 from eos_pipeline.sinks.clickhouse_reports import (
     BatchReport,
@@ -212,11 +214,11 @@ class ClickHousePartitionSync:
         return end
 
     def _next_start(self, tp: TopicPartition, state: SinkState | None, target: int) -> int:
-        if state is not None:
-            return state.range.start if state.phase is Phase.BEFORE else state.range.end
-        if self.spec.reset == "latest":
-            return target
-        return start_offsets(self.kafka, tp.topic)[tp.partition]
+        """``core.positions.start_offset``, asking Kafka for the log start only if needed."""
+        log_start = None
+        if needs_log_start(state, self.spec.reset):
+            log_start = start_offsets(self.kafka, tp.topic)[tp.partition]
+        return start_offset(state, self.spec.reset, end=target, log_start=log_start)
 
     def _process(
         self, lease: Lease, state: SinkState | None, batch: KafkaBatch, tid: str
@@ -333,7 +335,14 @@ class ClickHousePartitionSync:
             values, stamps = [values[i] for i in keep], [stamps[i] for i in keep]
         payload = decode_json_arrow(values, self.spec.schema)
         if payload is not None:
-            table = add_source_columns(payload, self.spec.schema.source, batch.tp, offsets, stamps)
+            table = add_source_columns(
+                payload,
+                self.spec.schema.source,
+                batch.tp,
+                offsets,
+                stamps,
+                self.row_topic(batch.tp.topic),
+            )
             sent = self.sink.insert_chunk(self.spec.database, self.spec.table, table, token)
             return sent, dead
         decoded = decode_json(values, self.spec.schema)
@@ -351,7 +360,7 @@ class ClickHousePartitionSync:
             return 0, dead  # a range of markers, aborted or bad records: the position still moves
         src = self.spec.schema.source
         columns = dict(decoded.columns)
-        columns[src.topic] = [batch.tp.topic] * len(decoded.index)
+        columns[src.topic] = [self.row_topic(batch.tp.topic)] * len(decoded.index)
         columns[src.partition] = [batch.tp.partition] * len(decoded.index)
         columns[src.offset] = [offsets[i] for i in decoded.index]
         if src.timestamp is not None:
@@ -360,6 +369,11 @@ class ClickHousePartitionSync:
             ]
         sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
         return sent, dead
+
+    def row_topic(self, topic: str) -> str:
+        """The source topic rows read from ``topic`` store: with clusters, ``<cluster>:<topic>``
+        (the same name holds other records on each cluster; the check tells them apart)."""
+        return topic if self.cluster is None else row_topic(self.cluster, topic)
 
     def _oversized(self, keys: list[bytes | None], values: list[bytes | None]) -> list[int]:
         """Positions of records above ``max_record_bytes``; a bulk bound first, then per record."""

@@ -75,6 +75,18 @@ class SyncReport:
         return [b.case for b in self.batches]
 
 
+def case_summary(cases: list[str]) -> str:
+    """The cases of a run's batches in order, a repeat shown once with its count (a run that
+    followed the stream steps a partition many times)."""
+    parts: list[tuple[str, int]] = []
+    for case in cases:
+        if parts and parts[-1][0] == case:
+            parts[-1] = (case, parts[-1][1] + 1)
+        else:
+            parts.append((case, 1))
+    return ", ".join(case if n == 1 else f"{case} x{n}" for case, n in parts)
+
+
 def state_of(record: KeeperRecord | None) -> SinkState | None:
     """The sink state a keeper record holds, or None before its first write."""
     if record is None or not record.has_state:
@@ -83,4 +95,4 @@ def state_of(record: KeeperRecord | None) -> SinkState | None:
     return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
 
 
-__all__ = ["BatchReport", "ClickHouseTableSpec", "SyncReport", "state_of"]
+__all__ = ["BatchReport", "ClickHouseTableSpec", "SyncReport", "case_summary", "state_of"]

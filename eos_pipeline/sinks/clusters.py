@@ -13,6 +13,7 @@ from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
 from eos_pipeline.adapters.keeper import KeeperStateStore
+from eos_pipeline.adapters.sync_archive import record_syncs
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, SyncReport
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
@@ -31,6 +32,8 @@ def active_sync(
     """The sink loop on the active cluster (refused while a switch is in flight)."""
     active = FailoverStates(store).active(fp.name, fp.initial)
     kafka = fp.settings[active]
+    # Keep the syncs a switch away from here would need, should this cluster go down.
+    record_syncs(store, fp, active)
     return ClickHousePartitionSync(
         spec,
         kafka,
@@ -72,6 +75,7 @@ def run_active_clickhouse(
         for physical in fp.clusters.topics(topic, sync.cluster):
             for partition in range(partitions_of(sync.kafka, physical.topic)):
                 reports.append(sync.run(TopicPartition(physical.topic, partition)))
+    record_syncs(store, fp, sync.cluster)
     return reports
 
 

@@ -43,7 +43,8 @@ from eos_pipeline.adapters.kafka import (
     start_offsets,
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import first_offset, read_offset_syncs
+from eos_pipeline.adapters.mirror import first_offset
+from eos_pipeline.adapters.sync_archive import record_syncs, refresh
 from eos_pipeline.core.failover import SyncHistory
 from eos_pipeline.core.failover.table_position import (
     TablePosition,
@@ -55,6 +56,7 @@ from eos_pipeline.core.failover.table_position import (
 )
 from eos_pipeline.core.keeper_record import Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.positions import checkpoint_state, start_offset
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
 from eos_pipeline.sinks.hudi import (
     HudiPlan,
@@ -112,6 +114,7 @@ class ClusterHudiSync(HudiTableSync):
         self.fp = fp
         self.states = FailoverStates(store)
         self.cluster = self.states.active(fp.name, fp.initial)  # refused while switching
+        record_syncs(store, fp, self.cluster)  # for a switch away from here, should it go down
         kafka = fp.settings[self.cluster]
         dead_letters = DeadLetterWriter(kafka, dead_letter_topic, spec.pipeline)
         super().__init__(spec, kafka, spark, dead_letters, fault=fault, source_hook=source_hook)
@@ -139,12 +142,8 @@ class ClusterHudiSync(HudiTableSync):
         """Move a position stored on another cluster to the active one (pending marks)."""
         fp, topics = self.fp, (self.spec.topic,)
         flows = flows_needed(stored, self.cluster, fp.clusters, topics) & set(fp.clusters.flows)
-        histories: dict = {}
-        for flow in sorted(flows):
-            holder = fp.settings[flow.offset_syncs_cluster(fp.offset_syncs_location)]
-            histories[flow] = read_offset_syncs(
-                holder, flow, location=fp.offset_syncs_location, policy=fp.clusters.policy
-            )
+        # from the syncs topic, or the keeper's copy while the old cluster does not answer
+        histories = {flow: refresh(self.states.store, fp, flow) for flow in sorted(flows)}
 
         def floor(tp: TopicPartition) -> int:
             try:
@@ -225,12 +224,15 @@ class ClusterHudiSync(HudiTableSync):
         ]
         if unmarked:  # written before marks were kept: mark the record before each position
             position = position.advanced({}, _marks_before(kafka, unmarked, position, lows))
-        start_at: dict[TopicPartition, int] = {}
-        for tp in sorted(ends):
-            stored_at = position.positions.get(tp)
-            if stored_at is None:
-                stored_at = lows[tp] if spec.reset == "earliest" else ends[tp]
-            start_at[tp] = stored_at
+        start_at = {  # the one rule: stored position, else the reset policy
+            tp: start_offset(
+                checkpoint_state(position.positions.get(tp)),
+                spec.reset,
+                end=ends[tp],
+                log_start=lows[tp],
+            )
+            for tp in sorted(ends)
+        }
         # Where this cluster's stretch starts: after a move, the resume point found above (all
         # before it was written from the other cluster); a partition read for the first time,
         # its first offset. Kept until the next move, for the exactly-once check.
@@ -290,11 +292,11 @@ class ClusterHudiSync(HudiTableSync):
         self._after = plan.position.advanced(ends, marks)
         return self._after.encode(), plan.moved
 
-    def _to_table(self, good: DataFrame) -> DataFrame:
+    def table_rows(self, good: DataFrame) -> DataFrame:
         """Rows whose source topic names the cluster too (``B:T``), see ``row_topic``."""
         column = self.spec.schema.source.topic
         prefix = row_topic(self.cluster, "")
-        return super()._to_table(good).withColumn(column, F.concat(F.lit(prefix), F.col(column)))
+        return super().table_rows(good).withColumn(column, F.concat(F.lit(prefix), F.col(column)))
 
     def run_plan(self, plan: HudiPlan) -> HudiReport:
         assert isinstance(plan, ClusterHudiPlan) and plan.position is not None

@@ -27,16 +27,17 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
-from eos_pipeline.adapters.hudi import CommitInfo, latest_commit, write_transaction
+from eos_pipeline.adapters.dlq import DeadLetterWriter
+from eos_pipeline.adapters.hudi import CommitInfo, Operation, latest_commit
 from eos_pipeline.adapters.kafka import KafkaSettings, start_offsets
-from eos_pipeline.adapters.spark import ERROR_CLASS_COLUMN, ERROR_COLUMN, split_tagged, tag_json
+from eos_pipeline.adapters.spark import ERROR_COLUMN, split_tagged, tag_json
 from eos_pipeline.core.checkpoint import checkpoint_key
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.positions import checkpoint_state
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused, plan_replay
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.hudi_rows import dead_letter
 from eos_pipeline.sinks.replay import ReplayReport
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class HudiReplay:
         report.markers = self.dead_letters.send_marker(tp, SINK, current.range)
         self.fault("replay_after_marker")
         tagged = tag_json(
-            self.sync._read({tp: current.range}),
+            self.sync.read({tp: current.range}),
             spec.schema,
             max_record_bytes=spec.max_record_bytes,
         ).persist()
@@ -101,13 +102,7 @@ class HudiReplay:
             counted = total.collect()[0]
             report.records_read = int(counted["n"])
             letters = [
-                DeadLetter(
-                    row["offset"],
-                    None if row["key"] is None else bytes(row["key"]),
-                    None if row["value"] is None else bytes(row["value"]),
-                    row[ERROR_CLASS_COLUMN],
-                    row[ERROR_COLUMN],
-                )
+                dead_letter(row)
                 for row in (bad.orderBy("offset").collect() if counted["bad"] else [])
             ]
             report.dead_letters = self.dead_letters.send(tp, letters)
@@ -116,7 +111,7 @@ class HudiReplay:
                 commit = self._commit(stale, commit, current, "delete")
                 report.commits.append(commit.instant_time)
             self.fault("replay_after_delete")
-            table = self.sync._to_table(good)
+            table = self.sync.table_rows(good)
             report.rows_written = report.records_read - report.dead_letters
             commit = self._commit(table, commit, current, "upsert")
             report.commits.append(commit.instant_time)
@@ -163,28 +158,21 @@ class HudiReplay:
         return rows, int(rows.count())
 
     def _commit(
-        self, df: DataFrame, previous: CommitInfo, plan: ReplayPlan, operation: str
+        self, df: DataFrame, previous: CommitInfo, plan: ReplayPlan, operation: Operation
     ) -> CommitInfo:
         """One commit carrying ``previous``'s checkpoint unchanged (never backwards)."""
-        spec = self.spec
         if plan.range.end > previous.checkpoint.get(plan.tp, 0):
             raise ReplayRefused(f"{plan.tp}: the checkpoint moved below {plan.range}")
-        options = self.sync._write_options()
+        options = self.sync.write_options()
         version = options.get("hoodie.write.table.version")
         key = checkpoint_key(int(version) if version else None)
         options[key + REPLAY_METADATA_SUFFIX] = f"{plan.tp.partition}:{plan.range}"
-        return write_transaction(
+        return self.sync.write(
             df,
-            spec.table_path,
-            spec.table_name,
             previous.checkpoint,
-            table_type=spec.table_type,
-            record_key_fields=spec.record_key_fields,
-            ordering_field=spec.ordering_field,
-            partition_fields=spec.partition_fields,
-            operation=operation,  # type: ignore[arg-type]
             partition_count=len(previous.checkpoint),
-            expected_previous=previous.checkpoint,
+            previous=previous.checkpoint,
             topic_id=previous.topic_id,
+            operation=operation,
             options=options,
         )

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from eos_pipeline.stack.artifacts import default_cache_dir, ensure_bundle
+from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 from eos_pipeline.stack.config import ServiceStatus, StackConfig, StackError
 from eos_pipeline.stack.kafka_broker import kafka_ready, start_kafka
 from eos_pipeline.stack.processes import (
@@ -117,12 +117,15 @@ class Stack:
         (self.config.state_dir / "stack.json").write_text(
             json.dumps(asdict(self.config), default=str, indent=1)
         )
+        spark_ready = None
+        if self.config.spark:  # launched first: its JVM boots while ZooKeeper and Kafka start
+            from eos_pipeline.stack.spark_connect import launch_spark
+
+            spark_ready = launch_spark(self, java)
         self._start_zookeeper(java)
         self._start_kafka(java)
-        if self.config.spark:
-            from eos_pipeline.stack.spark_connect import start_spark
-
-            start_spark(self, java)
+        if spark_ready is not None:
+            spark_ready()
 
     def down(self, timeout: float = 30.0) -> None:
         # Spark first (its jobs read Kafka), then Kafka: it holds client connections and a

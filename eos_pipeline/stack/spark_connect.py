@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from eos_pipeline.stack.artifacts import default_cache_dir, ensure_bundle
+from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 from eos_pipeline.stack.config import StackConfig, StackError
 from eos_pipeline.stack.processes import log_tail, wait_ready
 
@@ -296,13 +296,25 @@ def _launch(stack: Stack, name: str, command: list[str], env: dict[str, str]) ->
 
 def start_spark(stack: Stack, java: str | None = None) -> None:
     """Start (or check) the standalone cluster if asked for, then the Connect server."""
+    launch_spark(stack, java)()
+
+
+def launch_spark(stack: Stack, java: str | None = None) -> Callable[[], None]:
+    """Start the Spark services, but return before the Connect server is ready: the returned
+    function waits for it (and must be called).
+
+    The server's JVM is the slowest start of the stack (15-25 s here, mostly loading classes
+    and the Hudi bundle) and needs nothing else of the stack to boot, so ``stack up`` launches
+    it first and lets it boot while ZooKeeper and Kafka start. A standalone master and its
+    workers are started and waited for here: the server registers with them as it boots.
+    """
     del java  # PySpark's scripts find Java themselves (JAVA_HOME, else java on PATH)
     cfg = stack.config
     if cfg.spark_workers > 0:
         _start_master(stack)
         for name in worker_names(cfg.spark_workers):
             _start_worker(stack, name)
-    _start_connect(stack)
+    return _launch_connect(stack)
 
 
 def _start_master(stack: Stack) -> None:
@@ -364,7 +376,8 @@ def _start_worker(stack: Stack, name: str) -> None:
     stack.say(f"{name} registered with {cfg.spark_master_url}")
 
 
-def _start_connect(stack: Stack) -> None:
+def _launch_connect(stack: Stack) -> Callable[[], None]:
+    """Launch the Connect server (or check a running one); return the wait for its readiness."""
     cfg = stack.config
     url = cfg.spark_connect_url
     if pid := stack._running_pid(CONNECT):
@@ -374,7 +387,7 @@ def _start_connect(stack: Stack) -> None:
                 f"{stack.log_path(CONNECT)} or run `eos-pipeline stack down`."
             )
         stack.say(f"{CONNECT} already running (pid {pid}) at {url}")
-        return
+        return lambda: None
     stack._check_ports(CONNECT, {"--spark-connect-port": cfg.spark_connect_port})
     home = stack._dir(CONNECT)
     home.mkdir(parents=True, exist_ok=True)
@@ -384,17 +397,21 @@ def _start_connect(stack: Stack) -> None:
     began = time.monotonic()
     pid = _launch(stack, CONNECT, connect_command(cfg, jars, home), _env(cfg))
     stack.say(f"starting {CONNECT} (pid {pid}, Spark on {spark_master(cfg)}) ...")
-    log = stack.log_path(CONNECT)
-    errors: list[str] = []
-    try:
-        wait_ready(CONNECT, lambda: connect_ready(url, errors), pid, log, timeout=300)
-    except StackError as exc:
-        if errors:
-            raise StackError(f"{exc}\nLast answer of the probe query: {errors[-1]}") from None
-        raise
-    except Exception as exc:  # a client-side failure: say where the server's log is
-        raise StackError(f"{CONNECT}: readiness probe failed: {exc}\n{log_tail(log)}") from exc
-    stack.say(f"{CONNECT} ready at {url} in {time.monotonic() - began:.1f}s")
+
+    def wait() -> None:
+        log = stack.log_path(CONNECT)
+        errors: list[str] = []
+        try:
+            wait_ready(CONNECT, lambda: connect_ready(url, errors), pid, log, timeout=300)
+        except StackError as exc:
+            if errors:
+                raise StackError(f"{exc}\nLast answer of the probe query: {errors[-1]}") from None
+            raise
+        except Exception as exc:  # a client-side failure: say where the server's log is
+            raise StackError(f"{CONNECT}: readiness probe failed: {exc}\n{log_tail(log)}") from exc
+        stack.say(f"{CONNECT} ready at {url} in {time.monotonic() - began:.1f}s")
+
+    return wait
 
 
 __all__ = [
@@ -404,6 +421,7 @@ __all__ = [
     "WORKER_PREFIX",
     "connect_command",
     "connect_ready",
+    "launch_spark",
     "server_conf",
     "server_jars",
     "server_version",

@@ -12,6 +12,8 @@ import time
 import pytest
 
 from eos_pipeline.adapters.spark_remote import (
+    DEFAULT_RETRY_SECONDS,
+    RETRY_SECONDS_ENV,
     STACK_COMMAND,
     SparkConnectError,
     SparkServerMissingJar,
@@ -22,6 +24,8 @@ from eos_pipeline.adapters.spark_remote import (
     missing_jar_message,
     missing_jars,
     redact,
+    retry_policy,
+    retry_seconds,
     unreachable_message,
     version_mismatch_message,
     with_token,
@@ -74,6 +78,17 @@ def test_failures_after_connecting_are_classified() -> None:
         RuntimeError("<_MultiThreadedRendezvous StatusCode.UNAVAILABLE ...>"), "sc://s:1"
     )
     assert isinstance(gone, SparkServerUnreachable) and STACK_COMMAND in str(gone)
+    dead = classify(
+        RuntimeError(
+            "<_InactiveRpcError of RPC that terminated with:\n"
+            "\tstatus = StatusCode.UNAVAILABLE\n"
+            '\tdetails = "failed to connect to all addresses; last error: Connection refused"\n'
+            '\tdebug_error_string = "UNKNOWN:Error received from peer"\n>'
+        ),
+        "sc://s:1",
+    )
+    assert isinstance(dead, SparkServerUnreachable)
+    assert "(failed to connect to all addresses; last error: Connection refused)" in str(dead)
     missing = classify(
         RuntimeError("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: `hudi`."), "sc://s:1"
     )
@@ -96,3 +111,40 @@ def test_connecting_where_no_server_listens_fails_at_once_and_says_what_to_do() 
         connect(url)
     assert time.monotonic() - began < 10
     assert url in str(err.value) and STACK_COMMAND in str(err.value)
+
+
+def _retry_dead_server(policy: dict[str, float]) -> tuple[int, float]:
+    """PySpark's own retry loop over calls that all fail as on a dead server: (calls, seconds
+    slept), with a fake clock."""
+    from pyspark.sql.connect.client.core import Retrying
+
+    slept: list[float] = []
+    calls = 0
+    with pytest.raises(ConnectionRefusedError):
+        for attempt in Retrying(can_retry=lambda _: True, sleep=slept.append, **policy):  # type: ignore[arg-type]
+            with attempt:
+                calls += 1
+                raise ConnectionRefusedError("StatusCode.UNAVAILABLE")
+    return calls, sum(slept)
+
+
+@pytest.mark.parametrize("budget", [0.0, 5.0, DEFAULT_RETRY_SECONDS, 300.0])
+def test_the_clients_retries_of_a_dead_server_fit_the_budget(budget: float) -> None:
+    """PySpark's default policy retries for about ten minutes; ours gives up within the budget
+    and uses most of it (a server restarted meanwhile is found again)."""
+    for _ in range(20):  # the jitter is random: its largest value still fits
+        calls, slept = _retry_dead_server(retry_policy(budget))
+        assert calls == retry_policy(budget)["max_retries"] + 1
+        # all of it at most, most of it at least (a server restarted meanwhile is found again;
+        # the random jitter of each wait is between 0 and 0.5 s)
+        assert 0.8 * budget <= slept <= budget, (budget, slept)
+    assert retry_policy(DEFAULT_RETRY_SECONDS)["max_retries"] >= 5
+
+
+def test_the_retry_budget_comes_from_the_environment() -> None:
+    assert DEFAULT_RETRY_SECONDS == 60
+    assert retry_seconds({}) == DEFAULT_RETRY_SECONDS
+    assert retry_seconds({RETRY_SECONDS_ENV: " 12.5 "}) == 12.5
+    for bad in ("soon", "-1"):
+        with pytest.raises(SparkConnectError, match=RETRY_SECONDS_ENV):
+            retry_seconds({RETRY_SECONDS_ENV: bad})

@@ -39,6 +39,7 @@ from eos_pipeline.core.planning import (
     recovery_order,
     stray_keys,
 )
+from eos_pipeline.core.planning.follow import FOLLOW_TAG
 
 SINK = "p.clickhouse"
 T = "events"
@@ -292,6 +293,28 @@ def test_chdb_a_queued_run_waits_a_running_one_gets_the_next_behind_it() -> None
     (run,) = chdb(state, busy={K0}).runs
     assert _range(run) == (K2, K2)
     assert chdb(TopicState(T, {0: 3}, {0: after(0, 3)})) == Plan(skip_reason=CAUGHT_UP)
+
+
+def test_chdb_following_run_covers_every_partition_and_stops_further_requests() -> None:
+    # only partition 1 lags, yet a following run covers all four: it writes whatever arrives
+    state = TopicState(T, {0: 3, 1: 5, 2: 3, 3: 3}, {p: after(0, 3) for p in range(4)})
+    (run,) = chdb(state, follow=True).runs
+    assert _range(run) == (K0, K3) and run.tags[FOLLOW_TAG] == "true"
+    (plain,) = chdb(state).runs
+    assert _range(plain) == (K1, K1) and FOLLOW_TAG not in plain.tags
+    # while it follows, nothing else is asked for (a run behind it would stop it)
+    following = chdb(state, busy={ANY_PARTITION}, follow=True, following=True)
+    assert following.runs == () and "follows the stream" in str(following.skip_reason)
+    # nothing lags: no following run either
+    idle = TopicState(T, {p: 3 for p in range(4)}, {p: after(0, 3) for p in range(4)})
+    assert chdb(idle, follow=True) == Plan(skip_reason=CAUGHT_UP)
+
+
+def test_server_runs_follow_their_own_partition() -> None:
+    (run,) = ch(TopicState(T, {0: 8}, {0: after(0, 3)}), follow=True).runs
+    assert run.partition_key == K0 and run.tags[FOLLOW_TAG] == "true"
+    # a partition whose (following) run is in flight is left to it
+    assert ch(TopicState(T, {0: 8}, {0: after(0, 3)}), busy={K0}, follow=True).runs == ()
 
 
 def test_chdb_unknown_partitions_and_several_topics() -> None:

@@ -220,3 +220,68 @@ def test_hudi_plan_backs_off_then_retries_a_killed_run() -> None:
     assert "retrying in 22s after 5 failures: the run's process died" in waiting.skip_reason
     (run,) = plan({(ANY_PARTITION, start): killed}, 132.0).runs
     assert run.run_key.endswith(":retry5")
+
+
+# ------------------------------------------------------------- a Hudi writer fenced by another
+
+FENCED = step(
+    (
+        "HudiFencedError",
+        "/t: fenced: a commit completed after 20261123 (eos-fenced). Nothing was committed; "
+        "the table's checkpoint is the other writer's, and the next run plans from it",
+    )
+)
+
+
+def test_a_fenced_hudi_writer_lost_a_race_it_is_not_a_person_fault() -> None:
+    found = diagnose(FENCED)
+    assert found.fault is Fault.RACE  # although its message says "fenced"
+    assert found.cause.startswith("HudiFencedError: /t: fenced")
+    # the keeper's fence (ClickHouse) still stops at once
+    assert diagnose(step(("FencedError", "fenced: epoch 7 > 6"))).fault is Fault.NEEDS_PERSON
+
+
+def test_judge_a_race_backs_off_growing_then_gives_up_naming_the_cause() -> None:
+    race = diagnose(FENCED)
+    # the backoff grows with the failures from one state, capped like every other
+    assert verdict(Failures(1, "r1", 99.0, race)).message == (
+        f"p0 (s): retrying in 1s after 1 failure: {race.cause}"
+    )
+    assert "retrying in 4s after 2 failures" in str(verdict(Failures(2, "r2", 100.0, race)).message)
+    assert verdict(Failures(2, "r2", 96.0, race)).run
+    assert verdict(Failures(5, "r5", 100.0, race), attempts=9).waiting
+    # max_attempts runs fenced from one state: stop, name the fence and what to look at
+    stop = verdict(Failures(3, "r3", 0.0, race))
+    assert not stop.run and not stop.waiting
+    assert stop.message == given_up_message("p0 (s)", "AFTER:4", Failures(3, "r3", 0.0, race), 3)
+    assert race.cause in str(stop.message)
+    assert "fenced at their commit" in str(stop.message) and "zombie write" in str(stop.message)
+
+
+def test_hudi_plan_after_a_zombie_commit_runs_at_once_else_retries_then_stops() -> None:
+    """A run fenced by a zombie's commit: the table moved, the next plan starts from the new
+    checkpoint and runs at once. Fenced again and again from one checkpoint: bounded retries."""
+
+    def plan(checkpoint: int, failures: dict, now: float):  # type: ignore[no-untyped-def,type-arg]
+        return plan_hudi(
+            "h", "/t", T, ends={0: 9}, ordered_keys=[K0],
+            checkpoint={TopicPartition(T, 0): checkpoint}, busy=set(), failures=failures,
+            max_attempts=3, reset="earliest", now=now,
+        )  # fmt: skip
+
+    start = plan(1, {}, 0.0).runs[0].tags[START_STATE_TAG]
+    fenced = {(ANY_PARTITION, start): Failures(1, "r1", 100.0, diagnose(FENCED))}
+    # the zombie committed 1 -> 5: a new start state, no failure counted against it, no wait
+    (run,) = plan(5, fenced, 100.5).runs
+    assert run.tags[START_STATE_TAG] != start and not run.run_key.endswith(":retry1")
+    # the table did not move: the same backoff as any retry, then a run
+    waiting = plan(1, fenced, 100.5)
+    assert waiting.runs == () and waiting.given_up == ()
+    assert "retrying in 2s after 1 failure: HudiFencedError" in str(waiting.skip_reason)
+    (retry,) = plan(1, fenced, 102.5).runs
+    assert retry.run_key.endswith(":retry1")
+    # fenced max_attempts times from that one checkpoint: given up, the cause named
+    thrice = {(ANY_PARTITION, start): Failures(3, "r3", 100.0, diagnose(FENCED))}
+    stopped = plan(1, thrice, 1000.0)
+    assert stopped.runs == () and stopped.given_up == (stopped.skip_reason,)
+    assert "HudiFencedError" in str(stopped.skip_reason) and "zombie" in str(stopped.skip_reason)

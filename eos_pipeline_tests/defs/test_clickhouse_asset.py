@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -175,9 +177,83 @@ def test_a_key_range_run_writes_each_partition_once_with_its_own_numbers_and_che
             checks = run.get_asset_check_evaluations()
             assert sorted(c.partition for c in checks) == keys and all(c.passed for c in checks)
         assert sum(len(v) for v in dead.values()) > 0
-        ends = end_offsets(rig.kafka, rig.topic)
-        for p in range(3):
-            tp_dead = dead.get(rig_tp(rig, p), set())
-            assert _offset_counts(chdb_client, rig, p) == {
-                o: 1 for o in range(ends[p]) if o not in tp_dead
-            }
+        _assert_each_offset_once(chdb_client, rig, dead)
+
+
+def test_a_following_run_writes_records_that_arrive_after_it_caught_up(
+    make_rig: Callable[..., Rig], chdb_client: Client
+) -> None:
+    """A run the sensor tags to follow goes on writing new records once caught up, each
+    exactly once, and ends when the stream has been quiet for ``idle_seconds``."""
+    from eos_pipeline.core.planning.follow import FOLLOW_TAG
+    from eos_pipeline.defs.config import Follow
+    from eos_pipeline.sinks.clickhouse_reports import state_of
+
+    rig = make_rig(partitions=2)
+    pipeline = rig.config.pipelines[0]
+    assert pipeline.clickhouse is not None
+    follows = Follow(idle_seconds=2.0, poll_seconds=0.05)
+    pipeline = pipeline.model_copy(
+        update={"clickhouse": pipeline.clickhouse.model_copy(update={"follow": follows})}
+    )
+    rig.produce({0: 10, 1: 10})
+    defs = build_definitions(rig.config.model_copy(update={"pipelines": [pipeline]}))
+    keys = keys_for(rig.topic, 2)
+    asset = clickhouse_key(pipeline)
+    tags = {
+        ASSET_PARTITION_RANGE_START_TAG: keys[0],
+        ASSET_PARTITION_RANGE_END_TAG: keys[1],
+        FOLLOW_TAG: "true",
+    }
+    late: list[int] = []
+
+    def produce_once_caught_up() -> None:
+        # wait until the run has written the first 20 records (both positions at 10), then
+        # produce more in two bursts: only a run still following can write them
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with defs.resources["keeper"].store() as store:
+                records = store.read_many(rig.pipeline, "clickhouse", rig.topic)
+            states = [state_of(r.record) for r in records.values()]
+            if len(states) == 2 and all(s is not None and s.range.end >= 10 for s in states):
+                break
+            time.sleep(0.05)
+        else:
+            return
+        rig.produce({1: 7}, bad_every=4)
+        time.sleep(0.5)
+        rig.produce({0: 5})
+        late.append(12)
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
+        producer = threading.Thread(target=produce_once_caught_up)
+        producer.start()
+        run = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=dg.AssetSelection.assets(asset) | dg.AssetSelection.checks_for_assets(asset),
+            instance=instance,
+            resources=defs.resources,
+            tags=tags,
+        )
+        producer.join()
+        assert late == [12], "the run never caught up"
+        events = {
+            e.partition: e.materialization.metadata for e in run.get_asset_materialization_events()
+        }
+        # the late records were read by this run (10 + 5 and 10 + 7), after it had caught up
+        assert [events[k]["records_read"].value for k in keys] == [15, 17]
+        logs = [e.message for e in instance.all_logs(run.run_id) if e.message]
+        assert any("following ended: no new records for 2 s" in m for m in logs)
+        assert all(c.passed for c in run.get_asset_check_evaluations())
+    dead = dead_letter_offsets(rig.kafka, pipeline.dead_letter_topic, rig.pipeline)
+    assert sum(len(v) for v in dead.values()) > 0
+    _assert_each_offset_once(chdb_client, rig, dead)
+
+
+def _assert_each_offset_once(client: Client, rig: Rig, dead: dict) -> None:
+    """Every offset Kafka holds is in the table once, except the dead letters."""
+    ends = end_offsets(rig.kafka, rig.topic)
+    for p, end in ends.items():
+        tp_dead = dead.get(rig_tp(rig, p), set())
+        assert _offset_counts(client, rig, p) == {o: 1 for o in range(end) if o not in tp_dead}

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
 import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
 
 from eos_pipeline.adapters.failover import switch
-from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
+from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.assets import clickhouse_key
@@ -17,7 +15,12 @@ from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import parse_config
 from eos_pipeline.defs.failover import failover_pipeline
 from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+from eos_pipeline_tests.mirror_fixtures import (
+    clickhouse_pipeline_yaml,
+    produce_events,
+    two_cluster_topic,
+    wait_for_records,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -25,26 +28,13 @@ pytestmark = pytest.mark.integration
 def test_the_asset_reads_the_active_clusters_topics_once_each(
     cluster_settings: dict[str, KafkaSettings], zookeeper_hosts: str, chdb_client: Client
 ) -> None:
-    suffix = uuid.uuid4().hex[:8]
-    topic, name = f"t-asset-{suffix}", f"p_asset_{suffix}"
+    suffix, topic = two_cluster_topic(cluster_settings, "t-asset")
+    name = f"p_asset_{suffix}"
     a, b = cluster_settings["A"], cluster_settings["B"]
-    for settings in (a, b):
-        create_topic(settings, topic, partitions=1)
-    config = parse_config(
-        f"""
-keeper: {{hosts: '{zookeeper_hosts}', root: /eos_asset_{suffix}}}
-clickhouse: {{url: 'chdb://{chdb_client.path}'}}
-pipelines:
-  - name: {name}
-    kafka:
-      bootstrap_servers: '{a.bootstrap_servers}'
-      topics: [{topic}]
-      clusters: {{A: '{a.bootstrap_servers}', B: '{b.bootstrap_servers}'}}
-    schema: {{id: String}}
-    clickhouse: {{database: db_{name}, table: events}}
-""",
-        "test.yaml",
+    text = clickhouse_pipeline_yaml(
+        zookeeper_hosts, chdb_client.path, cluster_settings, name, topic
     )
+    config = parse_config(text, "test.yaml")
     defs = build_definitions(config)
     [key] = keys_for(topic, 1)
 
@@ -66,7 +56,7 @@ pipelines:
         first = materialize(instance)
         assert (first["cluster"], first["inserted"]) == ("A", 50)
         wait_for_records(b, TopicPartition(f"A.{topic}", 0), 50)
-        keeper = KeeperSettings(hosts=zookeeper_hosts, root=f"/eos_asset_{suffix}")
+        keeper = KeeperSettings(hosts=zookeeper_hosts, root=f"/eos_{name}")
         with KeeperStateStore(keeper) as store:
             switch(store, failover_pipeline(config.pipelines[0]), "B")
         produce_events(b, topic, 1, 20, prefix="b")

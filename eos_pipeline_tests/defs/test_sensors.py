@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -389,3 +390,109 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
             reason = result.skip_message or ""
             assert f"after {n} failures" in reason and "the run's process died" in reason
             assert "signal 9 (SIGKILL)" in reason
+
+
+def _following(config: PipelinesFile, idle_seconds: float) -> PipelinesFile:
+    """The same pipelines, their ClickHouse runs following the stream."""
+    from eos_pipeline.defs.config import Follow
+
+    pipelines = []
+    for p in config.pipelines:
+        assert p.clickhouse is not None
+        target = p.clickhouse.model_copy(update={"follow": Follow(idle_seconds=idle_seconds)})
+        pipelines.append(p.model_copy(update={"clickhouse": target}))
+    return config.model_copy(update={"pipelines": pipelines})
+
+
+def test_following_runs_cover_every_partition_and_nothing_is_asked_behind_them(
+    make_rig: Callable[..., Rig],
+) -> None:
+    from eos_pipeline.core.planning.follow import FOLLOW_TAG
+
+    rig = make_rig(partitions=3)
+    defs = build_definitions(_following(rig.config, 5))
+    server = build_definitions(_on_server(_following(rig.config, 5)))
+    keys = keys_for(rig.topic, 3)
+    lag = f"{rig.pipeline}_clickhouse_lag"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
+        assert not _evaluate(defs, lag, instance).run_requests  # nothing to follow yet
+        rig.produce({1: 4})
+        # chDB: one run over every partition (it writes whatever arrives anywhere)
+        (request,) = _evaluate(defs, lag, instance).run_requests
+        assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[2])
+        assert request.tags[FOLLOW_TAG] == "true"
+        # a server: each lagging partition's own run follows it
+        (single,) = _evaluate(server, lag, instance).run_requests
+        assert single.partition_key == keys[1] and single.tags[FOLLOW_TAG] == "true"
+        # while the following run is in flight nothing else is asked for, even with new records
+        job = dg.Definitions(jobs=[dg.define_asset_job("ch_job")]).get_job_def("ch_job")
+        running = instance.create_run_for_job(
+            job, tags=request.tags, status=dg.DagsterRunStatus.STARTED
+        )
+        rig.produce({0: 2})
+        assert "follows the stream" in (_evaluate(defs, lag, instance).skip_message or "")
+        # once it ended, the next one is asked for
+        instance.report_run_failed(running)
+        (after,) = _evaluate(defs, lag, instance).run_requests
+        assert after.tags[FOLLOW_TAG] == "true"
+        # a run without the tag (from the UI, a backfill) does not follow: see the asset test
+        plain = build_definitions(rig.config)
+        (unfollowed,) = _evaluate(plain, lag, instance).run_requests
+        assert FOLLOW_TAG not in unfollowed.tags
+
+
+def test_a_partition_that_needs_a_person_is_set_aside_and_the_others_go_on(
+    make_rig: Callable[..., Rig], chdb_client: Any
+) -> None:
+    """On chDB one run covers every lagging partition: one whose unread offsets were deleted
+    by retention must not stall the healthy one behind it."""
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from eos_pipeline.adapters.kafka import end_offsets, start_offsets
+    from eos_pipeline.core.planning.stuck import NEEDS_PERSON_TAG, decode
+
+    rig = make_rig(partitions=2)
+    defs = build_definitions(rig.config)
+    keys = keys_for(rig.topic, 2)
+    lag = f"{rig.pipeline}_clickhouse_lag"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
+        rig.produce({0: 10})
+        (first,) = _evaluate(defs, lag, instance).run_requests
+        assert _materialize_request(defs, instance, first).success  # partition 0 stands at 10
+        rig.produce({0: 20, 1: 6})
+        admin = admin_client(rig.kafka)  # keep a reference: the futures die with their client
+        for f in admin.delete_records([KafkaTopicPartition(rig.topic, 0, 20)]).values():
+            f.result(30)
+        assert start_offsets(rig.kafka, rig.topic)[0] == 20
+
+        (both,) = _evaluate(defs, lag, instance).run_requests
+        assert both.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
+        failed = _materialize_request(defs, instance, both, raise_on_error=False)
+        assert not failed.success
+        # partition 1 was written and materialized; partition 0 is named on the run
+        asset = clickhouse_key(rig.config.pipelines[0])
+        event = instance.get_latest_materialization_event(asset)
+        assert event is not None and event.asset_materialization is not None
+        assert event.asset_materialization.partition == keys[1]
+        assert event.asset_materialization.metadata["written_by_run"].value == failed.run_id
+        tags = instance.get_run_by_id(failed.run_id).tags
+        ((key, (label, cause)),) = decode(tags[NEEDS_PERSON_TAG]).items()
+        assert key == keys[0] and label == "AFTER:0-10" and "no longer in the log" in cause
+        rows = chdb_client.query(
+            f"SELECT _offset, count() FROM `{rig.database}`.events WHERE _topic = {{t:String}} "
+            "AND _partition = 1 GROUP BY _offset",
+            parameters={"t": rig.topic},
+        ).result_rows
+        ends = end_offsets(rig.kafka, rig.topic)
+        assert {int(o): int(n) for o, n in rows} == {o: 1 for o in range(ends[1])}
+
+        # more records in both: the next run covers partition 1 only, with a warning for 0
+        rig.produce({0: 1, 1: 2})
+        (healthy,) = _evaluate(defs, lag, instance).run_requests
+        assert healthy.partition_key_range == dg.PartitionKeyRange(keys[1], keys[1])
+        assert _materialize_request(defs, instance, healthy).success
+        # nothing else lags: the skip reason names the partition set aside and what to do
+        reason = _evaluate(defs, lag, instance).skip_message or ""
+        assert keys[0] in reason and "until a person acts" in reason

@@ -343,6 +343,9 @@ COMMANDS = {
 }
 
 
+from eos_pipeline_tests.faults.failover_child import COMMANDS as FAILOVER_COMMANDS  # noqa: E402
+
+
 def _setup_logging() -> None:
     # A hung child can be asked for its stacks: the harness sends SIGUSR1 before killing it.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -357,6 +360,9 @@ def _setup_logging() -> None:
 def main(argv: list[str]) -> None:
     _setup_logging()
     command, job = argv[1], json.loads(argv[2])
+    if command in FAILOVER_COMMANDS:  # two clusters: eos_pipeline_tests.faults.failover_child
+        FAILOVER_COMMANDS[command](job, _counting_fault(), _emit)
+        return
     COMMANDS[command](job)
 
 

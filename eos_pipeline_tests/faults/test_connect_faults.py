@@ -17,18 +17,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from hudi import HudiTableBuilder
 
 from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
+from eos_pipeline.adapters.spark_remote import RETRY_SECONDS_ENV, STACK_COMMAND
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.stack.services import Stack, StackConfig, pid_alive, port_in_use
 from eos_pipeline.stack.spark_connect import CONNECT, start_spark
-from eos_pipeline_tests.faults.harness import FaultRig, run_child
+from eos_pipeline_tests.faults.harness import Child, FaultRig, run_child
 from eos_pipeline_tests.faults.test_hudi_faults import HudiChild
 from eos_pipeline_tests.support.faults import MID_HUDI_WRITE_STEP
+from eos_pipeline_tests.support.hudi_rows import hudi_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -40,13 +40,7 @@ def remote_job(rig: FaultRig, remote: str, **extra: object) -> dict[str, object]
 
 def table_offsets(rig: FaultRig) -> dict[int, dict[int, int]]:
     """``{partition: {offset: rows}}`` of the table's latest snapshot, read with hudi-rs."""
-    batches = HudiTableBuilder.from_base_uri(rig.hudi_path).build().read()
-    table = pa.Table.from_batches(batches).select(["_partition", "_offset"])
-    out: dict[int, dict[int, int]] = {}
-    for p, o in zip(table["_partition"].to_pylist(), table["_offset"].to_pylist(), strict=True):
-        out.setdefault(int(p), {})
-        out[int(p)][int(o)] = out[int(p)].get(int(o), 0) + 1
-    return out
+    return hudi_offsets(rig.hudi_path)
 
 
 def assert_exact(rig: FaultRig) -> int:
@@ -112,6 +106,32 @@ def restarted_after_a_kill(stack: Stack) -> Iterator[None]:
         )
 
 
+#: The retry budget of the idle client below (the product's default is 60 s).
+IDLE_RETRY_S = 8.0
+
+
+class IdleClient:
+    """A connected client (``support.connect_client_child``) that asks its server for work
+    when told: timed while the server is down, it shows the client's retries are bounded."""
+
+    def __init__(self, remote: str, folder: Path) -> None:
+        self.ready, self.go = folder / "idle.ready", folder / "idle.go"
+        job = {"remote": remote, "ready": str(self.ready), "go": str(self.go)}
+        env = {RETRY_SECONDS_ENV: str(IDLE_RETRY_S)}
+        self.child = Child(
+            "idle", job, env, module="eos_pipeline_tests.support.connect_client_child"
+        )
+
+    def wait_ready(self) -> None:
+        wait_for("the idle client to connect", self.ready.exists, 300)
+
+    def outcome(self) -> dict[str, object]:
+        """How its query after ``go`` ended (``go`` is touched while the server is down)."""
+        done = self.child.wait(IDLE_RETRY_S + 300)
+        assert done.returncode == 0, done.tail()
+        return done.result  # type: ignore[no-any-return]
+
+
 # --------------------------------------------------------------------------- 1. zombie write
 @pytest.mark.spark_cluster
 def test_zombie_write_on_the_server_and_the_next_run_at_once_stay_exact(
@@ -159,13 +179,16 @@ def test_server_killed_mid_write_then_restarted_and_a_dropped_session_go_on_exac
 ) -> None:
     """SIGKILL the Connect server while a run's write executes on it, then start it again.
 
-    The killed write never completes. Its client does not give up: PySpark's Connect client
-    retries (for minutes) and, finding its operation unknown to the new server, sends the same
-    write again. Meanwhile a second run, connected and planned before the crash and held before
-    its write, writes through a session the new server never had. Both carry the same range from
-    the same checkpoint: at most one commits it, the other is fenced or fails with a named error,
-    and a catch-up run leaves the table exact. (The session's server is restarted in place, so
-    later tests get a working one.)
+    The killed write never completes. Its client does not give up at once: the Connect client
+    retries (for up to ``EOS_SPARK_CONNECT_RETRY_SECONDS``, 60 s by default) and, finding its
+    operation unknown to the new server, sends the same write again. Meanwhile a second run,
+    connected and planned before the crash and held before its write, writes through a session
+    the new server never had. Both carry the same range from the same checkpoint: at most one
+    commits it, the other is fenced or fails with a named error, and a catch-up run leaves the
+    table exact. A third, idle client with an 8 s retry budget asks the dead server for work: it
+    fails within that budget, naming the URL and the command that starts the server (PySpark's
+    own default would retry for about ten minutes). (The session's server is restarted in place,
+    so later tests get a working one.)
     """
     remote = spark_connect.spark_connect_url
     stack = Stack(spark_connect, say=lambda line: print(f"[stack] {line}"))
@@ -173,7 +196,9 @@ def test_server_killed_mid_write_then_restarted_and_a_dropped_session_go_on_exac
     release = tmp_path / "release"
     pause = {"EOS_FAULT_PAUSE_STEP": "before_hudi_write", "EOS_FAULT_PAUSE_FILE": str(release)}
     held = HudiChild(remote_job(rig, remote), pause)
+    idle = IdleClient(remote, tmp_path)
     wait_for("the held run to reach its write", lambda: list(tmp_path.glob("release.*.reached")))
+    idle.wait_ready()
 
     before = timeline(rig)
     writer = HudiChild(remote_job(rig, remote))
@@ -184,6 +209,8 @@ def test_server_killed_mid_write_then_restarted_and_a_dropped_session_go_on_exac
     )
     with restarted_after_a_kill(stack):
         killed = {n.split(".")[0] for n in timeline(rig) - before if n.endswith(".inflight")}
+        idle.go.touch()  # it gives up long before the restarted server answers (12 s or more)
+    gave_up = idle.outcome()
 
     release.touch()
     outcomes = {"dropped session": held.wait().result, "server died": writer.wait().result}
@@ -194,6 +221,11 @@ def test_server_killed_mid_write_then_restarted_and_a_dropped_session_go_on_exac
         if not outcome["ok"]:  # refused or failed, never anonymously
             assert outcome["error"] not in ("Exception", "RuntimeError"), outcomes
             assert outcome["message"], outcomes
+    # A client whose server is gone gives up after its retry budget, naming URL and command.
+    print(f"idle client, server gone: failed after {gave_up['seconds']:.1f}s: {gave_up['error']}")
+    assert gave_up["error"] == "SparkServerUnreachable", gave_up
+    assert remote in gave_up["message"] and STACK_COMMAND in gave_up["message"], gave_up
+    assert IDLE_RETRY_S * 0.5 <= gave_up["seconds"] <= IDLE_RETRY_S + 15, gave_up
     catch_up(rig, remote)
     assert not any(completed(rig, i) for i in killed), "the killed server's write completed"
     assert assert_exact(rig) == rig.produced.total - len(rig.produced.bad)

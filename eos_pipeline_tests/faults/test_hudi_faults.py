@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,8 @@ from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
 from eos_pipeline.stack.services import StackConfig
 from eos_pipeline_tests.faults.child import _read_hudi_offsets
 from eos_pipeline_tests.faults.harness import SCHEMA_MAPPING, Child, ChildResult, FaultRig
-from eos_pipeline_tests.faults.test_infrastructure import OwnStack
 from eos_pipeline_tests.support.faults import FAULT_ENV, hudi_fault
+from eos_pipeline_tests.support.own_stack import OwnStack
 from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -207,16 +207,6 @@ def test_spark_task_always_failing_fails_the_run_clearly_and_commits_nothing(
 
 
 # ------------------------------------------------------------------- 3. broker restart mid-read
-@pytest.fixture(scope="module")
-def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnStack]:
-    own = OwnStack(tmp_path_factory.mktemp("hudi-own-stack"))
-    own.stack.up()
-    try:
-        yield own
-    finally:
-        own.stack.down()
-
-
 def test_kafka_broker_restarted_during_a_hudi_read(
     own_stack: OwnStack, spark: SparkSession, tmp_path: Path
 ) -> None:

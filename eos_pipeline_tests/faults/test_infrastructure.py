@@ -2,16 +2,15 @@
 refusing inserts. Each ends in a run that rides it out, or a run that fails saying what broke;
 never a moved position without the data. Then a retry converges and the data is exact.
 
-ZooKeeper and Kafka are stopped and started for real, so this module runs its own stack on free
-ports (the session stack other tests use is never touched).
+ZooKeeper and Kafka are stopped and started for real, so these tests run on a stack of their own
+on free ports (``own_stack``, shared with the Hudi broker-restart test; the session stack other
+tests use is never touched).
 """
 
 from __future__ import annotations
 
-import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,53 +22,10 @@ from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore, KeeperUnavailableError
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.stack.services import Stack, StackConfig, find_java, free_port
 from eos_pipeline_tests.faults.harness import FaultRig
+from eos_pipeline_tests.support.own_stack import OwnStack
 
 pytestmark = pytest.mark.integration
-
-
-class OwnStack:
-    """A ZooKeeper + Kafka pair this module may stop and start at will."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.config = StackConfig(
-            state_dir=state_dir,
-            zookeeper_port=free_port(),
-            kafka_port=free_port(),
-            controller_port=free_port(),
-        )
-        self.stack = Stack(self.config, say=lambda line: print(f"[own stack] {line}"))
-
-    def stop(self, name: str) -> None:
-        """SIGKILL the service: a crash, not a clean shutdown."""
-        pid = self.stack._running_pid(name)
-        assert pid is not None, f"{name} is not running"
-        Stack._signal_group(pid, signal.SIGKILL)
-        while self.stack._running_pid(name) is not None:
-            time.sleep(0.05)
-
-    def start(self, name: str) -> None:
-        java = find_java()
-        if name == "zookeeper":
-            self.stack._start_zookeeper(java)
-        else:
-            self.stack._start_kafka(java)
-
-    def restart_later(self, name: str, delay: float) -> threading.Thread:
-        thread = threading.Thread(target=lambda: (time.sleep(delay), self.start(name)))
-        thread.start()
-        return thread
-
-
-@pytest.fixture(scope="module")
-def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnStack]:
-    own = OwnStack(tmp_path_factory.mktemp("own-stack"))
-    own.stack.up()
-    try:
-        yield own
-    finally:
-        own.stack.down()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ against the offsets read back from Kafka (read_committed) minus the ones sent to
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,46 +16,39 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
-from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
-    create_topic,
     end_offsets,
     idempotent_producer,
     produce_all,
     read_range,
 )
-from eos_pipeline.adapters.keeper import FencedError, KeeperSettings, KeeperStateStore
+from eos_pipeline.adapters.keeper import FencedError
 from eos_pipeline.core.dedup import OffsetRegressionError
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import (
     ClickHousePartitionSync,
     ClickHouseTableSpec,
 )
+from eos_pipeline_tests.sinks.clickhouse_stage import (
+    SCHEMA,
+    ClickHouseStage,
+    InjectedCrash,
+    clickhouse_stage,
+)
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = TableSchema.from_mapping({"id": "Int64", "name": "String"})
-
-
-class InjectedCrash(Exception):
-    """Stands in for the process dying at a step boundary (the SIGKILL variant is in the fault
-    suite); nothing after the boundary runs, which is what matters for the state left behind."""
-
 
 @dataclass
-class Rig:
-    kafka: KafkaSettings
-    store: KeeperStateStore
-    sink: ClickHouseSink
-    topic: str
-    database: str
-    pipeline: str
-    dlq_topic: str
+class Rig(ClickHouseStage):
     produced: dict[int, list[int]] = field(default_factory=dict)
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"{self.topic}.dlq"
 
     def spec(self, **kw: object) -> ClickHouseTableSpec:
         return ClickHouseTableSpec(
@@ -72,9 +64,6 @@ class Rig:
             DeadLetterWriter(self.kafka, self.dlq_topic, self.pipeline),
             fault=fault,
         )
-
-    def table_offsets(self, partition: int) -> dict[int, int]:
-        return dict(self.sink.offsets_in_table(self.database, "events", self.topic, partition))
 
     def kafka_offsets(self, partition: int) -> list[int]:
         end = end_offsets(self.kafka, self.topic)[partition]
@@ -104,19 +93,10 @@ class Rig:
 def rig(
     kafka_settings: KafkaSettings, zookeeper_hosts: str, chdb_client: Client, topic_name: str
 ) -> Iterator[Rig]:
-    suffix = uuid.uuid4().hex[:8]
-    database = re.sub(r"[^A-Za-z0-9_]", "_", f"db_{suffix}")
-    sink = ClickHouseSink(chdb_client)
-    sink.ensure_table(database, "events", SCHEMA)
-    store = KeeperStateStore(
-        KeeperSettings(hosts=zookeeper_hosts, root=f"/eos_test_{suffix}")
-    ).start()
-    create_topic(kafka_settings, topic_name, partitions=3)
-    rig = Rig(kafka_settings, store, sink, topic_name, database, f"p_{suffix}", f"{topic_name}.dlq")
-    try:
+    with clickhouse_stage(
+        Rig, kafka_settings, zookeeper_hosts, chdb_client, topic_name, partitions=3
+    ) as rig:
         yield rig
-    finally:
-        store.close()
 
 
 def produce_events(rig: Rig, per_partition: int, partitions: int = 3, bad_every: int = 0) -> None:

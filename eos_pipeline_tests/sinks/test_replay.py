@@ -8,53 +8,41 @@ included), and the normal sink still continues exactly afterwards.
 from __future__ import annotations
 
 import json
-import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 from clickhouse_connect.driver.client import Client
 
-from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter, dead_letter_offsets
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
-    create_topic,
     end_offsets,
     idempotent_producer,
     produce_all,
     read_range,
 )
-from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.adapters.replay_journal import ReplayJournal
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.proof import compare
 from eos_pipeline.core.replay import DONE, RUNNING, ReplayRefused
-from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.replay import ClickHouseReplay
+from eos_pipeline_tests.sinks.clickhouse_stage import (
+    SCHEMA,
+    ClickHouseStage,
+    InjectedCrash,
+    clickhouse_stage,
+)
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = TableSchema.from_mapping({"id": "Int64", "name": "String"})
 #: Records above this many bytes are dead letters until the limit is lifted ("the fix").
 LIMIT = 60
 
 
-class InjectedCrash(Exception):
-    """The process dying at a step boundary: nothing after it runs."""
-
-
 @dataclass
-class Rig:
-    kafka: KafkaSettings
-    store: KeeperStateStore
-    sink: ClickHouseSink
-    database: str
-    pipeline: str
-    topic: str
-
+class Rig(ClickHouseStage):
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, 0)
@@ -89,7 +77,7 @@ class Rig:
         committed = OffsetRange(0, end)
         kafka = read_range(self.kafka, self.tp, committed).offsets
         dead = dead_letter_offsets(self.kafka, self.dlq, self.pipeline, "clickhouse")
-        rows = dict(self.sink.offsets_in_table(self.database, "events", self.topic, 0))
+        rows = self.table_offsets(0)
         return compare(self.tp, committed, kafka, dead.get(self.tp, set()), rows)
 
     def assert_exact(self) -> None:
@@ -101,16 +89,10 @@ class Rig:
 def rig(
     kafka_settings: KafkaSettings, zookeeper_hosts: str, chdb_client: Client, topic_name: str
 ) -> Iterator[Rig]:
-    suffix = uuid.uuid4().hex[:8]
-    database = re.sub(r"[^A-Za-z0-9_]", "_", f"db_{suffix}")
-    sink = ClickHouseSink(chdb_client)
-    sink.ensure_table(database, "events", SCHEMA)
-    store = KeeperStateStore(KeeperSettings(zookeeper_hosts, f"/eos_replay_{suffix}")).start()
-    create_topic(kafka_settings, topic_name, partitions=1)
-    try:
-        yield Rig(kafka_settings, store, sink, database, f"p_{suffix}", topic_name)
-    finally:
-        store.close()
+    with clickhouse_stage(
+        Rig, kafka_settings, zookeeper_hosts, chdb_client, topic_name, partitions=1
+    ) as rig:
+        yield rig
 
 
 def produce(rig: Rig, count: int, long_every: int = 7) -> None:

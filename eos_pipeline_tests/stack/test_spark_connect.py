@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from eos_pipeline.adapters.jvm_artifacts import load_lock
 from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
 from eos_pipeline.cli import main
-from eos_pipeline.stack.artifacts import load_lock
 from eos_pipeline.stack.services import Stack, StackConfig, StackError
 from eos_pipeline.stack.spark_connect import (
     CONNECT,

@@ -150,7 +150,7 @@ def _sha256(path: Path) -> str:
 
 def streamer_jars(cache_dir: Path | None = None) -> tuple[Path, list[Path]]:
     """``(application jar, --jars)`` for spark-submit, fetched and relocated on first use."""
-    from eos_pipeline.stack.artifacts import ensure_bundle
+    from eos_pipeline.adapters.jvm_artifacts import ensure_bundle
 
     jars = ensure_bundle(BUNDLE, cache_dir)
     utilities = [j for j in jars if j.name.startswith(UTILITIES_ARTIFACT + "-")]

@@ -13,12 +13,10 @@ behind until a run moves it (:mod:`eos_pipeline.sinks.hudi_clusters`). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import SinkState, committed
-from eos_pipeline.core.proof import PartitionProof
 
 
 def _behind(end: int, position: int | None) -> int:
@@ -68,30 +66,4 @@ def fold_positions(
     return ends, positions
 
 
-def merge_proofs(tp: TopicPartition, proofs: Sequence[PartitionProof]) -> PartitionProof:
-    """One proof for Dagster partition ``tp`` from the proofs of its physical partitions.
-
-    Counts add up; the offsets listed (duplicates, gaps, unexpected) are each physical topic's,
-    so they say how many, not which (each physical proof's summary says which).
-    """
-    if len(proofs) == 1 and proofs[0].tp == tp:
-        return proofs[0]
-    local = [p for p in proofs if p.tp.topic == tp.topic]
-    duplicates: dict[int, int] = {}
-    for proof in proofs:
-        for offset, rows in proof.duplicates.items():
-            duplicates[offset] = duplicates.get(offset, 0) + rows
-    return PartitionProof(
-        tp=tp,
-        committed=local[0].committed if local else OffsetRange(0, 0),
-        kafka_records=sum(p.kafka_records for p in proofs),
-        dead_letters=sum(p.dead_letters for p in proofs),
-        table_rows=sum(p.table_rows for p in proofs),
-        distinct_offsets=sum(p.distinct_offsets for p in proofs),
-        duplicates=duplicates,
-        gaps=[o for p in proofs for o in p.gaps],
-        unexpected=[o for p in proofs for o in p.unexpected],
-    )
-
-
-__all__ = ["fold_keeper_states", "fold_positions", "merge_proofs"]
+__all__ = ["fold_keeper_states", "fold_positions"]

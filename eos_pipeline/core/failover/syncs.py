@@ -230,6 +230,20 @@ class SyncHistory:
             raise FailoverError(f"not a stored sync history: {exc!r}") from None
         return history
 
+    def trimmed(self, keep: int) -> SyncHistory:
+        """A copy keeping each partition's ``keep`` latest syncs (what a stored copy holds).
+
+        Recent positions translate as before; a position older than the oldest sync kept
+        translates to the caller's floor: more re-read, never a skip.
+        """
+        if keep < 1:
+            raise FailoverError(f"keep at least one sync per partition, not {keep}")
+        copy = SyncHistory(self.flow)
+        copy.source_position, copy.resets = self.source_position, self.resets
+        for tp, entry in self._by_tp.items():
+            copy._by_tp[tp] = _Syncs(entry.ups[-keep:], entry.downs[-keep:])
+        return copy
+
     def _entry(self, tp: TopicPartition) -> _Syncs:
         return self._by_tp.get(tp) or _Syncs()
 

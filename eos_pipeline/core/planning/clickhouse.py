@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.core.planning.runs import (
     ANY_PARTITION,
     CHDB_PATH_TAG,
@@ -27,6 +28,7 @@ from eos_pipeline.core.planning.runs import (
     retry_suffix,
     stopped,
 )
+from eos_pipeline.core.planning.stuck import set_aside
 from eos_pipeline.core.positions import (
     Reset,
     Standing,
@@ -41,6 +43,8 @@ from eos_pipeline.core.retries import (
 )
 
 # ------------------------------------------------------------------------------- ClickHouse
+
+CAUGHT_UP = "every partition is caught up (or has a run in flight)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,9 @@ def plan_clickhouse(
     chdb_path: str | None = None,
     ordered_keys: Sequence[str] | None = None,
     queued: bool = False,
+    follow: bool = False,
+    following: bool = False,
+    stuck: Mapping[str, tuple[str, str]] | None = None,
     max_runs: int = MAX_RUNS_PER_TICK,
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
@@ -106,6 +113,11 @@ def plan_clickhouse(
     (``busy``), caught up, or given up after ``max_attempts`` failed runs from their current
     state. With ``reset: latest`` a partition whose keeper record holds no state yet is left
     alone too: a run has taken it and pins its start with its first write.
+
+    ``follow``: the runs asked for go on writing new records once caught up
+    (:mod:`eos_pipeline.core.planning.follow`); ``following``: such a run of the sink is in
+    flight on the chDB path, where it covers every partition. ``stuck``: see
+    :func:`clickhouse_range_run` (single-partition runs have their own failure counts).
     """
     if chdb_path is not None and ordered_keys is not None:
         return clickhouse_range_run(
@@ -118,6 +130,9 @@ def plan_clickhouse(
             reset=reset,
             chdb_path=chdb_path,
             queued=queued,
+            follow=follow,
+            following=following,
+            stuck=stuck,
             backoff=backoff,
             now=now,
         )
@@ -141,6 +156,8 @@ def plan_clickhouse(
         }
         if chdb_path:
             tags[CHDB_PATH_TAG] = chdb_path
+        if follow:
+            tags[FOLLOW_TAG] = "true"
         run = PlannedRun(
             run_key=f"{sink}:{key}:{start}:{end}{retry_suffix(failed)}",
             tags=tags,
@@ -148,7 +165,7 @@ def plan_clickhouse(
         )
         (recover if where.recovering else behind).append(run)
     runs = (recover + behind)[:max_runs]
-    return plan_of(runs, given_up, "every partition is caught up (or has a run in flight)", waiting)
+    return plan_of(runs, given_up, CAUGHT_UP, waiting)
 
 
 def _clickhouse_lagging(
@@ -177,6 +194,9 @@ def clickhouse_range_run(
     reset: Reset,
     chdb_path: str,
     queued: bool = False,
+    follow: bool = False,
+    following: bool = False,
+    stuck: Mapping[str, tuple[str, str]] | None = None,
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
 ) -> Plan:
@@ -200,13 +220,39 @@ def clickhouse_range_run(
     the states seen then; if it fails, the next plan starts from the real states and counts
     afresh: at most one extra attempt, never a skipped offset (a run always starts from the
     keeper's position).
+
+    A following run (``follow``) covers every known partition, not only the lagging ones: it
+    goes on writing whatever arrives anywhere, and while it is in flight (``following``)
+    nothing else is asked for.
+
+    ``stuck``: partitions an earlier range run set aside because they need a person
+    (:mod:`eos_pipeline.core.planning.stuck`): left out, with a warning, while their state is
+    the one they failed from, so the healthy partitions go on.
     """
     if queued:
         return Plan(skip_reason=f"a run of {sink} is queued: it reads what arrived meanwhile")
+    if following:
+        return Plan(skip_reason=f"a run of {sink} follows the stream: it writes what arrives")
     order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
+    topics = list(topics)
     lagging = list(_clickhouse_lagging(topics, order, busy, reset))
+    set_aside_lines: list[str] = []
+    if stuck:
+        states = {
+            partition_key(TopicPartition(t.topic, p)): state
+            for t in topics
+            for p, state in t.records.items()
+        }
+        kept = []
+        for item in lagging:
+            line = set_aside(item[0], states.get(item[0]), stuck)
+            if line is None:
+                kept.append(item)
+            else:
+                set_aside_lines.append(line)
+        lagging = kept
     if not lagging:
-        return Plan(skip_reason="every partition is caught up (or has a run in flight)")
+        return plan_of((), set_aside_lines, CAUGHT_UP)
     lagging.sort(key=lambda item: order[item[0]])
     state = ",".join(f"{key}={where.phase}:{where.position}" for key, _, where in lagging)
     wanted = ",".join(f"{key}={end}" for key, end, _ in lagging)
@@ -220,21 +266,26 @@ def clickhouse_range_run(
         backoff=backoff,
         now=now,
     )
-    given_up: list[str] = []
+    given_up: list[str] = list(set_aside_lines)
     waiting: list[str] = []
     if stopped(verdict, given_up, waiting):
         return plan_of((), given_up, "", waiting)
     recovering = any(where.recovering for _, _, where in lagging)
+    first, last = lagging[0][0], lagging[-1][0]
+    if follow:
+        first, last = ordered_keys[0], ordered_keys[-1]
     tags = {
         SINK_TAG: sink,
         CHDB_PATH_TAG: chdb_path,
-        RANGE_START_TAG: lagging[0][0],
-        RANGE_END_TAG: lagging[-1][0],
+        RANGE_START_TAG: first,
+        RANGE_END_TAG: last,
         PRIORITY_TAG: RECOVERY_PRIORITY if recovering else NORMAL_PRIORITY,
         START_STATE_TAG: start,
     }
+    if follow:
+        tags[FOLLOW_TAG] = "true"
     run_key = f"{sink}:{lagging[0][0]}..{lagging[-1][0]}:{digest(state + '/' + wanted)}"
-    return Plan(runs=(PlannedRun(run_key + retry_suffix(failed), tags),))
+    return Plan(runs=(PlannedRun(run_key + retry_suffix(failed), tags),), given_up=tuple(given_up))
 
 
 def recovery_order(keys: Iterable[str], states: Mapping[str, SinkState | None]) -> list[str]:

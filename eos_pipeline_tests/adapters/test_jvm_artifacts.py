@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eos_pipeline.stack import artifacts
-from eos_pipeline.stack.artifacts import Artifact, ArtifactError, ensure_bundle, load_lock
+from eos_pipeline.adapters import jvm_artifacts as artifacts
+from eos_pipeline.adapters.jvm_artifacts import Artifact, ArtifactError, ensure_bundle, load_lock
 
 
 def test_lock_pins_every_bundle_with_a_sha256() -> None:

@@ -47,7 +47,7 @@ class Artifact:
 
 def load_lock() -> tuple[str, dict[str, list[Artifact]]]:
     raw = json.loads(
-        resources.files("eos_pipeline.stack").joinpath("jvm_artifacts.json").read_text()
+        resources.files("eos_pipeline.adapters").joinpath("jvm_artifacts.json").read_text()
     )
     bundles = {
         name: [Artifact(**a) for a in bundle["artifacts"]]

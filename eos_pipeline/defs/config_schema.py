@@ -1,0 +1,336 @@
+"""The pipelines file's schema: every field, its default and the rules it must follow.
+
+Each model refuses a misspelt key and checks what a pipeline could only get wrong at run time
+(names that become Dagster and keeper names, types the decoder contract refuses, a Hudi table on
+more than one topic, two pipelines writing one table). Loading the file (``${NAME}``
+interpolation, error messages naming the field) is :mod:`eos_pipeline.defs.config`, which also
+re-exports these names.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from eos_pipeline.core.contract import compile_contract
+from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.keeper_record import validate_root, validate_topic
+from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
+
+#: Values of ``spark.remote`` meaning "no server: Spark in the run's own process".
+IN_PROCESS = ("", "local")
+_PIPELINE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+#: An asset owner as Dagster takes it: an e-mail address or ``team:<name>``.
+_OWNER = re.compile(r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
+
+
+class _Strict(BaseModel):
+    # A misspelt key is an error, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EnvRef(_Strict):
+    """``{env: NAME}``: a secret read from the environment of the process that uses it."""
+
+    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+Secret = str | EnvRef
+
+
+class KafkaSource(_Strict):
+    bootstrap_servers: Annotated[str, Field(min_length=1)]
+    topics: Annotated[list[str], Field(min_length=1)]
+    #: librdkafka settings (security.protocol, sasl.*, ssl.*), values may be ``{env: NAME}``.
+    client: dict[str, str | int | bool | EnvRef] = Field(default_factory=dict)
+    #: Java client properties for Spark's Kafka source (without the ``kafka.`` prefix).
+    spark_client: dict[str, str | EnvRef] = Field(default_factory=dict)
+    dead_letter_topic: str | None = None
+    #: MirrorMaker 2 failover: cluster alias -> bootstrap servers. Empty: one cluster, as before.
+    #: ``bootstrap_servers`` must be one of them: the cluster read before any switch.
+    clusters: dict[str, str] = Field(default_factory=dict)
+    #: Flows MM2 replicates (``"A->B"``); default: between every two clusters, both ways.
+    mirror_flows: list[str] | None = None
+    #: MM2's ``offset-syncs.topic.location``: the cluster holding a flow's offset syncs.
+    offset_syncs_location: Literal["source", "target"] = "source"
+
+    @model_validator(mode="after")
+    def _clusters(self) -> KafkaSource:
+        if self.clusters or self.mirror_flows is not None:
+            ClusterSet.parse(list(self.clusters), self.mirror_flows)  # raises a ValueError
+            if self.initial_cluster is None:
+                raise ValueError(f"bootstrap_servers must be one of clusters {self.clusters}")
+        return self
+
+    @property
+    def initial_cluster(self) -> str | None:
+        """Alias of the cluster read before any switch (None: a single-cluster pipeline)."""
+        found = [a for a, servers in self.clusters.items() if servers == self.bootstrap_servers]
+        return found[0] if found else None
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, topics: list[str]) -> list[str]:
+        for topic in topics:
+            validate_topic(topic)
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"topics are listed twice: {topics}")
+        return topics
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _dlq(cls, topic: str | None) -> str | None:
+        return None if topic is None else validate_topic(topic)
+
+    @field_validator("client")
+    @classmethod
+    def _client(cls, client: dict[str, Any]) -> dict[str, Any]:
+        forbidden = {"isolation.level", "enable.auto.commit", "group.id"} & set(client)
+        if forbidden:
+            raise ValueError(
+                f"{sorted(forbidden)} are set by the pipeline itself (read_committed, explicit "
+                "assignment, no committed group offsets) and cannot be overridden"
+            )
+        return client
+
+
+class Batch(_Strict):
+    """Per topic-partition and transaction: the most records (and bytes, ClickHouse) in one go."""
+
+    max_records: Annotated[int, Field(gt=0)] = 100_000
+    max_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
+    #: A record whose key + value is larger goes to the dead-letter topic as ``Oversized``
+    #: instead of into the tables. Unset: no limit (Kafka's own message size limit applies).
+    max_record_bytes: Annotated[int, Field(gt=0)] | None = None
+
+
+class Retry(_Strict):
+    """What the lag sensors do after runs of a partition (or Hudi table) failed.
+
+    A failed run that did not move the sink's position leaves the sensor looking at the same
+    state; it asks again with a fresh run key, after ``backoff_seconds`` doubled per failure
+    (at most ``max_backoff_seconds``), saying so in its skip reason. Why the newest run failed
+    decides how long it goes on (:mod:`eos_pipeline.core.retries`): a transient fault (a killed
+    run process, an unreachable broker or keeper) is retried without limit; a fault that needs
+    a person (bad config, offsets deleted by retention, a recreated topic, a fenced writer)
+    stops the requests at once, naming the cause; any other stops after ``max_attempts`` runs
+    from the same state, with a warning naming the partition, the position and the last failed
+    run: a permanent error must not become a crash loop. Any run that moves the position starts
+    the count again; after fixing the cause, launch a run from the UI (or a backfill).
+    """
+
+    max_attempts: Annotated[int, Field(ge=1)] = 3
+    backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
+    max_backoff_seconds: Annotated[float, Field(ge=0)] = 60.0
+
+
+class Follow(_Strict):
+    """A sensor's run keeps writing new records as they arrive (``core.planning.follow``)."""
+
+    #: End after this long without new records (0: runs end once caught up).
+    idle_seconds: Annotated[float, Field(ge=0)] = 0.0
+    #: End after this long in all, so materializations and checks keep coming.
+    max_seconds: Annotated[float, Field(gt=0)] = 300.0
+    #: Pause between two looks at Kafka's end offsets.
+    poll_seconds: Annotated[float, Field(gt=0, le=10)] = 0.2
+
+
+class ClickHouseTable(_Strict):
+    """A pipeline's ClickHouse table (the server is ``clickhouse.url``, parsed by
+    :func:`eos_pipeline.adapters.clickhouse.parse_url` into a ``ClickHouseTarget``)."""
+
+    database: str
+    table: str
+    follow: Follow = Follow()
+
+    @field_validator("database", "table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        from eos_pipeline.core.schema import validate_identifier
+
+        return validate_identifier(value, "name")
+
+
+class HudiTarget(_Strict):
+    path: Annotated[str, Field(min_length=1)]
+    table: str
+    table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = "COPY_ON_WRITE"
+    record_key: Annotated[list[str], Field(min_length=1)] = ["_topic", "_partition", "_offset"]
+    ordering_field: str | None = "_offset"
+    partition_fields: list[str] = Field(default_factory=list)
+    operation: Literal["upsert", "insert", "bulk_insert"] = "upsert"
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        from eos_pipeline.core.schema import validate_identifier
+
+        return validate_identifier(value, "name")
+
+
+class Pipeline(_Strict):
+    name: str
+    kafka: KafkaSource
+    format: Literal["json"] = "json"
+    #: Payload columns, ``name: ClickHouse type``, in order. Source columns are added.
+    schema_: Annotated[dict[str, str], Field(alias="schema", min_length=1)]
+    reset: Literal["earliest", "latest"] = "earliest"
+    batch: Batch = Field(default_factory=Batch)
+    retry: Retry = Field(default_factory=Retry)
+    clickhouse: ClickHouseTable | None = None
+    hudi: HudiTarget | None = None
+    #: Owners of the pipeline's assets in Dagster (e-mail addresses or ``team:<name>``).
+    owners: list[str] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("owners")
+    @classmethod
+    def _owners(cls, owners: list[str]) -> list[str]:
+        for owner in owners:
+            if not _OWNER.match(owner):
+                raise ValueError(f"owner {owner!r} is neither an e-mail address nor 'team:<name>'")
+        return owners
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _PIPELINE_NAME.match(name):
+            raise ValueError(
+                f"{name!r} is not a valid pipeline name: use a letter then up to 63 of "
+                "[A-Za-z0-9_] (it becomes part of Dagster names and keeper paths)"
+            )
+        return name
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, columns: dict[str, str]) -> dict[str, str]:
+        for name, ch_type in columns.items():
+            if not isinstance(ch_type, str):
+                raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
+            try:
+                Column(name, ch_type)
+            except SchemaError as exc:
+                raise ValueError(str(exc)) from None
+        try:
+            # The decoder contract refuses types the two sinks would store differently.
+            compile_contract(TableSchema.from_mapping(columns))
+        except SchemaError as exc:
+            raise ValueError(str(exc)) from None
+        return columns
+
+    @model_validator(mode="after")
+    def _targets(self) -> Pipeline:
+        if self.clickhouse is None and self.hudi is None:
+            raise ValueError("a pipeline needs at least one target: 'clickhouse' and/or 'hudi'")
+        if self.hudi is not None:
+            if len(self.kafka.topics) != 1:
+                raise ValueError(
+                    "hudi: a Hudi table's checkpoint covers exactly one topic; this pipeline "
+                    f"reads {len(self.kafka.topics)} ({self.kafka.topics}): split it into one "
+                    "pipeline per topic"
+                )
+            known = set(self.table_schema.column_names)
+            for what, names in (
+                ("record_key", self.hudi.record_key),
+                ("partition_fields", self.hudi.partition_fields),
+                ("ordering_field", [self.hudi.ordering_field] if self.hudi.ordering_field else []),
+            ):
+                unknown = [n for n in names if n not in known]
+                if unknown:
+                    raise ValueError(
+                        f"hudi.{what}: {unknown} not among the table's columns {sorted(known)}"
+                    )
+        return self
+
+    @property
+    def table_schema(self) -> TableSchema:
+        # Hudi has no separate timestamp type for Kafka's: both targets carry the same columns.
+        return TableSchema.from_mapping(self.schema_, SourceColumns())
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return self.kafka.dead_letter_topic or f"{self.kafka.topics[0]}.dlq"
+
+
+class KeeperConfig(_Strict):
+    hosts: Annotated[str, Field(min_length=1)] = "127.0.0.1:2181"
+    root: str = "/eos_pipeline"
+    username: str | None = None
+    password: Secret | None = None
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, root: str) -> str:
+        return validate_root(root)
+
+
+class ClickHouseConfig(_Strict):
+    #: ``chdb:///path`` (embedded, one process per path) or ``http(s)://user:pass@host:port/db``.
+    url: Secret = "chdb://.state/demo/chdb"
+
+
+class SparkConfig(_Strict):
+    """Where a run's Spark work runs: a Spark Connect server (``remote``) or in-process."""
+
+    #: A Spark Connect server (``sc://host:port``): runs are thin clients of it. Unset or empty:
+    #: Spark runs inside each run's process on ``master``.
+    remote: Secret | None = None
+    #: Bearer token of the Connect server (a secret: ``{env: NAME}``); Connect then uses TLS.
+    token: Secret | None = None
+    master: str = "local[2]"
+    #: Faster JVM start for short local runs (see ``adapters.spark.spark_conf``).
+    quick_start: bool = False
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("remote")
+    @classmethod
+    def _remote(cls, remote: Secret | None) -> Secret | None:
+        if isinstance(remote, str):
+            if remote.strip().lower() in IN_PROCESS:
+                return None  # e.g. ``EOS_SPARK_REMOTE=local``: Spark inside the run's process
+            if not remote.startswith("sc://"):
+                raise ValueError(f"remote must be an sc://host:port URL, not {remote!r}")
+        return remote
+
+
+class PipelinesFile(_Strict):
+    keeper: KeeperConfig = Field(default_factory=KeeperConfig)
+    clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    pipelines: Annotated[list[Pipeline], Field(min_length=1)]
+    #: How often the sensors look at Kafka (``EOS_SENSOR_INTERVAL_SECONDS`` overrides).
+    sensor_interval_seconds: Annotated[int, Field(ge=1)] = 30
+    #: Where the file came from (for messages); not read from the file.
+    source: str = Field(default="<config>", exclude=True)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PipelinesFile:
+        seen: dict[str, str] = {}
+        for p in self.pipelines:
+            if p.name in seen:
+                raise ValueError(f"pipeline name {p.name!r} is used twice")
+            seen[p.name] = p.name
+        tables: dict[tuple[str, ...], str] = {}
+        for p in self.pipelines:
+            keys = []
+            if p.clickhouse:
+                keys.append(("clickhouse", p.clickhouse.database, p.clickhouse.table))
+            if p.hudi:
+                keys.append(("hudi", p.hudi.table))
+            for key in keys:
+                if key in tables:
+                    raise ValueError(
+                        f"pipelines {tables[key]!r} and {p.name!r} both write {'.'.join(key)}"
+                    )
+                tables[key] = p.name
+        return self
+
+    def pipeline(self, name: str) -> Pipeline:
+        for p in self.pipelines:
+            if p.name == name:
+                return p
+        raise KeyError(name)
