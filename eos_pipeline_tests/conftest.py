@@ -118,3 +118,38 @@ def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
             yield session
         finally:
             session.stop()
+
+
+#: Groups that take minutes (measured in CI), started first under xdist so that no worker is
+#: left with one of them at the end while the other idles.
+_LONGEST_FIRST = (
+    "eos_pipeline_tests/faults/test_dagster_kills.py",
+    "eos_pipeline_tests/test_demo.py",
+    "mirror-stack",
+    "eos_pipeline_tests/faults/test_chaos.py",
+    "eos_pipeline_tests/faults/test_connect_faults.py",
+    "eos_pipeline_tests/faults/test_hudi_faults.py",
+    "eos_pipeline_tests/faults/test_infrastructure.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist (``make test`` runs two workers with ``--dist loadgroup``).
+
+    A test file stays on one worker, so its module fixtures start once; every test of the
+    two-cluster MirrorMaker 2 stack goes to the same worker, so the run starts one such stack
+    (three JVMs) rather than one per worker. Under xdist the longest groups go first. Without
+    xdist nothing changes: the marker is inert and the order is pytest's.
+    """
+    groups: dict[int, str] = {}
+    for item in items:
+        if "mirror_stack" in getattr(item, "fixturenames", ()):
+            group = "mirror-stack"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        groups[id(item)] = group
+        item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "dist", "no") == "no" and not hasattr(config, "workerinput"):
+        return
+    rank = {group: i for i, group in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(groups[id(item)], len(rank)))

@@ -8,6 +8,7 @@ service it is serving.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -53,7 +54,33 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+#: Lowest port :func:`free_port` picks; below it sit the well-known and registered services.
+_LOWEST_PICK = 10_000
+
+
+def _ephemeral_start() -> int:
+    """First port of the kernel's ephemeral range (Linux's default: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, picked at random *below* the kernel's ephemeral range.
+
+    ``bind(0)`` would hand out an ephemeral port, the kind the kernel also gives to outgoing
+    connections: a service stopped for a while (a broker restarted on its own port) could find
+    its port taken by some client's connection when it comes back. Ports below the range are
+    never assigned that way, and a random pick keeps parallel callers (two pytest workers) apart.
+    """
+    top = _ephemeral_start()
+    if top - _LOWEST_PICK >= 1_000:
+        rng = random.SystemRandom()
+        for _ in range(200):
+            port = rng.randrange(_LOWEST_PICK, top)
+            if not port_in_use(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
