@@ -160,6 +160,23 @@ def cluster_frozen(stack: MirrorStack, alias: str) -> Iterator[None]:
         yield
     finally:
         os.killpg(pid, signal.SIGCONT)
+        _wait_answering(KafkaSettings(stack.bootstrap(alias)), alias)
+
+
+def _wait_answering(settings: KafkaSettings, alias: str, timeout: float = 90.0) -> None:
+    """Wait until a thawed cluster creates a topic again: its broker, frozen past its own
+    session timeout, fences and re-registers itself first, and the next test must not pay."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            create_topic(settings, f"thaw-probe-{uuid.uuid4().hex[:8]}", 1, timeout=5.0)
+            return
+        except Exception as exc:  # any admin failure: not answering yet
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"cluster {alias} did not answer {timeout:.0f}s after SIGCONT"
+                ) from exc
+            time.sleep(0.5)
 
 
 def two_cluster_topic(settings: dict[str, KafkaSettings], prefix: str) -> tuple[str, str]:

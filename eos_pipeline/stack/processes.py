@@ -93,10 +93,15 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie (exited, not yet reaped by its parent) is not a running service.
+    # A zombie (exited, not yet reaped by its parent) is not a running service, unless it is
+    # the main thread of a process whose other threads are still exiting: a JVM killed under
+    # load shows its main thread as a zombie while the rest still hold its sockets, so its
+    # port is not free yet.
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return True
 

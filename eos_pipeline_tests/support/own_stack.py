@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from eos_pipeline.stack.processes import port_in_use
 from eos_pipeline.stack.services import Stack, StackConfig, find_java, free_port
 
 
@@ -33,6 +34,15 @@ class OwnStack:
         assert pid is not None, f"{name} is not running"
         Stack._signal_group(pid, signal.SIGKILL)
         while self.stack._running_pid(name) is not None:
+            time.sleep(0.05)
+        # The kernel frees the ports when the last thread is gone: wait for that, so a restart
+        # right after finds them free (a JVM killed under load takes a moment).
+        ports = [self.config.zookeeper_port]
+        if name != "zookeeper":
+            ports = [self.config.kafka_port, self.config.controller_port]
+        deadline = time.monotonic() + 30
+        while any(port_in_use(self.config.host, p) for p in ports):
+            assert time.monotonic() < deadline, f"{name} killed, its ports {ports} still taken"
             time.sleep(0.05)
 
     def start(self, name: str) -> None:
