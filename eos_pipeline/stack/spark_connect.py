@@ -6,12 +6,10 @@ it over ``sc://`` as thin clients. With ``spark_workers`` > 0 the server is the 
 standalone cluster (a master and N workers on this machine), which shows the product's jobs run
 on a distributed engine and not only inside one JVM.
 
-Everything is launched through PySpark's own scripts (``bin/spark-submit``, ``bin/spark-class``):
-the PySpark wheel carries a whole Spark runtime but not ``sbin/start-*.sh``. Those scripts
-``exec`` the JVM, so the recorded pid is the JVM itself and its session (process group) holds
-everything it spawns (executors, Python workers): ``stack down`` signals that group and leaves
-nothing. The Connect server is ready when a query sent from an ``sc://`` client has run a Spark
-job and returned the right answer, not when a port opens.
+The JVMs are launched through PySpark's own scripts (:mod:`eos_pipeline.stack.spark_cluster`,
+which also starts the standalone master and workers). The Connect server is ready when a query
+sent from an ``sc://`` client has run a Spark job and returned the right answer, not when a port
+opens.
 
 The server carries the same jars and Hudi settings as an in-process session (the Hudi bundle,
 Spark's Kafka connector, the checkpoint fencing strategy; Hudi's SQL extension, catalog and Kryo
@@ -22,10 +20,6 @@ block manager and the standalone daemons are bound to the stack's host (loopback
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,40 +29,31 @@ from urllib.parse import urlparse
 from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 from eos_pipeline.stack.config import StackConfig, StackError
 from eos_pipeline.stack.processes import log_tail, wait_ready
+from eos_pipeline.stack.spark_cluster import (
+    MASTER,
+    WORKER_PREFIX,
+    launch,
+    port_open,
+    spark_env,
+    spark_home,
+    spark_master,
+    start_master,
+    start_worker,
+    worker_names,
+)
 
 if TYPE_CHECKING:
     from eos_pipeline.stack.services import Stack
 
 CONNECT_BUNDLE = "spark-connect"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-MASTER_CLASS = "org.apache.spark.deploy.master.Master"
-WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
 CONNECT = "spark-connect"
-MASTER = "spark-master"
-WORKER_PREFIX = "spark-worker-"
 
 #: Answer of the readiness query: a real Spark job of two tasks (executors must run them).
 _PROBE_SQL = "SELECT count(*) AS n FROM range(0, 1000, 1, 2)"
 _PROBE_ANSWER = 1000
-#: Heap of the standalone master and worker daemons (they only schedule; executors do the work).
-_DAEMON_HEAP = "256m"
-#: Environment that would turn a launched JVM's Python workers into Connect clients.
-_CLIENT_ONLY_ENV = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
-
-
-def spark_home() -> Path:
-    """PySpark's Spark runtime: ``bin/spark-submit``, ``bin/spark-class``, ``jars/``."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
 
 # ------------------------------------------------------------------------------- naming
-
-
-def worker_names(count: int) -> list[str]:
-    return [f"{WORKER_PREFIX}{i}" for i in range(1, count + 1)]
 
 
 def spark_services(stack: Stack) -> list[str]:
@@ -103,22 +88,7 @@ def spark_endpoint(config: StackConfig, name: str) -> str:
     return f"-> {config.spark_master_url}"
 
 
-def spark_master(config: StackConfig) -> str:
-    """Where the Connect server runs its jobs: ``local[N]``, or the stack's standalone master."""
-    if config.spark_workers > 0:
-        return config.spark_master_url
-    return f"local[{config.spark_cores}]"
-
-
 # ------------------------------------------------------------------------------- probes
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -136,7 +106,7 @@ def connect_ready(url: str, errors: list[str] | None = None) -> bool:
     once the port is open is appended to ``errors``.
     """
     host, port = _host_port(url)
-    if not _port_open(host, port):
+    if not port_open(host, port):
         return False
     from pyspark.sql.connect.client import SparkConnectClient
     from pyspark.sql.connect.plan import SQL
@@ -165,16 +135,6 @@ def server_version(url: str) -> str:
         return str(client._analyze(method="spark_version").spark_version)
     finally:
         client.close()
-
-
-def _log_has(log: Path, since: int, text: str) -> bool:
-    """``text`` was logged after byte ``since`` (logs are appended to across restarts)."""
-    try:
-        with log.open("rb") as f:
-            f.seek(since)
-            return text.encode() in f.read()
-    except OSError:
-        return False
 
 
 # ------------------------------------------------------------------------------- commands
@@ -255,42 +215,6 @@ def connect_command(config: StackConfig, jars: list[Path], home: Path) -> list[s
     return command
 
 
-def _env(config: StackConfig, *, daemon: bool = False) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _CLIENT_ONLY_ENV}
-    env.pop("SPARK_DAEMON_MEMORY", None)
-    env.update(
-        {
-            "SPARK_HOME": str(spark_home()),
-            # Python UDFs run in workers the server starts: the same interpreter (and so the
-            # same pyspark and cloudpickle) as the clients of this checkout.
-            "PYSPARK_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": config.host,
-        }
-    )
-    if daemon:
-        # Only for master and worker: Spark's launcher also sizes the Connect server (as it
-        # does the Thrift server) by this variable, ahead of --driver-memory.
-        env["SPARK_DAEMON_MEMORY"] = _DAEMON_HEAP
-    return env
-
-
-def _launch(stack: Stack, name: str, command: list[str], env: dict[str, str]) -> int:
-    home = stack._dir(name)
-    home.mkdir(parents=True, exist_ok=True)
-    with stack.log_path(name).open("ab") as out:
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=home,
-            env=env,
-        )
-    stack._pidfile(name).write_text(str(proc.pid))
-    return proc.pid
-
-
 # ------------------------------------------------------------------------------- start
 
 
@@ -311,69 +235,10 @@ def launch_spark(stack: Stack, java: str | None = None) -> Callable[[], None]:
     del java  # PySpark's scripts find Java themselves (JAVA_HOME, else java on PATH)
     cfg = stack.config
     if cfg.spark_workers > 0:
-        _start_master(stack)
+        start_master(stack)
         for name in worker_names(cfg.spark_workers):
-            _start_worker(stack, name)
+            start_worker(stack, name)
     return _launch_connect(stack)
-
-
-def _start_master(stack: Stack) -> None:
-    cfg = stack.config
-    if pid := stack._running_pid(MASTER):
-        stack.say(f"{MASTER} already running (pid {pid}) at {cfg.spark_master_url}")
-        return
-    stack._check_ports(MASTER, {"--spark-master-port": cfg.spark_master_port})
-    command = [
-        str(spark_home() / "bin" / "spark-class"),
-        MASTER_CLASS,
-        "--host",
-        cfg.host,
-        "--port",
-        str(cfg.spark_master_port),
-        "--webui-port",
-        "0",  # any free port: the UI is not needed and must not collide
-    ]
-    pid = _launch(stack, MASTER, command, _env(cfg, daemon=True))
-    stack.say(f"starting {MASTER} (pid {pid}) ...")
-    log = stack.log_path(MASTER)
-    wait_ready(MASTER, lambda: _port_open(cfg.host, cfg.spark_master_port), pid, log, timeout=120)
-    stack.say(f"{MASTER} ready at {cfg.spark_master_url}")
-
-
-def _start_worker(stack: Stack, name: str) -> None:
-    cfg = stack.config
-    if pid := stack._running_pid(name):
-        stack.say(f"{name} already running (pid {pid})")
-        return
-    work = stack._dir(name) / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    command = [
-        str(spark_home() / "bin" / "spark-class"),
-        WORKER_CLASS,
-        "--host",
-        cfg.host,
-        "--webui-port",
-        "0",
-        "--cores",
-        str(cfg.spark_cores),
-        "--memory",
-        cfg.spark_memory,
-        "--work-dir",
-        str(work),
-        cfg.spark_master_url,
-    ]
-    log = stack.log_path(name)
-    since = log.stat().st_size if log.exists() else 0
-    pid = _launch(stack, name, command, _env(cfg, daemon=True))
-    stack.say(f"starting {name} (pid {pid}) ...")
-    wait_ready(
-        name,
-        lambda: _log_has(log, since, "Successfully registered with master"),
-        pid,
-        log,
-        timeout=120,
-    )
-    stack.say(f"{name} registered with {cfg.spark_master_url}")
 
 
 def _launch_connect(stack: Stack) -> Callable[[], None]:
@@ -395,7 +260,7 @@ def _launch_connect(stack: Stack) -> Callable[[], None]:
     if not any("eos-hudi-fencing" in j.name for j in jars):
         stack.say(f"warning: {CONNECT} starts without the Hudi checkpoint fence (no javac)")
     began = time.monotonic()
-    pid = _launch(stack, CONNECT, connect_command(cfg, jars, home), _env(cfg))
+    pid = launch(stack, CONNECT, connect_command(cfg, jars, home), spark_env(cfg))
     stack.say(f"starting {CONNECT} (pid {pid}, Spark on {spark_master(cfg)}) ...")
 
     def wait() -> None:
