@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 
 from eos_pipeline.adapters.kafka import (
+    KafkaReadError,
     KafkaSettings,
     create_topic,
     end_offsets,
@@ -82,3 +86,26 @@ def test_empty_range_reads_nothing(kafka_settings: KafkaSettings, topic_name: st
 def test_unknown_topic_names_the_topic(kafka_settings: KafkaSettings) -> None:
     with pytest.raises(Exception, match="no-such-topic"):
         partition_count(kafka_settings, "no-such-topic")
+
+
+def test_creating_a_topic_on_a_cluster_that_never_answers_names_it_after_the_tries() -> None:
+    """A hung broker (its port accepts, nothing answers): three tries, then an error naming the
+    cluster, not a bare TimeoutError."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()
+        address = f"127.0.0.1:{hung.getsockname()[1]}"
+        began = time.monotonic()
+        with pytest.raises(
+            KafkaReadError, match=rf"creating topic 't' on {address}: no answer in 3"
+        ):
+            create_topic(KafkaSettings(bootstrap_servers=address), "t", 1, timeout=0.5)
+        assert time.monotonic() - began >= 3 * 0.5
+
+
+def test_creating_an_existing_topic_again_is_accepted(
+    kafka_settings: KafkaSettings, topic_name: str
+) -> None:
+    create_topic(kafka_settings, topic_name, partitions=2)
+    create_topic(kafka_settings, topic_name, partitions=2)
+    assert partition_count(kafka_settings, topic_name) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import (
     IsolationLevel,
@@ -54,6 +55,10 @@ def shared_admin(settings: KafkaSettings) -> AdminClient:
     return admin
 
 
+#: Tries of :func:`create_topic` when the cluster does not answer in time (creating is idempotent).
+_CREATE_TRIES = 3
+
+
 def create_topic(
     settings: KafkaSettings,
     topic: str,
@@ -62,17 +67,32 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> None:
-    """Create ``topic``; an existing topic with the same name is accepted as it is."""
-    admin = admin_client(settings)  # keep a reference: the futures die with their client
-    futures = admin.create_topics(
-        [NewTopic(topic, partitions, replication_factor, config=dict(config or {}))],
-        operation_timeout=timeout,
-    )
-    try:
-        futures[topic].result(timeout)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+    """Create ``topic``; an existing topic with the same name is accepted as it is.
+
+    A request that gets no answer in ``timeout`` (a broker busy re-registering after a pause,
+    a loaded machine) is sent again, up to three times: a topic the first request did create
+    is then accepted as existing. Other errors are raised at once.
+    """
+    new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
+    for attempt in range(1, _CREATE_TRIES + 1):
+        admin = admin_client(settings)  # keep a reference: the futures die with their client
+        futures = admin.create_topics([new], operation_timeout=timeout)
+        try:
+            # The broker answers by operation_timeout at the latest: wait a little longer.
+            futures[topic].result(timeout + min(5.0, timeout))
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if not error.retriable() or attempt == _CREATE_TRIES:
+                raise
+        except FutureTimeout:
+            if attempt == _CREATE_TRIES:
+                raise KafkaReadError(
+                    f"creating topic {topic!r} on {settings.bootstrap_servers}: no answer in "
+                    f"{_CREATE_TRIES} tries of {timeout:g}s; is the cluster up?"
+                ) from None
 
 
 def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
