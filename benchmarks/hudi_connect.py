@@ -5,19 +5,26 @@ and the Spark Connect server of ``eos-pipeline stack up``), produces ``--records
 records (1.6 KB JSON) once, and then, per round, times each of:
 
 * **server**: a fresh process, a thin client of the Connect server: connect, one
-  ``HudiTableSync`` run over all records into a new table, then a run with nothing to do;
+  ``HudiTableSync`` run over all records into a new table, then a run with nothing to do; then
+  another fresh process that only connects and finds nothing to do (a Dagster run of a table
+  that is caught up);
 * **in-process**: the same in a fresh process with Spark inside it (``local[2]``, fast-start
   JIT, as ``EOS_SPARK_REMOTE=local`` runs get): the JVM start is part of the run;
 * **HoodieStreamer**: one ``spark-submit`` of Hudi's own streamer into a new table.
 
-Each table is then counted with hudi-rs (every record exactly once, or the tool fails). Prints a
-table and one JSON line. Run it on an idle machine: the figures are wall-clock seconds.
+Each table is then counted with hudi-rs (every record exactly once, or the tool fails). The runs
+with work are split into the plan (table checkpoint, Kafka offsets), the Spark job that reads
+Kafka, parses and counts (``count_read``) and the Hudi write with its commit
+(``write_transaction``). Prints a table and one JSON line. Run it on an idle machine: the figures
+are wall-clock seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,10 +46,17 @@ TOPIC = "bench"
 
 
 def child(job: dict[str, Any]) -> dict[str, Any]:
-    """One run and one nothing-to-do run in this (fresh) process; seconds of each phase."""
+    """One run and one nothing-to-do run in this (fresh) process; seconds of each phase.
+
+    ``idle_only``: only the nothing-to-do run (the table is caught up already).
+    """
     began = time.perf_counter()
+    from unittest import mock
+
+    from benchmarks.hudi_profile import PhaseTimer
     from eos_pipeline.adapters.dlq import DeadLetterWriter
     from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
+    from eos_pipeline.sinks import hudi as hudi_sink
     from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 
     if job["remote"]:
@@ -64,17 +78,26 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         "bench", TOPIC, job["table"], "bench", SCHEMA, hudi_options=SMALL_TABLE_OPTIONS
     )
     sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{TOPIC}.dlq", "bench"))
-    report = sync.run()
+    timer = PhaseTimer()
+    timed = ("count_read", "write_transaction")
+    with contextlib.ExitStack() as stack:
+        for name in timed:
+            wrapped = timer.wrap(name, getattr(hudi_sink, name))
+            stack.enter_context(mock.patch.object(hudi_sink, name, wrapped))
+        report = sync.run() if not job.get("idle_only") else None
     first = time.perf_counter()
     empty = sync.run()
     done = time.perf_counter()
     assert empty.instant_time is None, "a second run right after must find nothing to do"
     spark.stop()
+    phases = {f"{k}_s": round(v, 2) for k, v in timer.seconds.items()}
     return {
         "spark_ready_s": round(ready - began, 2),
         "run_s": round(first - ready, 2),
-        "records": report.total_records_read,
+        "records": report.total_records_read if report else 0,
         "nothing_to_do_s": round(done - first, 2),
+        **phases,
+        "plan_s": round(first - ready - sum(timer.seconds.values()), 2) if report else 0.0,
     }
 
 
@@ -128,37 +151,54 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-connect-bench-"))
-    rows: dict[str, list[dict[str, Any]]] = {"server": [], "in-process": [], "streamer": []}
+    rows: dict[str, list[dict[str, Any]]] = {
+        "server": [],
+        "in-process": [],
+        "streamer": [],
+        "server, idle": [],
+    }
     began = time.perf_counter()
-    with private_stack(work, spark=True) as config:
-        server_up = round(time.perf_counter() - began, 1)
-        kafka = KafkaSettings(config.kafka_bootstrap)
-        create_topic(kafka, TOPIC, args.partitions)
-        values = make_values(args.records)
-        records = [(i % args.partitions, None, v) for i, v in enumerate(values)]
-        produce_all(idempotent_producer(kafka), TOPIC, records)
-        for r in range(args.rounds):
-            for mode, remote in (("server", config.spark_connect_url), ("in-process", None)):
-                table = str(work / f"{mode}-{r}")
-                job = {"remote": remote, "bootstrap": config.kafka_bootstrap, "table": table}
-                result = _run_child(job)
-                got = _distinct(table, ("_partition", "_offset"))
-                assert got == args.records, f"{mode}: {got} distinct offsets, not {args.records}"
-                rows[mode].append(result)
-            name = f"streamer_{r}"
-            seconds = _streamer(config.kafka_bootstrap, work, name)
-            got = _distinct(str(work / name), ("event_id",))
-            assert got == args.records, f"HoodieStreamer: {got} rows, not {args.records}"
-            rows["streamer"].append({"process_s": round(seconds, 2)})
+    try:
+        with private_stack(work, spark=True) as config:
+            server_up = round(time.perf_counter() - began, 1)
+            kafka = KafkaSettings(config.kafka_bootstrap)
+            create_topic(kafka, TOPIC, args.partitions)
+            values = make_values(args.records)
+            records = [(i % args.partitions, None, v) for i, v in enumerate(values)]
+            produce_all(idempotent_producer(kafka), TOPIC, records)
+            for r in range(args.rounds):
+                for mode, remote in (("server", config.spark_connect_url), ("in-process", None)):
+                    table = str(work / f"{mode}-{r}")
+                    job = {"remote": remote, "bootstrap": config.kafka_bootstrap, "table": table}
+                    result = _run_child(job)
+                    got = _distinct(table, ("_partition", "_offset"))
+                    assert got == args.records, (
+                        f"{mode}: {got} distinct offsets, not {args.records}"
+                    )
+                    rows[mode].append(result)
+                    if remote:  # a fresh thin client of a caught-up table: nothing to do
+                        idle = _run_child({**job, "idle_only": True})
+                        rows["server, idle"].append(idle)
+                name = f"streamer_{r}"
+                seconds = _streamer(config.kafka_bootstrap, work, name)
+                got = _distinct(str(work / name), ("event_id",))
+                assert got == args.records, f"HoodieStreamer: {got} rows, not {args.records}"
+                rows["streamer"].append({"process_s": round(seconds, 2)})
+    finally:  # the stack's Kafka log and the tables: hundreds of MB at 100,000 records
+        shutil.rmtree(work, ignore_errors=True)
     best = {m: min(rs, key=lambda x: x["process_s"]) for m, rs in rows.items()}
     streamer_s = best["streamer"]["process_s"]
     print(f"stack up with the Connect server: {server_up} s; {args.records} records")
-    print(f"{'mode':<12}{'process s':>11}{'Spark ready s':>15}{'run s':>8}{'nothing s':>11}")
+    columns = ("spark_ready_s", "run_s", "plan_s", "count_read_s", "write_transaction_s")
+    print(
+        f"{'mode':<14}{'process s':>10}{'Spark ready':>12}{'run s':>8}{'plan':>7}"
+        f"{'read+parse':>11}{'write':>7}{'nothing s':>10}"
+    )
     for mode, b in best.items():
-        print(
-            f"{mode:<12}{b['process_s']:>11}{b.get('spark_ready_s', '-'):>15}"
-            f"{b.get('run_s', '-'):>8}{b.get('nothing_to_do_s', '-'):>11}"
+        cells = "".join(
+            f"{b.get(c, '-'):>{w}}" for c, w in zip(columns, (12, 8, 7, 11, 7), strict=True)
         )
+        print(f"{mode:<14}{b['process_s']:>10}{cells}{b.get('nothing_to_do_s', '-'):>10}")
     ratio = round(streamer_s / best["server"]["process_s"], 2)
     print(f"HoodieStreamer / server per run: {ratio} x")
     print(json.dumps({"records": args.records, "stack_up_s": server_up, "best": best, "all": rows}))

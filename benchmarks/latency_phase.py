@@ -15,6 +15,12 @@ of the same partition still in flight), from request to run start (queue, dequeu
 process start-up), and from run start to the commit. Afterwards Dagster is stopped and a child
 process counts the table: every offset exactly once, or the measurement fails.
 
+``--hudi`` adds a Hudi target to the pipeline, written by the sensor-launched Hudi runs as thin
+clients of a Spark Connect server (the private stack starts one; or ``--spark-remote``), and
+measures each record from its produce call to the completion of the Hudi commit that holds it,
+read from the table without a JVM (:mod:`benchmarks.hudi_visible`); then every offset must be
+in the Hudi table exactly once, dead letters excepted.
+
 Prints one JSON line (the harness runs this as a fresh process with ``--latency``).
 """
 
@@ -30,12 +36,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.data import SCHEMA, make_values
+from benchmarks.hudi_visible import HudiWatch, exactly_once, table_rows
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -49,6 +56,9 @@ from eos_pipeline.core.dedup import Phase
 PIPELINE = "latency"
 SINK = "clickhouse"
 POLL_S = 0.05
+
+#: When a record (partition, offset) became visible, or None.
+VisibleAt = Callable[[int, int], float | None]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -86,11 +96,18 @@ class KeeperWatch(threading.Thread):
 
 
 def pipelines_file(
-    path: Path, kafka: str, zookeeper: str, topic: str, interval: int, follow: float = 0.0
+    path: Path,
+    kafka: str,
+    zookeeper: str,
+    topic: str,
+    interval: int,
+    follow: float = 0.0,
+    spark_remote: str | None = None,
 ) -> None:
-    """A ClickHouse-only pipeline on the benchmark's schema (JSON is valid YAML); ``follow``:
-    the sensor's runs go on writing new records until none came for that many seconds."""
-    doc = {
+    """A ClickHouse pipeline on the benchmark's schema (JSON is valid YAML); ``follow``: the
+    sensor's runs go on writing new records until none came for that many seconds.
+    ``spark_remote``: a Hudi target too, its runs thin clients of that Spark Connect server."""
+    doc: dict[str, Any] = {
         "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
         "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
         "sensor_interval_seconds": interval,
@@ -109,7 +126,14 @@ def pipelines_file(
             }
         ],
     }
+    if spark_remote:
+        doc["spark"] = {"remote": spark_remote, "quick_start": True}
+        doc["pipelines"][0]["hudi"] = {"path": str(hudi_path(path.parent)), "table": "events"}
     path.write_text(json.dumps(doc, indent=1))
+
+
+def hudi_path(work: Path) -> Path:
+    return work / "hudi" / "events"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,17 +152,25 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="runs follow the stream until it is quiet this long (s); 0: runs end caught up",
     )
+    parser.add_argument(
+        "--hudi",
+        action="store_true",
+        help="a Hudi target too (runs on a Spark Connect server); time to its commits as well",
+    )
+    parser.add_argument("--spark-remote", help="sc://host:port; default: the private stack's")
     parser.add_argument("--timeout", type=float, default=300.0, help="for start-up and drain")
     args = parser.parse_args(argv)
     if args.workdir is None:
         args.workdir = Path(tempfile.mkdtemp(prefix="eos-latency-"))
-    if args.kafka_bootstrap and args.zookeeper_hosts:
+    if args.kafka_bootstrap and args.zookeeper_hosts and (args.spark_remote or not args.hudi):
         print(json.dumps(measure(args)))
         return 0
     from benchmarks.local_stack import private_stack
 
-    with private_stack(args.workdir) as config:
+    with private_stack(args.workdir, spark=args.hudi) as config:
         args.kafka_bootstrap, args.zookeeper_hosts = config.kafka_bootstrap, config.zookeeper_hosts
+        if args.hudi:
+            args.spark_remote = config.spark_connect_url
         print(json.dumps(measure(args)))
     return 0
 
@@ -157,8 +189,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     kafka = KafkaSettings(args.kafka_bootstrap)
     create_topic(kafka, topic, args.partitions)
     config = work / "pipelines.yaml"
+    remote = args.spark_remote if args.hudi else None
     pipelines_file(
-        config, args.kafka_bootstrap, args.zookeeper_hosts, topic, args.interval, args.follow
+        config,
+        args.kafka_bootstrap,
+        args.zookeeper_hosts,
+        topic,
+        args.interval,
+        args.follow,
+        remote,
     )
     root = json.loads(config.read_text())["keeper"]["root"]
     home = prepare_dagster_home(work / "dagster_home")
@@ -173,6 +212,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     store = KeeperStateStore(KeeperSettings(args.zookeeper_hosts, root)).start()
     watch = KeeperWatch(store, topic)
     watch.start()
+    hudi = HudiWatch(str(hudi_path(work)), topic) if args.hudi else None
+    if hudi is not None:
+        hudi.start()
     producer = idempotent_producer(kafka, **{"linger.ms": 0, "compression.type": "none"})
     values = make_values(int(args.rate * args.seconds) + args.partitions, args.record_bytes)
     log = work / "dagster.log"
@@ -185,38 +227,102 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "sensor_interval_s": args.interval,
         "follow_idle_s": args.follow,
     }
+    hudi_runs: list[Any] = []
+    hudi_by_partition: dict[int, list[tuple[float, float, float, float]]] = {}
     try:
         # Warm-up: one record per partition, until the sensors and a first run per partition
         # have gone through (code location loaded, partitions added). Not measured.
         produce_all(producer, topic, [(p, None, values[p]) for p in range(args.partitions)])
-        _wait(lambda: all(watch.ends.get(p, 0) >= 1 for p in range(args.partitions)), args, log)
+        _wait(lambda: _caught_up(watch, hudi, dict.fromkeys(range(args.partitions), 1)), args, log)
         result["warm_up_s"] = round(time.time() - began, 1)
         sent = _produce_steadily(producer, topic, values[args.partitions :], args)
         ends = end_offsets(kafka, topic)
-        _wait(lambda: all(watch.ends.get(p, 0) >= e for p, e in ends.items()), args, log)
+        _wait(lambda: _caught_up(watch, hudi, ends), args, log)
         _wait(lambda: _in_flight(instance) == 0, args, log)
-        runs = instance.get_run_records(
-            filters=dg.RunsFilter(tags={SINK_TAG: f"{PIPELINE}.{SINK}"}), limit=10_000
-        )
         ordered = instance.get_dynamic_partitions(partitions_name(PIPELINE))
-        by_partition = _runs(instance, runs, parse_partition_key, ordered)
+
+        def sink_runs(sink: str) -> tuple[list[Any], dict[int, list[Any]]]:
+            runs = instance.get_run_records(
+                filters=dg.RunsFilter(tags={SINK_TAG: f"{PIPELINE}.{sink}"}), limit=10_000
+            )
+            return runs, _runs(instance, runs, parse_partition_key, ordered)
+
+        runs, by_partition = sink_runs(SINK)
+        if hudi is not None:
+            hudi_runs, hudi_by_partition = sink_runs("hudi")
     finally:
         watch.stop.set()
+        if hudi is not None:
+            hudi.stop.set()
         stop_dagster(process)
         watch.join(5)
         store.close()
         instance.dispose()
-    result.update(_split(sent, watch, by_partition))
-    result.update(_throughput(sent, watch, args.record_bytes))
-    result["runs"] = len(runs)
-    all_runs = [r for v in by_partition.values() for r in v]
-    result["run_seconds_p50"] = round(statistics.median([r[3] - r[2] for r in all_runs] or [0]), 2)
-    result["run_queued_s_p50"] = round(statistics.median([r[1] - r[0] for r in all_runs] or [0]), 2)
-    result["run_process_start_s_p50"] = round(
-        statistics.median([r[2] - r[1] for r in all_runs] or [0]), 2
-    )
+    result.update(_split(sent, watch.visible_at, by_partition))
+    result.update(_throughput(sent, watch.visible_at, args.record_bytes))
+    result.update(_run_stats(runs, by_partition))
     result["exact"] = _verify(topic, ends, config)
+    if hudi is not None:
+        hudi.join(5)
+        result["hudi"] = _hudi_result(hudi, sent, ends, kafka, hudi_runs, hudi_by_partition, args)
+        result["exact"] = result["exact"] and result["hudi"]["exact"]
     return result
+
+
+def _caught_up(watch: KeeperWatch, hudi: HudiWatch | None, ends: dict[int, int]) -> bool:
+    """ClickHouse's committed ends (and the Hudi checkpoint) reached ``ends``."""
+    marks = [watch.ends] if hudi is None else [watch.ends, hudi.ends]
+    return all(m.get(p, 0) >= e for m in marks for p, e in ends.items())
+
+
+def _run_stats(
+    runs: Sequence[Any], by_partition: dict[int, list[tuple[float, float, float, float]]]
+) -> dict[str, Any]:
+    """How many runs, and the p50 of their parts (queued, process start, run)."""
+    all_runs = [r for v in by_partition.values() for r in v]
+
+    def p50(part: Callable[[tuple[float, float, float, float]], float]) -> float:
+        return round(statistics.median([part(r) for r in all_runs] or [0]), 2)
+
+    return {
+        "runs": len(runs),
+        "run_seconds_p50": p50(lambda r: r[3] - r[2]),
+        "run_queued_s_p50": p50(lambda r: r[1] - r[0]),
+        "run_process_start_s_p50": p50(lambda r: r[2] - r[1]),
+    }
+
+
+def _hudi_result(
+    hudi: HudiWatch,
+    sent: list[tuple[int, int, float]],
+    ends: dict[int, int],
+    kafka: KafkaSettings,
+    runs: Sequence[Any],
+    by_partition: dict[int, list[tuple[float, float, float, float]]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Latency to the completion of the Hudi commit holding each record (and to the poller
+    seeing it), the runs, and the exactly-once proof on the table's rows (hudi-rs)."""
+    from eos_pipeline.adapters.dlq import dead_letter_offsets
+
+    rows = table_rows(hudi.table_path)
+    commit_of = {(p, o): c for p, o, c in rows}
+
+    def at(times: dict[str, float]) -> VisibleAt:
+        return lambda p, o: times.get(commit_of.get((p, o), ""))
+
+    out: dict[str, Any] = _split(sent, at(hudi.completed), by_partition)
+    seen = _split(sent, at(hudi.seen), {})["latency_s"]
+    out["latency_seen_by_poll_s"] = seen
+    out.update(_throughput(sent, at(hudi.completed), args.record_bytes))
+    out.update(_run_stats(runs, by_partition))
+    out["commits"] = len(hudi.completed)
+    out["commits_with_rows"] = len({c for _, _, c in rows})
+    dead = dead_letter_offsets(kafka, f"{hudi.topic}.dlq", PIPELINE, "hudi")
+    proof = exactly_once(rows, ends, {tp.partition: o for tp, o in dead.items()})
+    out["proof"] = proof
+    out["exact"] = proof["missing"] == proof["unexpected"] == proof["duplicates"] == 0
+    return out
 
 
 def _run_keys(tags: Any, ordered: Sequence[str]) -> list[str]:
@@ -311,12 +417,12 @@ def _wait(done: Any, args: argparse.Namespace, log: Path) -> None:
 
 
 def _throughput(
-    sent: list[tuple[int, int, float]], watch: KeeperWatch, record_bytes: int
+    sent: list[tuple[int, int, float]], visible_at: VisibleAt, record_bytes: int
 ) -> dict[str, Any]:
     """From the first produce to the last record visible: the rate the sensor-launched runs
     sustained (bounded by the produce rate), and how long they took to drain after the last
     produce."""
-    seen = [t for p, o, _ in sent if (t := watch.visible_at(p, o)) is not None]
+    seen = [t for p, o, _ in sent if (t := visible_at(p, o)) is not None]
     if not sent or not seen:
         return {}
     first, last_sent, last_seen = min(s[2] for s in sent), max(s[2] for s in sent), max(seen)
@@ -330,13 +436,13 @@ def _throughput(
 
 def _split(
     sent: list[tuple[int, int, float]],
-    watch: KeeperWatch,
+    visible_at: VisibleAt,
     runs: dict[int, list[tuple[float, float, float, float]]],
 ) -> dict[str, Any]:
     """Latency per record, and its parts along the run that committed it."""
     total, wait, queued, start, work = [], [], [], [], []
     for p, offset, produced in sent:
-        visible = watch.visible_at(p, offset)
+        visible = visible_at(p, offset)
         if visible is None:
             continue
         total.append(visible - produced)
