@@ -42,7 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.data import SCHEMA, make_values
-from benchmarks.hudi_visible import HudiWatch, exactly_once, table_rows
+from benchmarks.hudi_visible import (
+    HudiWatch,
+    exactly_once,
+    instant_epoch,
+    table_rows,
+    timeline_zone,
+)
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -318,11 +324,36 @@ def _hudi_result(
     out.update(_run_stats(runs, by_partition))
     out["commits"] = len(hudi.completed)
     out["commits_with_rows"] = len({c for _, _, c in rows})
+    out.update(_commit_parts({c for _, _, c in rows}, hudi, by_partition))
     dead = dead_letter_offsets(kafka, f"{hudi.topic}.dlq", PIPELINE, "hudi")
     proof = exactly_once(rows, ends, {tp.partition: o for tp, o in dead.items()})
     out["proof"] = proof
     out["exact"] = proof["missing"] == proof["unexpected"] == proof["duplicates"] == 0
     return out
+
+
+def _commit_parts(
+    commits: set[str],
+    hudi: HudiWatch,
+    by_partition: dict[int, list[tuple[float, float, float, float]]],
+) -> dict[str, Any]:
+    """Inside the runs, per commit with rows: run start to the instant's request (connect, plan,
+    the Spark job reading Kafka), and request to completion (the Hudi write and commit)."""
+    zone = timeline_zone(hudi.table_path)
+    runs = {r for v in by_partition.values() for r in v}
+    before, write = [], []
+    for instant in commits:
+        requested, completed = instant_epoch(instant, zone), hudi.completed.get(instant)
+        if completed is None:
+            continue
+        write.append(completed - requested)
+        started = [r[2] for r in runs if r[2] <= requested <= r[3]]
+        if started:
+            before.append(requested - max(started))
+    return {
+        "run_start_to_instant_s": sorted(round(x, 2) for x in before),
+        "instant_to_commit_s": sorted(round(x, 2) for x in write),
+    }
 
 
 def _run_keys(tags: Any, ordered: Sequence[str]) -> list[str]:
