@@ -148,15 +148,11 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         assert not evaluation.passed and evaluation.metadata["duplicates"].value == 1
 
 
-@pytest.mark.spark_cluster
-def test_a_run_is_a_thin_client_of_the_spark_connect_server(
-    make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
-) -> None:
-    """The pipelines file names the server (``spark.remote``); a run in a fresh process, as
-    Dagster starts one, does its Spark work there and holds no JVM itself. Exact on the data,
-    read back with hudi-rs."""
-    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
-    rig.produce({0: 8, 1: 6}, bad_every=7)
+def _remote_pipelines_file(
+    rig: Rig, spark_connect: StackConfig, tmp_path: Path, hudi_extra: str = ""
+) -> Path:
+    """The rig's pipelines file with ``spark.remote`` naming the session's Connect server;
+    ``hudi_extra``: more fields of the Hudi target (``follow: {...}``)."""
     text = pipeline_yaml(
         rig.pipeline,
         rig.topic,
@@ -169,8 +165,25 @@ def test_a_run_is_a_thin_client_of_the_spark_connect_server(
     remote = f"spark: {{remote: '{spark_connect.spark_connect_url}'}}"
     text = text.replace("spark: {quick_start: true}", remote)
     assert "remote:" in text
+    if hudi_extra:
+        table = f"table: {rig.pipeline}_events}}"
+        assert table in text
+        text = text.replace(table, f"table: {rig.pipeline}_events, {hudi_extra}}}")
     config_file = tmp_path / "pipelines.yaml"
     config_file.write_text(text)
+    return config_file
+
+
+@pytest.mark.spark_cluster
+def test_a_run_is_a_thin_client_of_the_spark_connect_server(
+    make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
+) -> None:
+    """The pipelines file names the server (``spark.remote``); a run in a fresh process, as
+    Dagster starts one, does its Spark work there and holds no JVM itself. Exact on the data,
+    read back with hudi-rs."""
+    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
+    rig.produce({0: 8, 1: 6}, bad_every=7)
+    config_file = _remote_pipelines_file(rig, spark_connect, tmp_path)
     keys = keys_for(rig.topic, 2)
     keys_arg = [",".join(keys)]
     done = subprocess.run(
@@ -242,23 +255,7 @@ def test_a_following_run_commits_each_burst_that_arrives_then_ends_when_idle(
 
     rig = make_rig(partitions=2, clickhouse=False, hudi=True)
     rig.produce({0: 8, 1: 6}, bad_every=7)
-    text = pipeline_yaml(
-        rig.pipeline,
-        rig.topic,
-        rig.kafka.bootstrap_servers,
-        rig.config.keeper.hosts,
-        str(tmp_path / "chdb"),
-        None,
-        rig.hudi_path,
-    )
-    text = text.replace(
-        "spark: {quick_start: true}", f"spark: {{remote: '{spark_connect.spark_connect_url}'}}"
-    )
-    table = f"table: {rig.pipeline}_events}}"
-    assert table in text
-    text = text.replace(table, f"table: {rig.pipeline}_events, follow: {{idle_seconds: 4}}}}")
-    config_file = tmp_path / "pipelines.yaml"
-    config_file.write_text(text)
+    config_file = _remote_pipelines_file(rig, spark_connect, tmp_path, "follow: {idle_seconds: 4}")
     keys = keys_for(rig.topic, 2)
     tp0, tp1 = TopicPartition(rig.topic, 0), TopicPartition(rig.topic, 1)
 

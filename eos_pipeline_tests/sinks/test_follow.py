@@ -3,7 +3,7 @@ records arrive, then stops."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning.follow import FollowPolicy
@@ -123,21 +123,31 @@ class Table:
         return report
 
 
+def _follow_table(
+    stream: Stream,
+    run: Callable[[list[int]], HudiReport],
+    first: HudiReport,
+    idle_seconds: float,
+) -> tuple[list[HudiReport], str]:
+    policy = FollowPolicy(idle_seconds=idle_seconds, max_seconds=100, poll_seconds=0.5)
+    return follow_table(
+        run,
+        first,
+        [A, B],
+        stream.kafka_ends,
+        policy,
+        others_waiting=lambda: False,
+        clock=stream.clock,
+        sleep=stream.sleep,
+    )
+
+
 def test_a_hudi_run_commits_each_burst_once_and_ends_when_the_stream_is_quiet() -> None:
     stream = Stream({1.0: {A: 7}, 7.0: {B: 9, A: 8}})
     table = Table(stream, commit_seconds=4.0)  # longer than idle_seconds: still not idle
     first = table.report([0, 1], "20260000")
     first.checkpoint_before = None  # the table's first commit
-    reports, why = follow_table(
-        table.run,
-        first,
-        [A, B],
-        stream.kafka_ends,
-        FollowPolicy(idle_seconds=3, max_seconds=100, poll_seconds=0.5),
-        others_waiting=lambda: False,
-        clock=stream.clock,
-        sleep=stream.sleep,
-    )
+    reports, why = _follow_table(stream, table.run, first, idle_seconds=3)
     # a commit per burst, each over the partitions that had new records
     assert table.commits == [([0], {A: 7, B: 5}), ([0, 1], {A: 8, B: 9})]
     assert why == "no new records for 3 s" and len(reports) == 3
@@ -154,15 +164,6 @@ def test_a_hudi_step_that_moves_nothing_counts_as_idle() -> None:
     stream = Stream({0.5: {A: 9}})
     table = Table(stream)
     stuck = table.report([], None)  # e.g. Kafka's end is past offsets the plan does not read
-    reports, why = follow_table(
-        lambda partitions: stuck,
-        stuck,
-        [A, B],
-        stream.kafka_ends,
-        FollowPolicy(idle_seconds=2, max_seconds=100, poll_seconds=0.5),
-        others_waiting=lambda: False,
-        clock=stream.clock,
-        sleep=stream.sleep,
-    )
+    reports, why = _follow_table(stream, lambda partitions: stuck, stuck, idle_seconds=2)
     assert why == "no new records for 2 s" and 2.0 <= stream.now <= 2.5
     assert merge_hudi_reports(reports).instant_time is None
