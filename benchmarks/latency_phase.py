@@ -109,10 +109,12 @@ def pipelines_file(
     interval: int,
     follow: float = 0.0,
     spark_remote: str | None = None,
+    hudi_follow: float = 0.0,
 ) -> None:
     """A ClickHouse pipeline on the benchmark's schema (JSON is valid YAML); ``follow``: the
     sensor's runs go on writing new records until none came for that many seconds.
-    ``spark_remote``: a Hudi target too, its runs thin clients of that Spark Connect server."""
+    ``spark_remote``: a Hudi target too, its runs thin clients of that Spark Connect server;
+    ``hudi_follow``: its sensor's runs follow the stream the same way."""
     doc: dict[str, Any] = {
         "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
         "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
@@ -134,7 +136,11 @@ def pipelines_file(
     }
     if spark_remote:
         doc["spark"] = {"remote": spark_remote, "quick_start": True}
-        doc["pipelines"][0]["hudi"] = {"path": str(hudi_path(path.parent)), "table": "events"}
+        doc["pipelines"][0]["hudi"] = {
+            "path": str(hudi_path(path.parent)),
+            "table": "events",
+            "follow": {"idle_seconds": hudi_follow},
+        }
     path.write_text(json.dumps(doc, indent=1))
 
 
@@ -162,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         "--hudi",
         action="store_true",
         help="a Hudi target too (runs on a Spark Connect server); time to its commits as well",
+    )
+    parser.add_argument(
+        "--hudi-follow",
+        type=float,
+        default=0.0,
+        help="with --hudi: Hudi runs follow the stream until it is quiet this long (s)",
     )
     parser.add_argument("--spark-remote", help="sc://host:port; default: the private stack's")
     parser.add_argument("--timeout", type=float, default=300.0, help="for start-up and drain")
@@ -204,6 +216,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         args.interval,
         args.follow,
         remote,
+        args.hudi_follow,
     )
     root = json.loads(config.read_text())["keeper"]["root"]
     home = prepare_dagster_home(work / "dagster_home")
@@ -232,6 +245,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "produce_seconds": args.seconds,
         "sensor_interval_s": args.interval,
         "follow_idle_s": args.follow,
+        "hudi_follow_idle_s": args.hudi_follow if args.hudi else None,
     }
     hudi_runs: list[Any] = []
     hudi_by_partition: dict[int, list[tuple[float, float, float, float]]] = {}

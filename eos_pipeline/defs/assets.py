@@ -41,7 +41,7 @@ from eos_pipeline.defs.asset_metadata import (
 )
 from eos_pipeline.defs.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.following import follow_run, policy_of
+from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of
 from eos_pipeline.defs.hudi_run_metadata import (
     clustered_hudi_result,
     hudi_row_counts,
@@ -55,7 +55,7 @@ from eos_pipeline.defs.range_run import catch_up, fail_naming
 from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.clusters import active_sync, physical_partitions
-from eos_pipeline.sinks.follow import merge_reports
+from eos_pipeline.sinks.follow import merge_hudi_reports, merge_reports
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
 CHECK_NAME = "exactly_once"
@@ -276,11 +276,28 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             f"{len(report.ranges)} partition(s), {report.total_records_read} read, "
             f"{report.total_rows_written} written, {report.total_dead_letters} dead letters"
         )
+        followed: dict[str, Any] = {}
+        policy = policy_of(pipeline, context.run.tags, "hudi")
+        if policy is not None:  # one more transaction (commit) per burst of new records
+            steps, why = follow_hudi_run(
+                context,
+                policy,
+                lambda parts: sync.run(partitions=parts),
+                report,
+                tps,
+                kafka,
+                hudi.path,
+            )
+            report = merge_hudi_reports(steps)
+            instants = [r.instant_time for r in steps if r.instant_time is not None]
+            followed = {"commits": ", ".join(instants), "commit_count": len(instants)}
+            followed["following_ended"] = why
         exists = report.instant_time is not None or report.checkpoint_before is not None
         row_counts = (
             hudi_row_counts(spark, hudi.path, pipeline, sorted(report.ranges)) if exists else None
         )
         metadata, partition_values = hudi_run_metadata(report, row_counts, context.partition_keys)
+        metadata.update(followed)
         per_partition(context, partition_values)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)

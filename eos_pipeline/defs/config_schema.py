@@ -127,7 +127,8 @@ class Retry(_Strict):
 
 
 class Follow(_Strict):
-    """A sensor's run keeps writing new records as they arrive (``core.planning.follow``)."""
+    """A sensor's run keeps writing new records as they arrive (``core.planning.follow``):
+    ``clickhouse.follow`` and ``hudi.follow``."""
 
     #: End after this long without new records (0: runs end once caught up).
     idle_seconds: Annotated[float, Field(ge=0)] = 0.0
@@ -162,6 +163,8 @@ class HudiTarget(_Strict):
     partition_fields: list[str] = Field(default_factory=list)
     operation: Literal["upsert", "insert", "bulk_insert"] = "upsert"
     options: dict[str, str] = Field(default_factory=dict)
+    #: The lag sensor's runs go on committing new records as they arrive, one Hudi commit each.
+    follow: Follow = Follow()
 
     @field_validator("table")
     @classmethod

@@ -1,50 +1,52 @@
-"""Wiring of a following ClickHouse run: Kafka's end offsets and the run queue, read for
-:func:`eos_pipeline.sinks.follow.follow` (the rule is in ``core.planning.follow``)."""
+"""Wiring of following runs (ClickHouse and Hudi): Kafka's end offsets and the run queue, read
+for :mod:`eos_pipeline.sinks.follow` (the rule is in ``core.planning.follow``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.planning.follow import FOLLOW_TAG, FollowPolicy, yields_to
-from eos_pipeline.core.planning.runs import CHDB_PATH_TAG, PARTITION_TAG, SINK_TAG
+from eos_pipeline.core.planning.follow import FollowPolicy, follows, yields_to
+from eos_pipeline.core.planning.runs import CHDB_PATH_TAG, HUDI_TABLE_TAG, PARTITION_TAG, SINK_TAG
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
-from eos_pipeline.sinks.follow import follow
+from eos_pipeline.sinks.follow import follow, follow_table
+
+if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it
+    from eos_pipeline.sinks.hudi_spec import HudiReport
 
 #: How often a following run asks the run storage whether another run waits (seconds).
 _QUEUE_LOOK_SECONDS = 1.0
 
 
-def policy_of(pipeline: Pipeline, run_tags: Mapping[str, str]) -> FollowPolicy | None:
-    """The follow policy of this run, or None: only sensor runs tagged to follow do, and only
-    on a single-cluster pipeline (a clustered one's runs end once caught up)."""
-    assert pipeline.clickhouse is not None
-    spec = pipeline.clickhouse.follow
+def policy_of(
+    pipeline: Pipeline, run_tags: Mapping[str, str], sink: str = "clickhouse"
+) -> FollowPolicy | None:
+    """The follow policy of this run of ``sink`` (``"clickhouse"`` or ``"hudi"``), or None:
+    only sensor runs tagged to follow do, and only on a single-cluster pipeline (a clustered
+    one's runs end once caught up)."""
+    target = pipeline.clickhouse if sink == "clickhouse" else pipeline.hudi
+    assert target is not None
+    spec = target.follow
     policy = FollowPolicy(spec.idle_seconds, spec.max_seconds, spec.poll_seconds)
-    if not policy.enabled or run_tags.get(FOLLOW_TAG) != "true" or pipeline.kafka.clusters:
-        return None
-    return policy
+    return policy if follows(policy, run_tags, bool(pipeline.kafka.clusters)) else None
 
 
-def follow_run(
-    context: dg.AssetExecutionContext,
-    policy: FollowPolicy,
-    run: Callable[[TopicPartition], SyncReport],
-    reports: Sequence[SyncReport],
-    kafka: Any,
-) -> list[SyncReport]:
-    """Follow the run's partitions (see :func:`eos_pipeline.sinks.follow.follow`)."""
+def _others_waiting(
+    context: dg.AssetExecutionContext, held: str | None, held_tag: str
+) -> Callable[[], bool]:
+    """Whether a queued run may need what this run holds (the run storage, at most once per
+    :data:`_QUEUE_LOOK_SECONDS`)."""
     sink = context.run.tags.get(SINK_TAG, "")
-    chdb_path = context.run.tags.get(CHDB_PATH_TAG)
+    partition = context.run.tags.get(PARTITION_TAG)
     run_id = context.run.run_id
     instance = context.instance
-    looked = {"at": 0.0, "waiting": False}
+    looked = {"at": -_QUEUE_LOOK_SECONDS, "waiting": False}
 
     def others_waiting() -> bool:
         now = time.monotonic()
@@ -53,10 +55,14 @@ def follow_run(
                 filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]), limit=100
             )
             tags = [dict(r.tags) for r in queued if r.run_id != run_id]
-            partition = context.run.tags.get(PARTITION_TAG)
-            looked.update(at=now, waiting=yields_to(sink, chdb_path, tags, partition))
+            waiting = yields_to(sink, held, tags, partition, held_tag=held_tag)
+            looked.update(at=now, waiting=waiting)
         return bool(looked["waiting"])
 
+    return others_waiting
+
+
+def _ends(kafka: Any) -> Callable[[Sequence[TopicPartition]], dict[TopicPartition, int]]:
     def ends(tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
         for topic in sorted({tp.topic for tp in tps}):
@@ -67,10 +73,46 @@ def follow_run(
             out.update({tp: by_partition[tp.partition] for tp in tps if tp.topic == topic})
         return out
 
+    return ends
+
+
+def follow_run(
+    context: dg.AssetExecutionContext,
+    policy: FollowPolicy,
+    run: Callable[[TopicPartition], SyncReport],
+    reports: Sequence[SyncReport],
+    kafka: Any,
+) -> list[SyncReport]:
+    """Follow the run's partitions (see :func:`eos_pipeline.sinks.follow.follow`)."""
+    chdb_path = context.run.tags.get(CHDB_PATH_TAG)
     context.log.info(
         f"caught up; following {len(reports)} partition(s) until no record arrived for "
         f"{policy.idle_seconds:g} s (at most {policy.max_seconds:g} s)"
     )
-    out, why = follow(run, reports, ends, policy, others_waiting=others_waiting)
+    waiting = _others_waiting(context, chdb_path, CHDB_PATH_TAG)
+    out, why = follow(run, reports, _ends(kafka), policy, others_waiting=waiting)
     context.log.info(f"following ended: {why}; {len(out) - len(reports)} step(s) while following")
     return out
+
+
+def follow_hudi_run(
+    context: dg.AssetExecutionContext,
+    policy: FollowPolicy,
+    run: Callable[[list[int]], HudiReport],
+    report: HudiReport,
+    tps: Sequence[TopicPartition],
+    kafka: Any,
+    table: str,
+) -> tuple[list[HudiReport], str]:
+    """Follow a Hudi run's partitions commit by commit (see
+    :func:`eos_pipeline.sinks.follow.follow_table`); every transaction's report and why it
+    ended. The run holds ``table`` (its path): it gives way to a queued run that may write it."""
+    context.log.info(
+        f"committed; following {len(tps)} partition(s) of {table} until no record arrived for "
+        f"{policy.idle_seconds:g} s (at most {policy.max_seconds:g} s)"
+    )
+    waiting = _others_waiting(context, table, HUDI_TABLE_TAG)
+    out, why = follow_table(run, report, tps, _ends(kafka), policy, others_waiting=waiting)
+    commits = sum(1 for r in out[1:] if r.instant_time is not None)
+    context.log.info(f"following ended: {why}; {commits} commit(s) while following")
+    return out, why

@@ -281,6 +281,8 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     table = pipeline.hudi.path
     topic = pipeline.kafka.topics[0]
     sink = f"{pipeline.name}.hudi"
+    # as for ClickHouse: a clustered pipeline's runs end once caught up
+    follows = pipeline.hudi.follow.idle_seconds > 0 and not pipeline.kafka.clusters
 
     @dg.sensor(
         name=f"{pipeline.name}_hudi_lag",
@@ -290,14 +292,15 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         | ({"keeper"} if pipeline.kafka.clusters else set()),
         target=dg.AssetSelection.assets(asset),
         description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
-        "checkpoint is behind Kafka's last stable offset.",
+        "checkpoint is behind Kafka's last stable offset; with hudi.follow the run covers every "
+        "partition and goes on committing what arrives.",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         kafka = kafka_resource(context, pipeline.name).settings()
         busy = _busy(context.instance, sink)
-        blocked = hudi_blocked(busy, table)
-        if blocked:  # before any Kafka request
-            return dg.SkipReason(blocked)
+        if busy:  # before any Kafka request
+            following = follows and _following(context.instance, sink)
+            return dg.SkipReason(hudi_blocked(busy, table, following))
         ordered = context.instance.get_dynamic_partitions(partitions.name)
         lows = None
         if pipeline.kafka.clusters:  # the table's cluster position, the active cluster's ends
@@ -334,6 +337,7 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             log_starts=lows,
             backoff=_backoff(pipeline),
             now=time.time(),
+            follow=follows,
         )
         requests = [
             dg.RunRequest(run_key=r.run_key, asset_selection=[asset], tags=r.tags)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from eos_pipeline.core.planning.follow import FollowPolicy, pending, stop_reason, yields_to
+from eos_pipeline.core.planning.follow import (
+    FOLLOW_TAG,
+    FollowPolicy,
+    follows,
+    pending,
+    stop_reason,
+    yields_to,
+)
 from eos_pipeline.core.planning.runs import (
     CHDB_PATH_TAG,
+    HUDI_TABLE_TAG,
     PARTITION_TAG,
     RANGE_END_TAG,
     RANGE_START_TAG,
@@ -43,6 +51,31 @@ def test_gives_way_to_runs_that_may_need_the_path_only() -> None:
     assert yields_to(sink, None, [{PARTITION_TAG: k0}], k0)
     assert yields_to(sink, None, [{RANGE_START_TAG: k0, RANGE_END_TAG: k1}], k0)
     assert not yields_to(sink, None, [{SINK_TAG: "q.clickhouse", CHDB_PATH_TAG: path}], k0)
+
+
+def test_a_following_hudi_run_gives_way_to_runs_that_may_write_its_table_only() -> None:
+    sink, table = "p.hudi", "/data/hudi/events"
+
+    def gives_way(*queued: dict[str, str]) -> bool:
+        return yields_to(sink, table, queued, held_tag=HUDI_TABLE_TAG)
+
+    chdb = {SINK_TAG: "p.clickhouse", CHDB_PATH_TAG: "/data/chdb"}
+    other_table = {SINK_TAG: "q.hudi", HUDI_TABLE_TAG: "/data/hudi/other"}
+    assert not gives_way() and not gives_way(chdb, other_table)
+    assert gives_way(chdb, {})  # a backfill, a run from the UI: its needs are unknown
+    assert gives_way({"eos_pipeline/replay": "hudi"})  # a replay job: no sink tag
+    assert gives_way({SINK_TAG: "q.hudi", HUDI_TABLE_TAG: table})  # another pipeline's run
+    assert gives_way({SINK_TAG: sink})
+    # a chDB path that happens to equal the table's path is not the table
+    assert not gives_way({SINK_TAG: "p.clickhouse", CHDB_PATH_TAG: table})
+
+
+def test_only_tagged_runs_of_a_single_cluster_pipeline_follow() -> None:
+    tagged = {FOLLOW_TAG: "true"}
+    assert follows(POLICY, tagged, clustered=False)
+    assert not follows(POLICY, {}, clustered=False)  # launched by hand
+    assert not follows(POLICY, tagged, clustered=True)
+    assert not follows(FollowPolicy(idle_seconds=0), tagged, clustered=False)  # turned off
 
 
 def test_pending_partitions_are_those_with_records_past_the_position() -> None:

@@ -377,6 +377,8 @@ def hudi(
     attempts: int = 3,
     reset: str = "earliest",
     log_starts: dict[int, int] | None = None,
+    follow: bool = False,
+    following: bool = False,
 ) -> Plan:
     return plan_hudi(
         HUDI,
@@ -390,6 +392,8 @@ def hudi(
         max_attempts=attempts,
         reset=reset,  # type: ignore[arg-type]
         log_starts=log_starts,
+        follow=follow,
+        following=following,
     )
 
 
@@ -426,6 +430,26 @@ def test_hudi_run_in_flight_blocks_the_table() -> None:
     assert hudi_blocked({ANY_PARTITION}, TABLE) == reason
     assert hudi_blocked(set(), TABLE) is None
     assert hudi({0: 5}, {0: 0}, busy={K0}) == Plan(skip_reason=reason)
+
+
+def test_hudi_following_run_covers_every_partition_and_nothing_is_asked_behind_it() -> None:
+    # one lagging partition: a following run covers all known ones (it commits what arrives
+    # anywhere); the run key is the same as without following
+    (run,) = hudi({0: 5, 1: 9, 2: 4}, {0: 5, 1: 3, 2: 4}, follow=True).runs
+    assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == (K0, K2)
+    assert run.tags[FOLLOW_TAG] == "true"
+    (plain,) = hudi({0: 5, 1: 9, 2: 4}, {0: 5, 1: 3, 2: 4}).runs
+    assert (plain.tags[RANGE_START_TAG], plain.tags[RANGE_END_TAG]) == (K1, K1)
+    assert FOLLOW_TAG not in plain.tags and plain.run_key == run.run_key
+    # nothing lagging: nothing to follow yet
+    assert not hudi({0: 5}, {0: 5}, follow=True).runs
+    # while a following run writes the table, the skip reason says so
+    reason = f"a following run is writing {TABLE}: it writes what arrives"
+    assert hudi_blocked({ANY_PARTITION}, TABLE, following=True) == reason
+    assert hudi({0: 9}, {0: 0}, busy={ANY_PARTITION}, follow=True, following=True) == Plan(
+        skip_reason=reason
+    )
+    assert hudi_blocked(set(), TABLE, following=True) is None
 
 
 def test_hudi_new_partitions_from_the_reset_policy() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
 
@@ -105,3 +106,26 @@ def make_rig(
         )
 
     return make
+
+
+def run_in_flight(instance: dg.DagsterInstance, tags: dict[str, str]) -> dg.DagsterRun:
+    """A run with ``tags`` recorded as started: what a sensor sees while a run it asked for
+    writes (nothing is executed)."""
+    job = dg.Definitions(jobs=[dg.define_asset_job("job")]).get_job_def("job")
+    return instance.create_run_for_job(job, tags=tags, status=dg.DagsterRunStatus.STARTED)
+
+
+def following(
+    config: PipelinesFile, idle_seconds: float, sink: str = "clickhouse"
+) -> PipelinesFile:
+    """The same pipelines, the runs of their ``sink`` (``clickhouse`` or ``hudi``) following
+    the stream."""
+    from eos_pipeline.defs.config import Follow
+
+    pipelines = []
+    for p in config.pipelines:
+        target = getattr(p, sink)
+        assert target is not None
+        target = target.model_copy(update={"follow": Follow(idle_seconds=idle_seconds)})
+        pipelines.append(p.model_copy(update={sink: target}))
+    return config.model_copy(update={"pipelines": pipelines})

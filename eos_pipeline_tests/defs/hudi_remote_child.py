@@ -1,9 +1,9 @@
 """Child process: one Dagster run of the Hudi asset whose Spark resource is a Connect client.
 
-Run as ``python -m eos_pipeline_tests.defs.hudi_remote_child <pipelines.yaml> <partition keys>``
-(keys comma-separated). A fresh process, as a Dagster run is: the resource puts it in Connect
-mode. Prints one JSON line: the run's per-partition metadata and whether this process held a
-JVM (it must not).
+Run as ``python -m eos_pipeline_tests.defs.hudi_remote_child <pipelines.yaml> <partition keys>
+[follow]`` (keys comma-separated; ``follow``: tagged as the lag sensor tags a run to follow). A
+fresh process, as a Dagster run is: the resource puts it in Connect mode. Prints one JSON line:
+the run's per-partition metadata and whether this process held a JVM (it must not).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
+from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.defs.assets import hudi_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import parse_config
@@ -29,6 +30,7 @@ def main(argv: list[str]) -> int:
     keys = argv[2].split(",")
     pipeline = config.pipelines[0]
     defs = build_definitions(config)
+    follow = {FOLLOW_TAG: "true"} if argv[3:] == ["follow"] else {}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(pipeline.name), keys)
         result = dg.materialize(
@@ -37,6 +39,7 @@ def main(argv: list[str]) -> int:
             tags={
                 ASSET_PARTITION_RANGE_START_TAG: keys[0],
                 ASSET_PARTITION_RANGE_END_TAG: keys[-1],
+                **follow,
             },
             instance=instance,
             resources=defs.resources,

@@ -148,15 +148,11 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         assert not evaluation.passed and evaluation.metadata["duplicates"].value == 1
 
 
-@pytest.mark.spark_cluster
-def test_a_run_is_a_thin_client_of_the_spark_connect_server(
-    make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
-) -> None:
-    """The pipelines file names the server (``spark.remote``); a run in a fresh process, as
-    Dagster starts one, does its Spark work there and holds no JVM itself. Exact on the data,
-    read back with hudi-rs."""
-    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
-    rig.produce({0: 8, 1: 6}, bad_every=7)
+def _remote_pipelines_file(
+    rig: Rig, spark_connect: StackConfig, tmp_path: Path, hudi_extra: str = ""
+) -> Path:
+    """The rig's pipelines file with ``spark.remote`` naming the session's Connect server;
+    ``hudi_extra``: more fields of the Hudi target (``follow: {...}``)."""
     text = pipeline_yaml(
         rig.pipeline,
         rig.topic,
@@ -169,8 +165,25 @@ def test_a_run_is_a_thin_client_of_the_spark_connect_server(
     remote = f"spark: {{remote: '{spark_connect.spark_connect_url}'}}"
     text = text.replace("spark: {quick_start: true}", remote)
     assert "remote:" in text
+    if hudi_extra:
+        table = f"table: {rig.pipeline}_events}}"
+        assert table in text
+        text = text.replace(table, f"table: {rig.pipeline}_events, {hudi_extra}}}")
     config_file = tmp_path / "pipelines.yaml"
     config_file.write_text(text)
+    return config_file
+
+
+@pytest.mark.spark_cluster
+def test_a_run_is_a_thin_client_of_the_spark_connect_server(
+    make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
+) -> None:
+    """The pipelines file names the server (``spark.remote``); a run in a fresh process, as
+    Dagster starts one, does its Spark work there and holds no JVM itself. Exact on the data,
+    read back with hudi-rs."""
+    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
+    rig.produce({0: 8, 1: 6}, bad_every=7)
+    config_file = _remote_pipelines_file(rig, spark_connect, tmp_path)
     keys = keys_for(rig.topic, 2)
     keys_arg = [",".join(keys)]
     done = subprocess.run(
@@ -203,3 +216,96 @@ def test_a_run_is_a_thin_client_of_the_spark_connect_server(
     table = pa.Table.from_batches(HudiTableBuilder.from_base_uri(rig.hudi_path).build().read())
     pairs = list(zip(table["_partition"].to_pylist(), table["_offset"].to_pylist(), strict=True))
     assert len(pairs) == len(set(pairs)) and set(pairs) == expected
+
+
+def _child(config_file: Path, keys: list[str], *extra: str) -> subprocess.Popen[str]:
+    """A run of the asset in a fresh process; its output goes to files (a pipe it fills while
+    the test waits would stall it)."""
+    out = config_file.with_suffix(f".{len(extra)}.out")
+    module = f"{__package__}.hudi_remote_child"
+    with out.open("w") as stdout, out.with_suffix(".err").open("w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, str(config_file), ",".join(keys), *extra],
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+        )
+
+
+def _result(child: subprocess.Popen[str], config_file: Path, *extra: str) -> dict:
+    child.wait(timeout=300)
+    out = config_file.with_suffix(f".{len(extra)}.out")
+    text, err = out.read_text(), out.with_suffix(".err").read_text()
+    assert child.returncode == 0, text[-3000:] + err[-3000:]
+    return json.loads(text.strip().splitlines()[-1])
+
+
+@pytest.mark.spark_cluster
+def test_a_following_run_commits_each_burst_that_arrives_then_ends_when_idle(
+    make_rig: Callable[..., Rig], spark_connect: StackConfig, tmp_path: Path
+) -> None:
+    """A run the sensor tags to follow goes on committing new records after its first commit,
+    one Hudi commit (with its checkpoint) per burst, and ends once the stream has been quiet for
+    ``idle_seconds``; a run launched by hand ends once caught up. Exact on the data (hudi-rs)."""
+    import time
+
+    from eos_pipeline.adapters.hudi_timeline import checkpoint_history as commits_of
+
+    from ..support.hudi_rows import hudi_offsets
+
+    rig = make_rig(partitions=2, clickhouse=False, hudi=True)
+    rig.produce({0: 8, 1: 6}, bad_every=7)
+    config_file = _remote_pipelines_file(rig, spark_connect, tmp_path, "follow: {idle_seconds: 4}")
+    keys = keys_for(rig.topic, 2)
+    tp0, tp1 = TopicPartition(rig.topic, 0), TopicPartition(rig.topic, 1)
+
+    def wait_for(positions: dict[TopicPartition, int], child: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            got = latest_checkpoint(rig.hudi_path) or {}
+            if all(got.get(tp) == end for tp, end in positions.items()):
+                return
+            assert child.poll() is None, "the run ended before it committed " + str(positions)
+            time.sleep(0.1)
+        raise AssertionError(f"no commit reached {positions}")
+
+    following = _child(config_file, keys, "follow")
+    wait_for({tp0: 8, tp1: 6}, following)  # the run's own first commit
+    rig.produce({0: 5})  # burst 1, while it follows
+    wait_for({tp0: 13, tp1: 6}, following)
+    rig.produce({1: 4}, bad_every=2)  # burst 2
+    wait_for({tp0: 13, tp1: 10}, following)
+    result = _result(following, config_file, "follow")
+    assert result["jvm"] is False and result["checks"] == [True, True]
+    meta = result["meta"]
+    # one materialization per partition covering every commit of the run
+    assert [meta[k]["records_read"] for k in keys] == [13, 10]
+    assert [meta[k]["lag_after"] for k in keys] == [0, 0]
+    assert {meta[k]["commit_count"] for k in keys} == {3}
+    assert {meta[k]["following_ended"] for k in keys} == {"no new records for 4 s"}
+    history = commits_of(rig.hudi_path)  # newest first: each burst is a commit of its own
+    assert [c.checkpoint for c in reversed(history)] == [
+        {tp0: 8, tp1: 6},
+        {tp0: 13, tp1: 6},
+        {tp0: 13, tp1: 10},
+    ]
+    assert meta[keys[0]]["commits"] == ", ".join(c.instant_time for c in reversed(history))
+
+    # a run launched by hand (no follow tag) ends as soon as it has caught up
+    rig.produce({0: 3})
+    by_hand = _result(_child(config_file, keys), config_file)
+    assert "following_ended" not in by_hand["meta"][keys[0]]
+    assert by_hand["meta"][keys[0]]["records_read"] == 3
+    assert len(commits_of(rig.hudi_path)) == 4
+
+    # every offset in the table exactly once, except the dead letters
+    pipeline = rig.config.pipelines[0]
+    dead = dead_letter_offsets(rig.kafka, pipeline.dead_letter_topic, rig.pipeline)
+    ends = end_offsets(rig.kafka, rig.topic)
+    assert ends == {0: 16, 1: 10}
+    expected = {
+        p: {o: 1 for o in range(ends[p]) if o not in dead.get(TopicPartition(rig.topic, p), set())}
+        for p in ends
+    }
+    assert hudi_offsets(rig.hudi_path) == expected
+    assert sum(len(v) for v in dead.values()) > 0

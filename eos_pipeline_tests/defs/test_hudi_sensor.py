@@ -29,7 +29,7 @@ from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
-from .conftest import Rig
+from .conftest import Rig, following, run_in_flight
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -90,3 +90,38 @@ def test_a_commit_by_hoodie_streamer_is_seen_at_the_next_tick(
         (after,) = _tick(defs, sensor, instance).run_requests
         assert after.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
         assert after.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[0]
+
+
+def test_a_following_hudi_run_covers_every_partition_and_nothing_is_asked_behind_it(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """With ``hudi.follow`` the sensor tags its run to follow and covers every partition; while
+    such a run is in flight it asks for nothing and says why. No JVM: the sensor reads hudi-rs."""
+    from eos_pipeline.core.planning.follow import FOLLOW_TAG
+
+    rig = make_rig(partitions=3, clickhouse=False, hudi=True)
+    defs = build_definitions(following(rig.config, 5, "hudi"))
+    plain = build_definitions(rig.config)
+    keys = keys_for(rig.topic, 3)
+    sensor = f"{rig.pipeline}_hudi_lag"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
+        assert not _tick(defs, sensor, instance).run_requests  # nothing to follow yet
+        rig.produce({1: 4})
+        (request,) = _tick(defs, sensor, instance).run_requests
+        assert request.tags[FOLLOW_TAG] == "true"
+        assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
+        assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[2]
+        # a run launched without hudi.follow covers the lagging partition only, and never follows
+        (unfollowed,) = _tick(plain, sensor, instance).run_requests
+        assert FOLLOW_TAG not in unfollowed.tags
+        assert unfollowed.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[1]
+        # while the following run is in flight nothing else is asked for, even with new records
+        running = run_in_flight(instance, request.tags)
+        rig.produce({0: 2})
+        skip = _tick(defs, sensor, instance).skip_message or ""
+        assert skip == f"a following run is writing {rig.hudi_path}: it writes what arrives"
+        # once it is over (gone from the runs in flight), the next one is asked for
+        instance.delete_run(running.run_id)
+        (after,) = _tick(defs, sensor, instance).run_requests
+        assert after.tags[FOLLOW_TAG] == "true"

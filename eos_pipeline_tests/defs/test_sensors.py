@@ -29,7 +29,7 @@ from eos_pipeline.defs.sensors import (
 )
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
-from .conftest import Rig
+from .conftest import Rig, following, run_in_flight
 
 pytestmark = pytest.mark.integration
 
@@ -392,26 +392,14 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
             assert "signal 9 (SIGKILL)" in reason
 
 
-def _following(config: PipelinesFile, idle_seconds: float) -> PipelinesFile:
-    """The same pipelines, their ClickHouse runs following the stream."""
-    from eos_pipeline.defs.config import Follow
-
-    pipelines = []
-    for p in config.pipelines:
-        assert p.clickhouse is not None
-        target = p.clickhouse.model_copy(update={"follow": Follow(idle_seconds=idle_seconds)})
-        pipelines.append(p.model_copy(update={"clickhouse": target}))
-    return config.model_copy(update={"pipelines": pipelines})
-
-
 def test_following_runs_cover_every_partition_and_nothing_is_asked_behind_them(
     make_rig: Callable[..., Rig],
 ) -> None:
     from eos_pipeline.core.planning.follow import FOLLOW_TAG
 
     rig = make_rig(partitions=3)
-    defs = build_definitions(_following(rig.config, 5))
-    server = build_definitions(_on_server(_following(rig.config, 5)))
+    defs = build_definitions(following(rig.config, 5))
+    server = build_definitions(_on_server(following(rig.config, 5)))
     keys = keys_for(rig.topic, 3)
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
@@ -426,10 +414,7 @@ def test_following_runs_cover_every_partition_and_nothing_is_asked_behind_them(
         (single,) = _evaluate(server, lag, instance).run_requests
         assert single.partition_key == keys[1] and single.tags[FOLLOW_TAG] == "true"
         # while the following run is in flight nothing else is asked for, even with new records
-        job = dg.Definitions(jobs=[dg.define_asset_job("ch_job")]).get_job_def("ch_job")
-        running = instance.create_run_for_job(
-            job, tags=request.tags, status=dg.DagsterRunStatus.STARTED
-        )
+        running = run_in_flight(instance, request.tags)
         rig.produce({0: 2})
         assert "follows the stream" in (_evaluate(defs, lag, instance).skip_message or "")
         # once it ended, the next one is asked for

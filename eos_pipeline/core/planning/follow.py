@@ -1,4 +1,4 @@
-"""Following runs: a ClickHouse run that keeps reading new records until the stream goes quiet.
+"""Following runs: a sensor's run that keeps reading new records until the stream goes quiet.
 
 A run started by a lag sensor pays a queue wait and a process start (seconds on a small
 machine) before it writes anything; for a trickle of records that start-up, not the write, is
@@ -12,6 +12,12 @@ somebody waits for.
 While a following run of a sink is in flight the ClickHouse sensor asks for nothing on the
 chDB path (the run covers every partition); on a ClickHouse server each partition's run
 follows that partition, and the sensor already leaves partitions with a run in flight alone.
+
+A Hudi run follows the same way: each step is one complete transaction of the Hudi sink (one
+commit carrying its checkpoint, planned from the latest completed commit, fenced as any
+other), so a record waits for a poll and a commit instead of a sensor tick, a queue wait, a
+process start and a Spark Connect session. It holds its table (``HUDI_TABLE_TAG``) as a
+chDB run holds its path, and while it is in flight the Hudi sensor asks for nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eos_pipeline.core.planning.runs import CHDB_PATH_TAG, PARTITION_TAG, RANGE_START_TAG, SINK_TAG
+from eos_pipeline.core.planning.runs import (
+    CHDB_PATH_TAG,
+    PARTITION_TAG,
+    RANGE_START_TAG,
+    SINK_TAG,
+)
 
 #: Set on runs the lag sensor asks to follow: runs launched by hand (the UI, backfills) end as
 #: soon as they have caught up.
@@ -64,23 +75,27 @@ def stop_reason(
 
 def yields_to(
     sink: str,
-    chdb_path: str | None,
+    held: str | None,
     queued: Iterable[Mapping[str, str]],
     partition: str | None = None,
+    *,
+    held_tag: str = CHDB_PATH_TAG,
 ) -> bool:
     """Whether one of the ``queued`` runs (their tags) may need what a following run of
     ``sink`` holds.
 
-    On a chDB path (one process at a time): a run of the same sink, a run on the same path,
-    or a run without a sink tag (launched by hand: a backfill, a check, another asset; its
-    needs are unknown); runs of other sinks on other paths (a Hudi table's) do not stop it.
-    On a ClickHouse server a following run holds only its ``partition``: a run of that
-    partition, or a key-range run launched by hand (it may cover it); the sensor's runs of
-    other partitions go on side by side.
+    ``held`` is what the run holds alone, named by the tag ``held_tag``: a chDB path
+    (:data:`CHDB_PATH_TAG`, one process at a time) or a Hudi table (``HUDI_TABLE_TAG``,
+    one writer at a time). It gives way to a run of the same sink, a run tagged with the same
+    path or table, or a run without a sink tag (launched by hand: a backfill, a check, a replay,
+    another asset; its needs are unknown); runs of other sinks on other paths or tables do not
+    stop it. On a ClickHouse server (``held`` None) a following run holds only its
+    ``partition``: a run of that partition, or a key-range run launched by hand (it may cover
+    it); the sensor's runs of other partitions go on side by side.
     """
     for tags in queued:
         other = tags.get(SINK_TAG)
-        if chdb_path is None:
+        if held is None:
             if partition is not None and tags.get(PARTITION_TAG) == partition:
                 return True
             if other is None and RANGE_START_TAG in tags:
@@ -88,9 +103,15 @@ def yields_to(
             continue
         if other is None or other == sink:
             return True
-        if tags.get(CHDB_PATH_TAG) == chdb_path:
+        if tags.get(held_tag) == held:
             return True
     return False
+
+
+def follows(policy: FollowPolicy, run_tags: Mapping[str, str], clustered: bool) -> bool:
+    """Whether a run with ``run_tags`` follows: only sensor runs tagged to follow, only when
+    the policy is on, and never on a clustered pipeline (its runs end once caught up)."""
+    return policy.enabled and run_tags.get(FOLLOW_TAG) == "true" and not clustered
 
 
 def pending(ends: Mapping[str, int], positions: Mapping[str, int]) -> list[str]:

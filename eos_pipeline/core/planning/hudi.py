@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.core.planning.runs import (
     ANY_PARTITION,
     HUDI_TABLE_TAG,
@@ -36,9 +37,16 @@ from eos_pipeline.core.retries import (
 # ------------------------------------------------------------------------------- Hudi
 
 
-def hudi_blocked(busy: Collection[str], table: str) -> str | None:
-    """Why no Hudi run may be asked for now (a run writing the table), else None."""
-    return f"a run writing {table} is queued or running" if busy else None
+def hudi_blocked(busy: Collection[str], table: str, following: bool = False) -> str | None:
+    """Why no Hudi run may be asked for now (a run writing the table), else None.
+
+    ``following``: the run in flight follows the stream (it writes what arrives).
+    """
+    if not busy:
+        return None
+    if following:
+        return f"a following run is writing {table}: it writes what arrives"
+    return f"a run writing {table} is queued or running"
 
 
 def _hudi_candidates(
@@ -80,6 +88,8 @@ def plan_hudi(
     log_starts: Mapping[int, int] | None = None,
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
+    follow: bool = False,
+    following: bool = False,
 ) -> Plan:
     """ONE run (one Hudi commit) over every lagging partition of ``topic``, or a skip reason.
 
@@ -87,8 +97,13 @@ def plan_hudi(
     the key range from the first to the last lagging one (partitions in between that are caught
     up are read as empty ranges, harmless). ``checkpoint`` is the table's position (the copy
     the asset records; it can only lag behind the table, never run ahead of it).
+
+    ``follow``: the run asked for goes on committing new records once caught up
+    (:mod:`eos_pipeline.core.planning.follow`), so it covers every known partition of the
+    topic, not only the lagging ones; ``following``: such a run is in flight (the skip reason
+    says so).
     """
-    blocked = hudi_blocked(busy, table)
+    blocked = hudi_blocked(busy, table, following)
     if blocked:
         return Plan(skip_reason=blocked)
     lows = log_starts or {}
@@ -101,7 +116,8 @@ def plan_hudi(
     if not lagging:
         return Plan(skip_reason="the Hudi table is caught up")
     order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
-    first, last = min(lagging, key=order.__getitem__), max(lagging, key=order.__getitem__)
+    covered = [key for _, _, key in _hudi_candidates(topic, ends, known)] if follow else lagging
+    first, last = min(covered, key=order.__getitem__), max(covered, key=order.__getitem__)
     state = ",".join(f"{p}:{checkpoint.get(TopicPartition(topic, p), '-')}" for p in ends)
     wanted = ",".join(str(e) for _, e in sorted(ends.items()))
     # the checkpoint can be long (one entry per partition): the tag holds a digest of it
@@ -127,5 +143,7 @@ def plan_hudi(
         RANGE_END_TAG: last,
         START_STATE_TAG: start,
     }
+    if follow:
+        tags[FOLLOW_TAG] = "true"
     run = PlannedRun(run_key=f"{sink}:{state}:{wanted}{retry_suffix(failed)}", tags=tags)
     return Plan(runs=(run,))
