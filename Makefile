@@ -27,12 +27,13 @@ system:
 	@bash tools/setup_system.sh
 
 # Two pytest workers (TEST_WORKERS=0: one process): a test file stays on one worker, the
-# MirrorMaker 2 tests share one worker, the longest groups start first (eos_pipeline_tests/conftest.py).
+# MirrorMaker 2 tests share one worker, the longest groups start first (eos_pipeline_tests/conftest.py:
+# its scheduler hook; --no-loadscope-reorder keeps that order).
 TEST_WORKERS ?= 2
 
 test: fetch system
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
-	$(BIN)/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 # The Hudi tests marked `spark_cluster` again, with the Connect server on a standalone master +
 # one worker (a real distributed Spark, not local mode).
