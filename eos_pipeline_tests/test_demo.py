@@ -62,7 +62,9 @@ class DemoRun:
 def _walk_ui(ui: str, shots: Path) -> dict[str, str]:
     with browser.ui_walker(ui, shots) as walker:
         return {
-            "lineage": walker.open("/asset-groups/demo", "demo-events.dlq", "lineage"),
+            "lineage": walker.open(
+                "/asset-groups/demo", "demo-events.dlq", "lineage", settle=("1 / 1 Passed", 2)
+            ),
             "clickhouse": walker.open("/assets/clickhouse/demo/events", "Columns", "clickhouse"),
             "hudi": walker.open("/assets/hudi/demo_events", "Columns", "hudi"),
             "hudi_checks": walker.open(

@@ -48,15 +48,29 @@ class UiWalker:
     def __init__(self, page: Any, ui: str, shots: Path) -> None:
         self.page, self.ui, self.shots = page, ui, shots
 
-    def open(self, path: str, wait_for: str, name: str) -> str:
-        """Open ``path``, wait until ``wait_for`` is shown, save a screenshot, return the text."""
-        self.page.goto(self.ui + path)
-        self.page.get_by_text(wait_for, exact=False).first.wait_for(timeout=60_000)
-        self._dismiss_welcome()
-        with contextlib.suppress(Exception):  # the page's remaining queries landing
-            self.page.wait_for_function(
-                "!document.body.innerText.includes('Loading')", timeout=30_000
-            )
+    def open(
+        self, path: str, wait_for: str, name: str, *, settle: tuple[str, int] = ("", 0)
+    ) -> str:
+        """Open ``path``, wait until ``wait_for`` is shown, then until nothing says Loading
+        (and ``settle``'s text is shown that many times), save a screenshot, return the text.
+
+        On a loaded machine a page's last queries can stay unanswered for long; the page is then
+        loaded again once (what the test asserts is only read after that)."""
+        for attempt in range(2):
+            if attempt == 0:
+                self.page.goto(self.ui + path)
+            else:
+                self.page.reload()
+            self.page.get_by_text(wait_for, exact=False).first.wait_for(timeout=60_000)
+            self._dismiss_welcome()
+            with contextlib.suppress(Exception):  # the page's remaining queries landing
+                self.page.wait_for_function(
+                    "([text, times]) => !document.body.innerText.includes('Loading')"
+                    " && document.body.innerText.split(text).length > times",
+                    arg=list(settle),
+                    timeout=60_000,
+                )
+                break
         self.page.wait_for_timeout(1000)
         self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
         return str(self.page.inner_text("body"))
