@@ -31,7 +31,9 @@ system:
 # its scheduler hook; --no-loadscope-reorder keeps that order).
 TEST_WORKERS ?= 2
 
-test: fetch system
+# The venv and jars, and the Debian packages, are set up side by side (network-bound, a minute each).
+test:
+	@$(MAKE) --no-print-directory -j2 fetch system
 	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 

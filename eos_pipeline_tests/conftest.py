@@ -175,3 +175,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     rank = {group: i for i, group in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
+
+
+#: Seconds per xdist group (setup + call + teardown of its tests) and per worker, gathered on
+#: the controller: CI prints them so the grouping and ``_LONGEST_FIRST`` can follow the numbers.
+_GROUP_SECONDS: dict[str, float] = {}
+_WORKER_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is None:
+        return  # not the xdist controller
+    group = xdist_group(report.nodeid)
+    _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + report.duration
+    _WORKER_SECONDS[worker.id] = _WORKER_SECONDS.get(worker.id, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _GROUP_SECONDS:
+        return
+    terminalreporter.section("seconds per worker and per xdist group (longest 15)")
+    for worker, seconds in sorted(_WORKER_SECONDS.items()):
+        terminalreporter.write_line(f"{seconds:8.1f}s  worker {worker}")
+    longest = sorted(_GROUP_SECONDS.items(), key=lambda kv: -kv[1])[:15]
+    for group, seconds in longest:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {group}")
