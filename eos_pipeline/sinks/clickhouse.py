@@ -56,6 +56,7 @@ from eos_pipeline.sinks.clickhouse_reports import (
     state_of,
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
+from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
 from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class ClickHousePartitionSync:
         self.dead_letters = dead_letters
         self.writer = writer or default_writer_id()
         self.fault = fault
+        check_json_parser(spec, sink)
 
     # ------------------------------------------------------------------------------- entry points
     def run(self, tp: TopicPartition, until: int | None = None) -> SyncReport:
@@ -304,8 +306,9 @@ class ClickHousePartitionSync:
         """Insert the step's good records as one block under the step's token; DLQ the rest.
 
         The rows are a pure function of the step's bytes, so a retried step sends exactly the
-        block it sent the first time. Arrow decodes the common case in bulk; when it cannot vouch
-        for every record, the per-record decoder judges the chunk and names the dead letters.
+        block it sent the first time. ClickHouse parses the JSON itself where it gives the
+        reference's verdict, else Arrow decodes the chunk in bulk; when neither can vouch for every
+        record, the per-record decoder judges the chunk and names the dead letters.
         """
         rows = self._slice(batch, step)
         lo, hi = rows.start, rows.stop
@@ -333,6 +336,18 @@ class ClickHousePartitionSync:
             keep = [i for i in range(len(offsets)) if i not in dropped]
             offsets, keys = [offsets[i] for i in keep], [keys[i] for i in keep]
             values, stamps = [values[i] for i in keep], [stamps[i] for i in keep]
+        sent = insert_native_step(
+            self.spec,
+            self.sink,
+            batch.tp,
+            self.row_topic(batch.tp.topic),
+            offsets,
+            values,
+            stamps,
+            token,
+        )
+        if sent is not None:
+            return sent, dead
         payload = decode_json_arrow(values, self.spec.schema)
         if payload is not None:
             table = add_source_columns(
