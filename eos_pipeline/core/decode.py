@@ -155,7 +155,8 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
     raw = np.frombuffer(data, np.uint8)
     if not ((raw[last] == ord("}")).all() and (raw[last - lengths + 1] == ord("{")).all()):
         return None
-    if (b"\\ud" in data or b"\\uD" in data) and _SURROGATE_ESCAPE.search(data):
+    # ``\\`` first: a one-byte search is many times faster than a three-byte one
+    if b"\\" in data and (b"\\ud" in data or b"\\uD" in data) and _SURROGATE_ESCAPE.search(data):
         return None  # a \\uD8xx-\\uDFxx escape may be unpaired: the reference judges it
     if not data.isascii():
         # Arrow's JSON reader and ClickHouse copy invalid UTF-8 into strings unchecked; the

@@ -112,6 +112,10 @@ _LEXICAL = [
     Raw("null"),
     Raw("'x'"),
     Raw('"12"'),
+    Raw('""'),
+    Raw('"1.2.3.4"'),
+    Raw("+.5"),
+    Raw("1e+5"),
 ]
 _TAILS = ["", "", "", " ", " {}", ",{}", "{}", "x", "}", ",", ' {"i8":1}']
 
@@ -331,3 +335,21 @@ def test_each_leniency_is_refused_unless_the_reference_accepts(
         got = tables.rows("native", n)[1]
         for name, have in zip(names, got[4:], strict=True):
             assert same(want[name], stored(have)), (value, name, want[name], have)
+
+
+@pytest.mark.parametrize(
+    ("number", "string"),
+    [('"1"', "2"), ('"1"', "true"), ('"true"', "1"), ('"1.5"', "-0.5e3"), ('"7"', "+1")],
+)
+def test_a_quoted_number_and_an_unquoted_string_in_one_record_are_refused(
+    chdb_client: Client, number: str, string: str
+) -> None:
+    """The quote count alone would balance a quoted number in one column against an unquoted
+    value in a String column of the same record: the String column's check must catch it."""
+    column = "b" if "true" in number else ("f64" if "." in number else "i8")
+    fields = {"i8": "1", "i64": "2", "f64": "1.5", "s": '"a"', column: number, "lcs": string}
+    value = ("{" + ",".join(f'"{k}":{v}' for k, v in fields.items()) + "}").encode()
+    assert isinstance(_verdicts(NATIVE, [value])[0], str)  # the reference refuses it
+    tables = Tables(chdb_client, NATIVE)
+    assert tables.native(0, [value]) in ("bytes", "sql")
+    assert tables.rows("native", 0) == []

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 
@@ -48,6 +49,8 @@ _PARSE_SETTINGS: dict[str, Any] = {
     "max_threads": 1,
     "max_insert_threads": 1,
 }
+# Every spelling ClickHouse reads as a number (JSON's, plus ``+1``, ``01``, ``.5``, ``1.``).
+_NUMERAL = r"^[-+]?[0-9]*\\.?[0-9]*([eE][-+]?[0-9]*)?$"
 # JSON's number grammar (RFC 8259), for Float64 columns (integers print back as themselves).
 _JSON_NUMBER = r"^-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?$"
 
@@ -60,7 +63,9 @@ def _check(col: NativeColumn) -> str | None:
     """What a row's raw text must satisfy (None: nothing beyond parsing and the quote count)."""
     x = quote_identifier(col.name)
     if col.kind == "string":
-        ok = None
+        # Text an unquoted number or bool could have become (numbers are read as strings for
+        # every column): refused, so every String value was quoted and the quote count holds.
+        ok = f"NOT ({x} IN ('true', 'false') OR ({x} != '' AND match({x}, '{_NUMERAL}')))"
     elif col.kind == "bool":
         ok = f"{x} IN ('true', 'false')"
     elif col.kind == "float":
@@ -104,10 +109,10 @@ def native_insert_sql(
 ) -> tuple[str, dict[str, Any]]:
     """The INSERT ... SELECT for ``plan`` and its constant parameters (defaults, structure)."""
     names = [source.topic, source.partition, source.offset]
-    exprs = ["{topic:String}", "{partition:Int32}", f"{{offsets:Array(Int64)}}[{_ROW}]"]
+    exprs = ["{topic:String}", "{partition:Int32}", _nth("offsets")]
     if source.timestamp is not None:
         names.append(source.timestamp)
-        exprs.append(f"fromUnixTimestamp64Milli({{stamps:Array(Int64)}}[{_ROW}], 'UTC')")
+        exprs.append(f"fromUnixTimestamp64Milli({_nth('stamps')}, 'UTC')")
     structure = ", ".join(f"{quote_identifier(c.name)} Nullable(String)" for c in plan.columns)
     params: dict[str, Any] = {"structure": structure}
     strings = [f"isNotNull({quote_identifier(c.name)})" for c in plan.columns if c.kind == "string"]
@@ -162,8 +167,8 @@ def insert_native(
             partition=partition,
             count=len(offsets),
             quoted=payload.quoted,
-            offsets=_int_array(offsets),
-            stamps=_int_array(timestamps_ms),
+            offsets=_packed(offsets),
+            stamps=_packed(timestamps_ms),
         )
         try:
             client.command(sql, parameters=params)
@@ -173,9 +178,15 @@ def insert_native(
         os.unlink(path)
 
 
-def _int_array(values: Sequence[int]) -> str:
-    """An Array(Int64) parameter as ClickHouse text, formatted in C rather than per element."""
-    return "[" + ",".join(map(str, values)) + "]"
+def _packed(values: Sequence[int]) -> str:
+    """Int64 values as the hex of their little-endian bytes: ClickHouse parses an
+    ``Array(Int64)`` parameter of 25,000 numbers slower than it parses the chunk's JSON."""
+    return np.asarray(values, dtype="<i8").tobytes().hex()
+
+
+def _nth(param: str) -> str:
+    """The row's value of a :func:`_packed` parameter."""
+    return f"reinterpretAsInt64(substring(unhex({{{param}:String}}), 8 * {_ROW} - 7, 8))"
 
 
 __all__ = ["NativeRefused", "insert_native", "native_insert_sql"]
