@@ -69,7 +69,8 @@ def _check(col: NativeColumn) -> str | None:
     elif col.kind == "bool":
         ok = f"{x} IN ('true', 'false')"
     elif col.kind == "float":
-        ok = f"match({x}, '{_JSON_NUMBER}')"
+        # ``-0`` is the integer 0 to the reference (stored 0.0), -0.0 to ClickHouse
+        ok = f"match({x}, '{_JSON_NUMBER}') AND {x} != '-0'"
     else:
         assert col.low is not None and col.high is not None
         wide = "UInt64" if col.base.startswith("U") else "Int64"
