@@ -129,6 +129,7 @@ def timed() -> Iterator[Timer]:
 
 FRESH_CLIENTS = "exactly-once, new Kafka clients per call (before)"
 ARROW_PARSER = "exactly-once, Arrow parses the JSON (clickhouse.json_parser: arrow)"
+NO_READ_AHEAD = "exactly-once, no read-ahead (next batch read after the insert)"
 
 
 @contextlib.contextmanager
@@ -468,7 +469,13 @@ class Bench:
         return TimedStore(KeeperStateStore(settings).start())
 
     def sync(
-        self, topic: Topic, table: str, batch: int, store: TimedStore, json_parser: str = "auto"
+        self,
+        topic: Topic,
+        table: str,
+        batch: int,
+        store: TimedStore,
+        json_parser: str = "auto",
+        prefetch: bool = True,
     ) -> Any:
         assert self.sink is not None
         pipeline = f"bench-{table}"
@@ -479,6 +486,7 @@ class Bench:
             schema=SCHEMA,
             max_records=batch,
             json_parser=json_parser,  # type: ignore[arg-type]
+            prefetch=prefetch,
         )
         dlq = DeadLetterWriter(self.kafka, f"{topic.name}.dlq", pipeline)
         return ClickHousePartitionSync(
@@ -497,12 +505,13 @@ class Bench:
         keep: bool = False,
         profile: Path | None = None,
         json_parser: str = "auto",
+        prefetch: bool = True,
     ) -> tuple[Figure, TimedStore, Any]:
         table = self.fresh_table(f"eos_{topic.partitions}_{batch}" + ("_ref" if keep else ""))
         store = self.store()
         # The per-record decoder is the reference: neither bulk parser may answer before it.
         parser = "arrow" if reference_decoder else json_parser
-        sync = self.sync(topic, table, batch, store, parser)
+        sync = self.sync(topic, table, batch, store, parser, prefetch)
         patch = (
             mock.patch("eos_pipeline.sinks.clickhouse.decode_json_arrow", lambda *_a: None)
             if reference_decoder
@@ -534,6 +543,7 @@ class Bench:
                     "batch": batch,
                     "partitions": topic.partitions,
                     "json_parser": parser,
+                    "read_ahead": prefetch,
                     "chunks_parsed_by_clickhouse": native_chunks[0],
                 },
             )
@@ -746,6 +756,8 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         )
         # The same with Arrow parsing the JSON (the hot path before ClickHouse parsed it itself).
         bench.eos(main, opts.batch, ARROW_PARSER, raw, json_parser="arrow")
+        # The same without reading the next batch while one is inserted.
+        bench.eos(main, opts.batch, NO_READ_AHEAD, eos_name, prefetch=False)
         # The same with Kafka clients as before they were reused: a new admin client per offset
         # lookup, a new consumer per batch, the collector running while a batch is consumed.
         bench.eos(main, opts.batch, FRESH_CLIENTS, eos_name, fresh_clients=True)
@@ -867,6 +879,10 @@ def _headline(bench: Bench, eos: Figure, naive: Figure, raw: str) -> dict[str, A
             "arrow_vs_raw_read": round(arrow.records_per_s / raw_fig.records_per_s, 3),
             "target_mb_per_cpu_s": 200,
         }
+    serial = by_name.get(NO_READ_AHEAD)
+    if serial is not None:
+        out["read_ahead_speedup_wall"] = round(eos.records_per_s / serial.records_per_s, 3)
+        out["read_ahead_cpu_ratio"] = round((eos.mb_per_cpu_s or 0) / (serial.mb_per_cpu_s or 1), 3)
     fresh = by_name.get(FRESH_CLIENTS)
     if fresh is not None:
         out["speedup_vs_fresh_kafka_clients"] = round(eos.records_per_s / fresh.records_per_s, 3)

@@ -57,6 +57,7 @@ from eos_pipeline.sinks.clickhouse_reports import (
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
+from eos_pipeline.sinks.prefetch import Prefetcher
 from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
@@ -127,8 +128,12 @@ class ClickHousePartitionSync:
             state or "nothing",
             target,
         )
-        # One consumer for the run's batches: the next batch continues from what it fetched.
-        with range_consumer(self.kafka) as consumer:
+        # One consumer for the run's batches: the next batch continues from what it fetched,
+        # read ahead while this one is inserted (only the read overlaps; see sinks.prefetch).
+        with (
+            range_consumer(self.kafka) as consumer,
+            Prefetcher(self.kafka, tp, consumer, enabled=self.spec.prefetch) as ahead,
+        ):
             while True:
                 state = state_of(lease.record)
                 if state is not None and state.phase is Phase.BEFORE:
@@ -140,7 +145,13 @@ class ClickHousePartitionSync:
                         break
                     wanted = OffsetRange(begin, min(target, begin + self.spec.max_records))
                     limit = self.spec.max_bytes
-                batch = read_range(self.kafka, tp, wanted, max_bytes=limit, consumer=consumer)
+                batch = ahead.read(wanted, limit)
+                if batch.range.end < target:
+                    nxt = batch.range.end
+                    ahead.start(
+                        OffsetRange(nxt, min(target, nxt + self.spec.max_records)),
+                        self.spec.max_bytes,
+                    )
                 report.batches.append(self._process(lease, state, batch, tid))
                 report.end = batch.range.end
         final = state_of(lease.record)

@@ -30,6 +30,8 @@ class ClickHouseTableSpec:
     #: them where :func:`eos_pipeline.core.native_json.native_plan` vouches for the schema and
     #: the sink is chDB, ``native`` requires that, ``arrow`` never lets it.
     json_parser: Literal["auto", "native", "arrow"] = "auto"
+    #: Read a partition's next batch from Kafka while the current one is inserted.
+    prefetch: bool = True
 
 
 @dataclass

@@ -32,6 +32,7 @@ from eos_pipeline.sinks.clickhouse import (
     ClickHousePartitionSync,
     ClickHouseTableSpec,
 )
+from eos_pipeline.sinks.prefetch import Prefetcher
 from eos_pipeline_tests.sinks.clickhouse_stage import (
     SCHEMA,
     ClickHouseStage,
@@ -315,3 +316,30 @@ def test_a_step_one_json_parser_wrote_is_dropped_when_the_other_retries_it(
     rig.assert_exactly_once(0)
     assert rig.sink.client.query(query).result_rows == written
     assert len(native_calls) == 1  # ClickHouse parsed exactly one of the two attempts
+
+
+def test_the_next_batch_is_read_ahead_and_steps_keep_their_order(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produce_events(rig, per_partition=40)
+    tp = TopicPartition(rig.topic, 0)
+    counts: list[tuple[int, int]] = []
+    real_read = Prefetcher.read
+
+    def spy(self: Prefetcher, wanted: OffsetRange, max_bytes: int | None) -> object:
+        batch = real_read(self, wanted, max_bytes)
+        counts.append((self.used, self.dropped))
+        return batch
+
+    monkeypatch.setattr(Prefetcher, "read", spy)
+    steps: list[str] = []
+    report = rig.sync(fault=steps.append, max_records=15).run(tp)
+    assert report.end == 40 and counts == [(0, 0), (1, 0), (2, 0)]  # batches 2 and 3 read ahead
+    order = ["before_keeper_before", "after_keeper_before", "after_insert", "after_keeper_after"]
+    assert steps == order * 3
+    rig.assert_exactly_once(0)
+    # Off: every batch is read at its turn, with the same result.
+    counts.clear()
+    assert rig.sync(max_records=15, prefetch=False).run(TopicPartition(rig.topic, 1)).end == 40
+    assert counts == [(0, 0)] * 3
+    rig.assert_exactly_once(1)
