@@ -40,7 +40,7 @@ import numpy as np
 from eos_pipeline.core.contract import compile_contract, unwrap
 from eos_pipeline.core.decode import json_lines
 from eos_pipeline.core.scalar_values import INT_RANGES
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.schema import SourceColumns, TableSchema
 
 #: ``clickhouse.json_parser``: ``auto`` uses ClickHouse's parser where :func:`native_plan` allows
 #: it (embedded chDB), ``native`` the same (the name says it is wanted), ``arrow`` never.
@@ -109,6 +109,17 @@ def native_plan(schema: TableSchema) -> NativePlan | None:
 
 
 @dataclass(frozen=True, slots=True)
+class NativeRows:
+    """The source columns of a chunk's rows: one offset and Kafka timestamp per JSON line."""
+
+    source: SourceColumns
+    topic: str
+    partition: int
+    offsets: Sequence[int]
+    timestamps_ms: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
 class NativePayload:
     """A chunk ready for ClickHouse: its values as JSON lines, and how many quoted values it has.
 
@@ -156,6 +167,7 @@ __all__ = [
     "NativeColumn",
     "NativePayload",
     "NativePlan",
+    "NativeRows",
     "native_payload",
     "native_plan",
 ]

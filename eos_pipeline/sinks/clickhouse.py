@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from contextlib import closing
 from datetime import UTC, datetime
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
@@ -132,7 +133,7 @@ class ClickHousePartitionSync:
         # read ahead while this one is inserted (only the read overlaps; see sinks.prefetch).
         with (
             range_consumer(self.kafka) as consumer,
-            Prefetcher(self.kafka, tp, consumer, enabled=self.spec.prefetch) as ahead,
+            closing(Prefetcher(self.kafka, tp, consumer, enabled=self.spec.prefetch)) as ahead,
         ):
             while True:
                 state = state_of(lease.record)

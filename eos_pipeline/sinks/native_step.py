@@ -12,7 +12,7 @@ import logging
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.clickhouse.native_json import NativeRefused
-from eos_pipeline.core.native_json import native_payload, native_plan
+from eos_pipeline.core.native_json import NativeRows, native_payload, native_plan
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse_reports import ClickHouseTableSpec
 
@@ -52,18 +52,8 @@ def insert_native_step(
     if plan is None or payload is None:
         return None
     try:
-        return sink.insert_json(
-            spec.database,
-            spec.table,
-            plan,
-            payload,
-            source=spec.schema.source,
-            topic=row_topic,
-            partition=tp.partition,
-            offsets=offsets,
-            timestamps_ms=stamps,
-            dedup_token=token,
-        )
+        rows = NativeRows(spec.schema.source, row_topic, tp.partition, offsets, stamps)
+        return sink.insert_json(spec.database, spec.table, plan, payload, rows, dedup_token=token)
     except NativeRefused as ex:
         log.debug("%s: ClickHouse's JSON parser refused the chunk (%s); Arrow next", tp, ex)
         return None

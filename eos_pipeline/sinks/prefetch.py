@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from eos_pipeline.adapters.kafka import KafkaBatch, KafkaSettings, read_range
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
@@ -22,7 +21,8 @@ from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 class Prefetcher:
     """One read ahead at a time, on one thread, sharing the caller's consumer (the caller does
-    not touch the consumer between :meth:`start` and :meth:`read`)."""
+    not touch the consumer between :meth:`start` and :meth:`read`, and closes this before the
+    consumer: ``contextlib.closing``)."""
 
     def __init__(
         self, kafka: KafkaSettings, tp: TopicPartition, consumer: Any, *, enabled: bool = True
@@ -63,17 +63,6 @@ class Prefetcher:
         if ahead is not None:
             _wait(ahead[1])
         self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _wait(future: Future[KafkaBatch]) -> None:

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.clickhouse.native_json import NativeRefused
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
-from eos_pipeline.core.native_json import native_payload, native_plan
+from eos_pipeline.core.native_json import NativeRows, native_payload, native_plan
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import Column, TableSchema
 from eos_pipeline_tests.adapters.test_decoder_differential import (
@@ -195,17 +195,10 @@ class Tables:
             return "bytes"
         offsets, stamps = self.offsets(n, len(values))
         try:
+            rows = NativeRows(self.schema.source, "t", n, offsets, stamps)
+            assert self.plan is not None
             sent = self.sink.insert_json(
-                self.database,
-                "native",
-                self.plan,  # type: ignore[arg-type]
-                payload,
-                source=self.schema.source,
-                topic="t",
-                partition=n,
-                offsets=offsets,
-                timestamps_ms=stamps,
-                dedup_token=f"tok-{n}",
+                self.database, "native", self.plan, payload, rows, dedup_token=f"tok-{n}"
             )
         except NativeRefused:
             return "sql"

@@ -27,7 +27,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 
-from eos_pipeline.core.native_json import NativeColumn, NativePayload, NativePlan
+from eos_pipeline.core.native_json import NativeColumn, NativePayload, NativePlan, NativeRows
 from eos_pipeline.core.schema import SourceColumns, quote_identifier, validate_identifier
 
 #: The row number column of the inner SELECT (``native_plan`` refuses payload names like it).
@@ -144,19 +144,14 @@ def insert_native(
     ref: str,
     plan: NativePlan,
     payload: NativePayload,
-    *,
-    source: SourceColumns,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    timestamps_ms: Sequence[int],
+    rows: NativeRows,
     settings: dict[str, Any],
 ) -> None:
     """Insert ``payload`` (one JSON line per offset) as one block; :class:`NativeRefused` if
     ClickHouse refuses any line (nothing is written then)."""
     known = client.server_settings
     merged = {k: v for k, v in {**settings, **_PARSE_SETTINGS}.items() if k in known}
-    sql, params = native_insert_sql(ref, plan, source, merged)
+    sql, params = native_insert_sql(ref, plan, rows.source, merged)
     directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     fd, path = tempfile.mkstemp(prefix="eos-native-", suffix=".jsonl", dir=directory)
     try:
@@ -164,12 +159,12 @@ def insert_native(
             handle.write(payload.data)
         params.update(
             path=path,
-            topic=topic,
-            partition=partition,
-            count=len(offsets),
+            topic=rows.topic,
+            partition=rows.partition,
+            count=len(rows.offsets),
             quoted=payload.quoted,
-            offsets=_packed(offsets),
-            stamps=_packed(timestamps_ms),
+            offsets=_packed(rows.offsets),
+            stamps=_packed(rows.timestamps_ms),
         )
         try:
             client.command(sql, parameters=params)

@@ -74,9 +74,8 @@ from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
 from eos_pipeline.adapters.clickhouse.native_json import insert_native
 from eos_pipeline.adapters.clickhouse.reads import SourceRangeQueries
 from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
-from eos_pipeline.core.native_json import NativePayload, NativePlan
+from eos_pipeline.core.native_json import NativePayload, NativePlan, NativeRows
 from eos_pipeline.core.schema import (
-    SourceColumns,
     TableSchema,
     validate_identifiers,
 )
@@ -278,12 +277,8 @@ class ClickHouseSink(SourceRangeQueries):
         table: str,
         plan: NativePlan,
         payload: NativePayload,
+        rows: NativeRows,
         *,
-        source: SourceColumns,
-        topic: str,
-        partition: int,
-        offsets: Sequence[int],
-        timestamps_ms: Sequence[int],
         dedup_token: str,
     ) -> int:
         """ClickHouse parses the chunk's JSON lines itself, one block under ``dedup_token`` (chDB
@@ -291,19 +286,9 @@ class ClickHouseSink(SourceRangeQueries):
         written nothing (see :mod:`eos_pipeline.adapters.clickhouse.native_json`)."""
         if not self.embedded:
             raise ValueError("ClickHouse parses JSON from a local file only in chDB")
-        insert_native(
-            self._client,
-            table_ref(database, table),
-            plan,
-            payload,
-            source=source,
-            topic=topic,
-            partition=partition,
-            offsets=offsets,
-            timestamps_ms=timestamps_ms,
-            settings=self.insert_settings(dedup_token),
-        )
-        return len(offsets)
+        ref = table_ref(database, table)
+        insert_native(self._client, ref, plan, payload, rows, self.insert_settings(dedup_token))
+        return len(rows.offsets)
 
     def _insert_arrow(self, ref: str, table: pa.Table, settings: dict[str, Any]) -> None:
         if not self.embedded:
