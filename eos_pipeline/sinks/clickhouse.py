@@ -129,8 +129,8 @@ class ClickHousePartitionSync:
             state or "nothing",
             target,
         )
-        # One consumer for the run's batches: the next batch continues from what it fetched,
-        # read ahead while this one is inserted (only the read overlaps; see sinks.prefetch).
+        # One consumer for the run's batches: the next batch continues from what it fetched
+        # (with spec.prefetch read ahead while this one is inserted; see sinks.prefetch).
         with (
             range_consumer(self.kafka) as consumer,
             closing(Prefetcher(self.kafka, tp, consumer, enabled=self.spec.prefetch)) as ahead,

@@ -333,13 +333,13 @@ def test_the_next_batch_is_read_ahead_and_steps_keep_their_order(
 
     monkeypatch.setattr(Prefetcher, "read", spy)
     steps: list[str] = []
-    report = rig.sync(fault=steps.append, max_records=15).run(tp)
+    report = rig.sync(fault=steps.append, max_records=15, prefetch=True).run(tp)
     assert report.end == 40 and counts == [(0, 0), (1, 0), (2, 0)]  # batches 2 and 3 read ahead
     order = ["before_keeper_before", "after_keeper_before", "after_insert", "after_keeper_after"]
     assert steps == order * 3
     rig.assert_exactly_once(0)
-    # Off: every batch is read at its turn, with the same result.
+    # Off (the default): every batch is read at its turn, with the same result.
     counts.clear()
-    assert rig.sync(max_records=15, prefetch=False).run(TopicPartition(rig.topic, 1)).end == 40
+    assert rig.sync(max_records=15).run(TopicPartition(rig.topic, 1)).end == 40
     assert counts == [(0, 0)] * 3
     rig.assert_exactly_once(1)
