@@ -1,11 +1,12 @@
 """When ClickHouse may parse a chunk's JSON itself, and the checks that keep its verdict ours.
 
-ClickHouse's ``JSONEachRow`` parser is 2-3x cheaper per byte than Arrow's reader plus an Arrow
-insert, but it is more lenient than the decoder contract (:mod:`core.contract`), measured with
-chDB 26.9: it reads ``"1"`` and ``true`` into an Int column, wraps ``300`` into Int8 as 44, reads
-``1``/``0`` as Bool, ``+1``, ``01``, ``.5`` and ``1.`` as numbers, ``\\q`` as ``q`` in a string,
-raw control characters inside strings, and ``{..} {..}`` or ``{..},{..}`` on one line as two rows.
-So the native path is only ever a speed-up that must agree with the reference or refuse:
+ClickHouse's ``JSONEachRow`` parser spares the Python side Arrow's decode (whether that is
+cheaper overall is measured in benchmarks/README.md), but it is more lenient than the decoder
+contract (:mod:`core.contract`), measured with chDB 26.9: it reads ``"1"`` and ``true`` into an
+Int column, wraps ``300`` into Int8 as 44, reads ``1``/``0`` as Bool, ``+1``, ``01``, ``.5`` and
+``1.`` as numbers, ``\\q`` as ``q`` in a string, raw control characters inside strings, and
+``{..} {..}`` or ``{..},{..}`` on one line as two rows; and ``-0`` is -0.0 to it, 0 to Python.
+So the native path must agree with the reference or refuse:
 
 * per schema (:func:`native_plan`): only the column types whose every leniency is closed below
   (integers up to 64 bits, Float64, Bool, String, with LowCardinality/Nullable and defaults);
@@ -33,7 +34,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
@@ -41,10 +42,6 @@ from eos_pipeline.core.contract import compile_contract, unwrap
 from eos_pipeline.core.decode import json_lines
 from eos_pipeline.core.scalar_values import INT_RANGES
 from eos_pipeline.core.schema import SourceColumns, TableSchema
-
-#: ``clickhouse.json_parser``: ``auto`` uses ClickHouse's parser where :func:`native_plan` allows
-#: it (embedded chDB), ``native`` the same (the name says it is wanted), ``arrow`` never.
-JSON_PARSERS: Final = ("auto", "native", "arrow")
 
 # A backslash escape JSON does not have; ``\\u`` must be followed by four hex digits.
 _BAD_ESCAPE = re.compile(rb'\\(?:[^"\\/bfnrtu]|u(?![0-9a-fA-F]{4}))')
@@ -163,7 +160,6 @@ def native_payload(values: Sequence[bytes | None]) -> NativePayload | None:
 
 
 __all__ = [
-    "JSON_PARSERS",
     "NativeColumn",
     "NativePayload",
     "NativePlan",
