@@ -128,6 +128,8 @@ def timed() -> Iterator[Timer]:
 
 
 FRESH_CLIENTS = "exactly-once, new Kafka clients per call (before)"
+ARROW_PARSER = "exactly-once, Arrow parses the JSON (clickhouse.json_parser: arrow)"
+READ_AHEAD = "exactly-once, read-ahead (next batch read while one is inserted)"
 
 
 @contextlib.contextmanager
@@ -466,7 +468,15 @@ class Bench:
         )
         return TimedStore(KeeperStateStore(settings).start())
 
-    def sync(self, topic: Topic, table: str, batch: int, store: TimedStore) -> Any:
+    def sync(
+        self,
+        topic: Topic,
+        table: str,
+        batch: int,
+        store: TimedStore,
+        json_parser: str = "auto",
+        prefetch: bool = False,
+    ) -> Any:
         assert self.sink is not None
         pipeline = f"bench-{table}"
         spec = ClickHouseTableSpec(
@@ -475,6 +485,8 @@ class Bench:
             table=table,
             schema=SCHEMA,
             max_records=batch,
+            json_parser=json_parser,  # type: ignore[arg-type]
+            prefetch=prefetch,
         )
         dlq = DeadLetterWriter(self.kafka, f"{topic.name}.dlq", pipeline)
         return ClickHousePartitionSync(
@@ -492,16 +504,29 @@ class Bench:
         fresh_clients: bool = False,
         keep: bool = False,
         profile: Path | None = None,
+        json_parser: str = "auto",
+        prefetch: bool = False,
     ) -> tuple[Figure, TimedStore, Any]:
         table = self.fresh_table(f"eos_{topic.partitions}_{batch}" + ("_ref" if keep else ""))
         store = self.store()
-        sync = self.sync(topic, table, batch, store)
+        # The per-record decoder is the reference: neither bulk parser may answer before it.
+        parser = "arrow" if reference_decoder else json_parser
+        sync = self.sync(topic, table, batch, store, parser, prefetch)
         patch = (
             mock.patch("eos_pipeline.sinks.clickhouse.decode_json_arrow", lambda *_a: None)
             if reference_decoder
             else contextlib.nullcontext()
         )
-        with patch, _fresh_kafka_clients(fresh_clients), profiled(profile), timed() as t:
+        native_chunks = [0]  # steps ClickHouse parsed itself (the rest: Arrow or per record)
+        real_insert_json = sync.sink.insert_json
+
+        def counted(*args: Any, **kwargs: Any) -> int:
+            sent = real_insert_json(*args, **kwargs)  # raises when ClickHouse refused the chunk
+            native_chunks[0] += 1
+            return sent
+
+        counting = mock.patch.object(sync.sink, "insert_json", counted)
+        with patch, counting, _fresh_kafka_clients(fresh_clients), profiled(profile), timed() as t:
             for p in topic.ends:
                 sync.run(TopicPartition(topic.name, p))
         self.verify(name, table, topic)
@@ -514,7 +539,13 @@ class Bench:
                 t.seconds,
                 t.cpu_seconds,
                 baseline=baseline,
-                extra={"batch": batch, "partitions": topic.partitions},
+                extra={
+                    "batch": batch,
+                    "partitions": topic.partitions,
+                    "json_parser": parser,
+                    "read_ahead": prefetch,
+                    "chunks_parsed_by_clickhouse": native_chunks[0],
+                },
             )
         )
         if not keep:
@@ -723,6 +754,10 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         bench.eos(
             main, opts.batch, before_name, eos_name, reference_decoder=True, profile=before_profile
         )
+        # The same with Arrow parsing the JSON (the hot path before ClickHouse parsed it itself).
+        bench.eos(main, opts.batch, ARROW_PARSER, raw, json_parser="arrow")
+        # The same reading the next batch while one is inserted (off by default: see README).
+        bench.eos(main, opts.batch, READ_AHEAD, eos_name, prefetch=True)
         # The same with Kafka clients as before they were reused: a new admin client per offset
         # lookup, a new consumer per batch, the collector running while a batch is consumed.
         bench.eos(main, opts.batch, FRESH_CLIENTS, eos_name, fresh_clients=True)
@@ -830,6 +865,24 @@ def _headline(bench: Bench, eos: Figure, naive: Figure, raw: str) -> dict[str, A
     }
     if before is not None:
         out["speedup_vs_per_record_decoder"] = round(eos.records_per_s / before.records_per_s, 2)
+    arrow = by_name.get(ARROW_PARSER)
+    if arrow is not None:
+        # The headline path parses with ClickHouse where it can (json_parser: auto).
+        out["json_parser"] = {
+            "native_mb_per_s": round(eos.mb_per_s, 1),
+            "native_mb_per_cpu_s": round(eos.mb_per_cpu_s or 0.0, 1),
+            "arrow_mb_per_s": round(arrow.mb_per_s, 1),
+            "arrow_mb_per_cpu_s": round(arrow.mb_per_cpu_s or 0.0, 1),
+            "native_vs_arrow_wall": round(eos.records_per_s / arrow.records_per_s, 3),
+            "native_vs_arrow_cpu": round((eos.mb_per_cpu_s or 0) / (arrow.mb_per_cpu_s or 1), 3),
+            "native_vs_raw_read": round(eos.records_per_s / raw_fig.records_per_s, 3),
+            "arrow_vs_raw_read": round(arrow.records_per_s / raw_fig.records_per_s, 3),
+            "target_mb_per_cpu_s": 200,
+        }
+    ahead = by_name.get(READ_AHEAD)
+    if ahead is not None:
+        out["read_ahead_speedup_wall"] = round(ahead.records_per_s / eos.records_per_s, 3)
+        out["read_ahead_cpu_ratio"] = round((ahead.mb_per_cpu_s or 0) / (eos.mb_per_cpu_s or 1), 3)
     fresh = by_name.get(FRESH_CLIENTS)
     if fresh is not None:
         out["speedup_vs_fresh_kafka_clients"] = round(eos.records_per_s / fresh.records_per_s, 3)

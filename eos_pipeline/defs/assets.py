@@ -95,6 +95,7 @@ def clickhouse_spec(pipeline: Pipeline) -> ClickHouseTableSpec:
         max_bytes=pipeline.batch.max_bytes,
         max_record_bytes=pipeline.batch.max_record_bytes,
         reset=pipeline.reset,
+        json_parser=pipeline.clickhouse.json_parser,
     )
 
 

@@ -145,6 +145,11 @@ class ClickHouseTable(_Strict):
     database: str
     table: str
     follow: Follow = Follow()
+    #: Who parses the records' JSON: ``auto`` (default) lets ClickHouse parse a chunk itself
+    #: where it gives the decoder contract's verdict (chDB, integer/Float64/Bool/String columns;
+    #: a chunk it refuses takes the Arrow path, and the per-record decoder names dead letters),
+    #: ``native`` requires that it can (else the pipeline is refused), ``arrow`` never lets it.
+    json_parser: Literal["auto", "native", "arrow"] = "auto"
 
     @field_validator("database", "table")
     @classmethod

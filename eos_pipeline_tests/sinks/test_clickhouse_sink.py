@@ -32,6 +32,7 @@ from eos_pipeline.sinks.clickhouse import (
     ClickHousePartitionSync,
     ClickHouseTableSpec,
 )
+from eos_pipeline.sinks.prefetch import Prefetcher
 from eos_pipeline_tests.sinks.clickhouse_stage import (
     SCHEMA,
     ClickHouseStage,
@@ -282,3 +283,63 @@ def test_reset_latest_pins_the_start_then_reads_only_newer_records(rig: Rig) -> 
     second = sync.run(tp)
     assert (second.start, second.end) == (5, 12)
     assert rig.table_offsets(0) == {o: 1 for o in range(5, 12)}
+
+
+@pytest.mark.parametrize(("first", "second"), [("native", "arrow"), ("arrow", "native")])
+def test_a_step_one_json_parser_wrote_is_dropped_when_the_other_retries_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, first: str, second: str
+) -> None:
+    """ClickHouse's own parser and Arrow write the same rows under the same token: a crash after
+    one inserted, retried by the other, leaves every offset once with the first attempt's rows."""
+    produce_events(rig, per_partition=30)
+    tp = TopicPartition(rig.topic, 0)
+    native_calls: list[str] = []
+    real = rig.sink.insert_json
+
+    def counted(*args: object, **kwargs: object) -> int:
+        native_calls.append(str(kwargs["dedup_token"]))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rig.sink, "insert_json", counted)
+
+    def crash_after_insert(step: str) -> None:
+        if step == "after_insert":
+            raise InjectedCrash(step)
+
+    with pytest.raises(InjectedCrash):
+        rig.sync(fault=crash_after_insert, json_parser=first).run(tp)
+    query = f"SELECT * FROM `{rig.database}`.`events` WHERE _partition = 0 ORDER BY _offset"
+    written = rig.sink.client.query(query).result_rows
+    assert [row[2] for row in written] == list(range(30))
+    retry = rig.sync(json_parser=second).run(tp)
+    assert retry.cases == ["SAME"] and retry.rows_sent == 30
+    rig.assert_exactly_once(0)
+    assert rig.sink.client.query(query).result_rows == written
+    assert len(native_calls) == 1  # ClickHouse parsed exactly one of the two attempts
+
+
+def test_the_next_batch_is_read_ahead_and_steps_keep_their_order(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produce_events(rig, per_partition=40)
+    tp = TopicPartition(rig.topic, 0)
+    counts: list[tuple[int, int]] = []
+    real_read = Prefetcher.read
+
+    def spy(self: Prefetcher, wanted: OffsetRange, max_bytes: int | None) -> object:
+        batch = real_read(self, wanted, max_bytes)
+        counts.append((self.used, self.dropped))
+        return batch
+
+    monkeypatch.setattr(Prefetcher, "read", spy)
+    steps: list[str] = []
+    report = rig.sync(fault=steps.append, max_records=15, prefetch=True).run(tp)
+    assert report.end == 40 and counts == [(0, 0), (1, 0), (2, 0)]  # batches 2 and 3 read ahead
+    order = ["before_keeper_before", "after_keeper_before", "after_insert", "after_keeper_after"]
+    assert steps == order * 3
+    rig.assert_exactly_once(0)
+    # Off (the default): every batch is read at its turn, with the same result.
+    counts.clear()
+    assert rig.sync(max_records=15).run(TopicPartition(rig.topic, 1)).end == 40
+    assert counts == [(0, 0)] * 3
+    rig.assert_exactly_once(1)

@@ -71,8 +71,10 @@ from eos_pipeline.adapters.clickhouse.ddl import (
 )
 from eos_pipeline.adapters.clickhouse.embedded import open_embedded
 from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
+from eos_pipeline.adapters.clickhouse.native_json import insert_native
 from eos_pipeline.adapters.clickhouse.reads import SourceRangeQueries
 from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
+from eos_pipeline.core.native_json import NativePayload, NativePlan, NativeRows
 from eos_pipeline.core.schema import (
     TableSchema,
     validate_identifiers,
@@ -264,8 +266,32 @@ class ClickHouseSink(SourceRangeQueries):
             self._client.insert(context=context)
         return rows
 
+    @property
+    def embedded(self) -> bool:
+        """True on chDB, where ClickHouse can read a chunk's JSON from a local file."""
+        return _ChdbClient is not None and isinstance(self._client, _ChdbClient)
+
+    def insert_json(
+        self,
+        database: str,
+        table: str,
+        plan: NativePlan,
+        payload: NativePayload,
+        rows: NativeRows,
+        *,
+        dedup_token: str,
+    ) -> int:
+        """ClickHouse parses the chunk's JSON lines itself, one block under ``dedup_token`` (chDB
+        only); raises ``NativeRefused`` when any line is not one the contract accepts as is, having
+        written nothing (see :mod:`eos_pipeline.adapters.clickhouse.native_json`)."""
+        if not self.embedded:
+            raise ValueError("ClickHouse parses JSON from a local file only in chDB")
+        ref = table_ref(database, table)
+        insert_native(self._client, ref, plan, payload, rows, self.insert_settings(dedup_token))
+        return len(rows.offsets)
+
     def _insert_arrow(self, ref: str, table: pa.Table, settings: dict[str, Any]) -> None:
-        if _ChdbClient is None or not isinstance(self._client, _ChdbClient):
+        if not self.embedded:
             self._client.insert_arrow(ref, table, settings=settings)
             return
         # chDB reads inserts from a file, and its backend copies an Arrow buffer into Python

@@ -1,0 +1,188 @@
+"""ClickHouse parses a chunk's JSON itself: the INSERT ... SELECT and the checks inside it.
+
+The chunk's values (checked and joined by :func:`eos_pipeline.core.native_json.native_payload`)
+are written to a temporary file and read with ``file(path, JSONEachRow, structure)``; the source
+columns come from query parameters (topic, partition) and arrays indexed by row number (offsets,
+Kafka timestamps). One INSERT, one block, under the caller's settings (dedup token and the
+one-block settings of :meth:`ClickHouseSink.insert_settings`), exactly like the other paths, so a
+retried step deduplicates against a block written by any of them.
+
+Every column is read as text (numbers and bools as their raw token) and each row must pass the
+checks of ``WHERE throwIf(...)`` (listed in :mod:`eos_pipeline.core.native_json`); the count of
+quoted values is compared over the whole chunk with a window sum. Unknown and repeated keys are
+parse errors (``input_format_skip_unknown_fields=0``). Any error means "not this path": the
+INSERT throws before writing its block, and the caller takes the next path.
+
+Only for chDB: ``file()`` reads the engine's own file system, which a server does not share.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import Error as CHError
+
+from eos_pipeline.core.native_json import NativeColumn, NativePayload, NativePlan, NativeRows
+from eos_pipeline.core.schema import SourceColumns, quote_identifier, validate_identifier
+
+#: The row number column of the inner SELECT (``native_plan`` refuses payload names like it).
+_ROW = "__eos_row"
+_QUOTED = "__eos_quoted"
+
+#: JSONEachRow reading every column as text: numbers and bools as their raw token, checked in SQL.
+_PARSE_SETTINGS: dict[str, Any] = {
+    "input_format_skip_unknown_fields": 0,
+    "input_format_json_read_numbers_as_strings": 1,
+    "input_format_json_read_bools_as_strings": 1,
+    "input_format_json_read_objects_as_strings": 0,
+    "input_format_json_read_arrays_as_strings": 0,
+    "input_format_json_empty_as_default": 0,
+    "input_format_null_as_default": 0,
+    "input_format_allow_errors_num": 0,
+    "input_format_allow_errors_ratio": 0,
+    "precise_float_parsing": 1,
+    "max_threads": 1,
+    "max_insert_threads": 1,
+}
+# Every spelling ClickHouse reads as a number (JSON's, plus ``+1``, ``01``, ``.5``, ``1.``).
+_NUMERAL = r"^[-+]?[0-9]*\\.?[0-9]*([eE][-+]?[0-9]*)?$"
+# JSON's number grammar (RFC 8259), for Float64 columns (integers print back as themselves).
+_JSON_NUMBER = r"^-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?$"
+
+
+class NativeRefused(Exception):
+    """ClickHouse refused the chunk (a check or a parse error): take another path."""
+
+
+def _check(col: NativeColumn) -> str | None:
+    """What a row's raw text must satisfy (None: nothing beyond parsing and the quote count)."""
+    x = quote_identifier(col.name)
+    if col.kind == "string":
+        # Text an unquoted number or bool could have become (numbers are read as strings for
+        # every column): refused, so every String value was quoted and the quote count holds.
+        ok = f"NOT ({x} IN ('true', 'false') OR ({x} != '' AND match({x}, '{_NUMERAL}')))"
+    elif col.kind == "bool":
+        ok = f"{x} IN ('true', 'false')"
+    elif col.kind == "float":
+        # ``-0`` is the integer 0 to the reference (stored 0.0), -0.0 to ClickHouse
+        ok = f"match({x}, '{_JSON_NUMBER}') AND {x} != '-0'"
+    else:
+        assert col.low is not None and col.high is not None
+        wide = "UInt64" if col.base.startswith("U") else "Int64"
+        number = f"to{wide}OrNull({x})"
+        ok = f"toString({number}) = {x} AND {number} BETWEEN {col.low} AND {col.high}"
+    if col.required:
+        return f"isNotNull({x})" if ok is None else f"isNotNull({x}) AND {ok}"
+    return None if ok is None else f"(isNull({x}) OR ({ok}))"
+
+
+def _value(col: NativeColumn, index: int) -> str:
+    x = quote_identifier(col.name)
+    if col.kind == "string":
+        value = x
+    elif col.kind == "bool":
+        value = f"if(isNull({x}), NULL, {x} = 'true')"
+    else:
+        value = f"CAST({x} AS Nullable({col.base}))"
+    if col.has_default:
+        return f"ifNull({value}, {{d{index}:{col.base}}})"
+    return value if col.nullable else f"assumeNotNull({value})"
+
+
+def _settings_sql(settings: dict[str, Any]) -> str:
+    def literal(value: Any) -> str:
+        if isinstance(value, str):
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return str(int(value))
+
+    for name in settings:
+        validate_identifier(name, "setting name")
+    return ", ".join(f"{name} = {literal(value)}" for name, value in settings.items())
+
+
+def native_insert_sql(
+    ref: str, plan: NativePlan, source: SourceColumns, settings: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The INSERT ... SELECT for ``plan`` and its constant parameters (defaults, structure)."""
+    names = [source.topic, source.partition, source.offset]
+    exprs = ["{topic:String}", "{partition:Int32}", _nth("offsets")]
+    if source.timestamp is not None:
+        names.append(source.timestamp)
+        exprs.append(f"fromUnixTimestamp64Milli({_nth('stamps')}, 'UTC')")
+    structure = ", ".join(f"{quote_identifier(c.name)} Nullable(String)" for c in plan.columns)
+    params: dict[str, Any] = {"structure": structure}
+    strings = [f"isNotNull({quote_identifier(c.name)})" for c in plan.columns if c.kind == "string"]
+    checks = [f"{_ROW} <= {{count:UInt64}}", f"{_QUOTED} = {{quoted:UInt64}}"]
+    for i, col in enumerate(plan.columns):
+        names.append(col.name)
+        exprs.append(_value(col, i))
+        check = _check(col)
+        if check is not None:
+            checks.append(check)
+        if col.has_default:
+            params[f"d{i}"] = col.default
+    sql = (
+        f"INSERT INTO {ref} ({', '.join(quote_identifier(n) for n in names)}) "
+        f"SETTINGS {_settings_sql(settings)} "
+        f"SELECT {', '.join(exprs)} FROM ("
+        f"SELECT *, sum({' + '.join(strings) or '0'}) OVER () AS {_QUOTED} FROM ("
+        f"SELECT *, rowNumberInAllBlocks() + 1 AS {_ROW} "
+        "FROM file({path:String}, 'JSONEachRow', {structure:String}))) "
+        # ifNull: a check that is NULL (an integer beyond Int64, say) must refuse, not filter
+        f"WHERE throwIf(NOT ifNull({' AND '.join(checks)}, 0), 'refused by native JSON') = 0"
+    )
+    return sql, params
+
+
+def insert_native(
+    client: Client,
+    ref: str,
+    plan: NativePlan,
+    payload: NativePayload,
+    rows: NativeRows,
+    settings: dict[str, Any],
+) -> None:
+    """Insert ``payload`` (one JSON line per offset) as one block; :class:`NativeRefused` if
+    ClickHouse refuses any line (nothing is written then)."""
+    known = client.server_settings
+    merged = {k: v for k, v in {**settings, **_PARSE_SETTINGS}.items() if k in known}
+    sql, params = native_insert_sql(ref, plan, rows.source, merged)
+    directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    fd, path = tempfile.mkstemp(prefix="eos-native-", suffix=".jsonl", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload.data)
+        params.update(
+            path=path,
+            topic=rows.topic,
+            partition=rows.partition,
+            count=len(rows.offsets),
+            quoted=payload.quoted,
+            offsets=_packed(rows.offsets),
+            stamps=_packed(rows.timestamps_ms),
+        )
+        try:
+            client.command(sql, parameters=params)
+        except CHError as ex:  # a check, a parse error: they look alike, and write nothing
+            raise NativeRefused(str(ex)[:300]) from ex
+    finally:
+        os.unlink(path)
+
+
+def _packed(values: Sequence[int]) -> str:
+    """Int64 values as the hex of their little-endian bytes: ClickHouse parses an
+    ``Array(Int64)`` parameter of 25,000 numbers slower than it parses the chunk's JSON."""
+    return np.asarray(values, dtype="<i8").tobytes().hex()
+
+
+def _nth(param: str) -> str:
+    """The row's value of a :func:`_packed` parameter."""
+    return f"reinterpretAsInt64(substring(unhex({{{param}:String}}), 8 * {_ROW} - 7, 8))"
+
+
+__all__ = ["NativeRefused", "insert_native", "native_insert_sql"]

@@ -1,0 +1,169 @@
+"""When ClickHouse may parse a chunk's JSON itself, and the checks that keep its verdict ours.
+
+ClickHouse's ``JSONEachRow`` parser spares the Python side Arrow's decode (whether that is
+cheaper overall is measured in benchmarks/README.md), but it is more lenient than the decoder
+contract (:mod:`core.contract`), measured with chDB 26.9: it reads ``"1"`` and ``true`` into an
+Int column, wraps ``300`` into Int8 as 44, reads ``1``/``0`` as Bool, ``+1``, ``01``, ``.5`` and
+``1.`` as numbers, ``\\q`` as ``q`` in a string, raw control characters inside strings, and
+``{..} {..}`` or ``{..},{..}`` on one line as two rows; and ``-0`` is -0.0 to it, 0 to Python.
+So the native path must agree with the reference or refuse:
+
+* per schema (:func:`native_plan`): only the column types whose every leniency is closed below
+  (integers up to 64 bits, Float64, Bool, String, with LowCardinality/Nullable and defaults);
+  any other type keeps the schema on the Arrow and per-record paths;
+* per chunk, before anything is sent (:func:`native_payload`): bulk byte scans refuse a chunk
+  with a tombstone, a value not shaped ``{...}``, any control byte (so each value is exactly one
+  line), invalid UTF-8, an unpaired surrogate escape, or an escape other than JSON's; and
+  they count the quoted values (:class:`NativePayload`);
+* per row, inside ClickHouse (the adapter's SQL): every column is read as text, numbers and bools
+  as their raw token (``input_format_json_read_numbers_as_strings``), so an integer must print
+  back as itself (no ``+1``, ``01``, ``1.0``, ``-0``) within its column's range, a float must
+  match JSON's number grammar, a bool be ``true`` or ``false``; the quoted values the bytes hold
+  must be exactly the non-null String values (so no ``"1"`` in a number column, no ``1`` in a
+  String column); a required field may not be missing or null; no row may lie beyond the
+  chunk's count; an unknown or repeated key is a parse error. Any of these makes the INSERT
+  throw before it writes anything.
+
+Whatever is refused takes the existing path (Arrow bulk, else the per-record reference, which
+names the dead letters), so the rows of a chunk are the same whichever path wrote them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from eos_pipeline.core.contract import compile_contract, unwrap
+from eos_pipeline.core.decode import json_lines
+from eos_pipeline.core.scalar_values import INT_RANGES
+from eos_pipeline.core.schema import SourceColumns, TableSchema
+
+# A backslash escape JSON does not have; ``\\u`` must be followed by four hex digits.
+_BAD_ESCAPE = re.compile(rb'\\(?:[^"\\/bfnrtu]|u(?![0-9a-fA-F]{4}))')
+
+
+@dataclass(frozen=True, slots=True)
+class NativeColumn:
+    """How ClickHouse reads one payload column and what a row's value must satisfy."""
+
+    name: str
+    #: ``string``: read as a String (ClickHouse refuses every non-string token); ``int``,
+    #: ``float``, ``bool``: read as ``Dynamic`` and checked by token type (and range).
+    kind: str
+    #: The declared base type (``Int8``, ``Float64``, ``Bool``, ``String``).
+    base: str
+    #: Inclusive bounds of an integer column.
+    low: int | None
+    high: int | None
+    #: The contract's default for a missing or null field (``has_default``), else NULL if
+    #: ``nullable``, else the field is required.
+    default: Any
+    has_default: bool
+    nullable: bool
+
+    @property
+    def required(self) -> bool:
+        return not self.has_default and not self.nullable
+
+
+@dataclass(frozen=True, slots=True)
+class NativePlan:
+    columns: tuple[NativeColumn, ...]
+
+
+def _kind(base: str) -> str | None:
+    if base in INT_RANGES:  # 8 to 64 bits
+        return "int"
+    return {"Float64": "float", "Bool": "bool", "String": "string"}.get(base)
+
+
+@functools.lru_cache(maxsize=64)
+def native_plan(schema: TableSchema) -> NativePlan | None:
+    """How ClickHouse parses ``schema``'s payload, or None when a column type is not vouched for.
+
+    Float32 is left out (ClickHouse and Python may round a decimal to float32 differently), and
+    so are dates, times, decimals, UUIDs, IPs, FixedString and containers.
+    """
+    contract = compile_contract(schema)
+    columns = []
+    for col, rule in zip(schema.columns, contract.fields, strict=True):
+        base = unwrap(col.ch_type)[0]
+        kind = _kind(base)
+        if kind is None or col.name.startswith("__eos"):  # the SQL's own names
+            return None
+        low, high = INT_RANGES[base] if kind == "int" else (None, None)
+        columns.append(
+            NativeColumn(
+                col.name, kind, base, low, high, rule.default, rule.has_default, rule.nullable
+            )
+        )
+    return NativePlan(tuple(columns))
+
+
+@dataclass(frozen=True, slots=True)
+class NativeRows:
+    """The source columns of a chunk's rows: one offset and Kafka timestamp per JSON line."""
+
+    source: SourceColumns
+    topic: str
+    partition: int
+    offsets: Sequence[int]
+    timestamps_ms: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class NativePayload:
+    """A chunk ready for ClickHouse: its values as JSON lines, and how many quoted values it has.
+
+    ``quoted`` counts the ``:"`` and ``: "`` in the bytes. Every value that is a JSON string adds
+    exactly one (a chunk with ``:`` followed by two spaces is refused, and control bytes are), a
+    quote inside a string is escaped (``\\"``), so only a string ending in ``:`` adds more. The
+    INSERT requires ``quoted`` to equal the number of non-null values of String columns: then no
+    number or bool column got a quoted value, and no String column an unquoted one.
+    """
+
+    data: bytes
+    quoted: int
+
+
+def native_payload(values: Sequence[bytes | None]) -> NativePayload | None:
+    """The chunk for ClickHouse's parser, or None to take another path.
+
+    Only bulk scans (no Python loop over the records). None is never a verdict on a record; the
+    caller runs the other decoders on the same values.
+    """
+    data = json_lines(values)
+    if data is None:
+        return None
+    # The joins are the only control bytes: each value is one line, and no string holds a raw
+    # control character (JSON forbids them, ClickHouse keeps them).
+    raw = np.frombuffer(data, np.uint8)
+    if int(np.count_nonzero(raw < 0x20)) != len(values) - 1:
+        return None
+    if b"\\" in data and _BAD_ESCAPE.search(data):
+        return None
+    # What follows each ``:`` (numpy over the colons: multi-byte searches are slow in Python).
+    colons = np.flatnonzero(raw[:-2] == ord(":"))
+    first, second = raw[colons + 1], raw[colons + 2]
+    space = first == ord(" ")
+    if (space & (second == ord(" "))).any():
+        return None  # a value after two spaces would escape the count of quoted values
+    quoted = int(np.count_nonzero(first == ord('"'))) + int(
+        np.count_nonzero(space & (second == ord('"')))
+    )
+    return NativePayload(data, quoted)
+
+
+__all__ = [
+    "NativeColumn",
+    "NativePayload",
+    "NativePlan",
+    "NativeRows",
+    "native_payload",
+    "native_plan",
+]
