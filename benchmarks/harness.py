@@ -128,7 +128,7 @@ def timed() -> Iterator[Timer]:
 
 
 FRESH_CLIENTS = "exactly-once, new Kafka clients per call (before)"
-ARROW_PARSER = "exactly-once, Arrow parses the JSON (clickhouse.json_parser: arrow)"
+NATIVE_PARSER = "exactly-once, ClickHouse parses the JSON (clickhouse.json_parser: auto)"
 READ_AHEAD = "exactly-once, read-ahead (next batch read while one is inserted)"
 
 
@@ -474,7 +474,7 @@ class Bench:
         table: str,
         batch: int,
         store: TimedStore,
-        json_parser: str = "auto",
+        json_parser: str = "arrow",
         prefetch: bool = False,
     ) -> Any:
         assert self.sink is not None
@@ -504,7 +504,7 @@ class Bench:
         fresh_clients: bool = False,
         keep: bool = False,
         profile: Path | None = None,
-        json_parser: str = "auto",
+        json_parser: str = "arrow",
         prefetch: bool = False,
     ) -> tuple[Figure, TimedStore, Any]:
         table = self.fresh_table(f"eos_{topic.partitions}_{batch}" + ("_ref" if keep else ""))
@@ -754,8 +754,8 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         bench.eos(
             main, opts.batch, before_name, eos_name, reference_decoder=True, profile=before_profile
         )
-        # The same with Arrow parsing the JSON (the hot path before ClickHouse parsed it itself).
-        bench.eos(main, opts.batch, ARROW_PARSER, raw, json_parser="arrow")
+        # The same with ClickHouse parsing the JSON where it gives the contract's verdict.
+        bench.eos(main, opts.batch, NATIVE_PARSER, raw, json_parser="auto")
         # The same reading the next batch while one is inserted (off by default: see README).
         bench.eos(main, opts.batch, READ_AHEAD, eos_name, prefetch=True)
         # The same with Kafka clients as before they were reused: a new admin client per offset
@@ -865,17 +865,18 @@ def _headline(bench: Bench, eos: Figure, naive: Figure, raw: str) -> dict[str, A
     }
     if before is not None:
         out["speedup_vs_per_record_decoder"] = round(eos.records_per_s / before.records_per_s, 2)
-    arrow = by_name.get(ARROW_PARSER)
-    if arrow is not None:
-        # The headline path parses with ClickHouse where it can (json_parser: auto).
+    native = by_name.get(NATIVE_PARSER)
+    if native is not None:
+        # The headline path parses with Arrow (the default, json_parser: arrow).
+        arrow = eos
         out["json_parser"] = {
-            "native_mb_per_s": round(eos.mb_per_s, 1),
-            "native_mb_per_cpu_s": round(eos.mb_per_cpu_s or 0.0, 1),
+            "native_mb_per_s": round(native.mb_per_s, 1),
+            "native_mb_per_cpu_s": round(native.mb_per_cpu_s or 0.0, 1),
             "arrow_mb_per_s": round(arrow.mb_per_s, 1),
             "arrow_mb_per_cpu_s": round(arrow.mb_per_cpu_s or 0.0, 1),
-            "native_vs_arrow_wall": round(eos.records_per_s / arrow.records_per_s, 3),
-            "native_vs_arrow_cpu": round((eos.mb_per_cpu_s or 0) / (arrow.mb_per_cpu_s or 1), 3),
-            "native_vs_raw_read": round(eos.records_per_s / raw_fig.records_per_s, 3),
+            "native_vs_arrow_wall": round(native.records_per_s / arrow.records_per_s, 3),
+            "native_vs_arrow_cpu": round((native.mb_per_cpu_s or 0) / (arrow.mb_per_cpu_s or 1), 3),
+            "native_vs_raw_read": round(native.records_per_s / raw_fig.records_per_s, 3),
             "arrow_vs_raw_read": round(arrow.records_per_s / raw_fig.records_per_s, 3),
             "target_mb_per_cpu_s": 200,
         }
