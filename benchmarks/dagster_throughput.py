@@ -97,12 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=25_000, help="max_records, both paths")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=int, default=2, help="sensor interval (s)")
-    parser.add_argument(
-        "--follow",
-        type=float,
-        default=10.0,
-        help="idle_seconds of the following runs (0: measure only runs ending caught up)",
-    )
+    follow = "idle_seconds of the following runs (0: measure only runs ending caught up)"
+    parser.add_argument("--follow", type=float, default=10.0, help=follow)
     parser.add_argument(
         "--no-ending", action="store_true", help="skip the runs that end once caught up"
     )
@@ -214,15 +210,8 @@ def through_dagster(
 
     work.mkdir(parents=True, exist_ok=True)
     config = work / "pipelines.yaml"
-    pipelines_file(
-        config,
-        args.kafka_bootstrap,
-        args.zookeeper_hosts,
-        topic,
-        args.interval,
-        follow,
-        batch=args.batch,
-    )
+    kafka, zookeeper = args.kafka_bootstrap, args.zookeeper_hosts
+    pipelines_file(config, kafka, zookeeper, topic, args.interval, follow=follow, batch=args.batch)
     env, instance = dagster_env(work, config, args.interval)
     store = keeper_store(config)
     watch = KeeperWatch(store, topic)
