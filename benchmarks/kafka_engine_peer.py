@@ -124,7 +124,12 @@ def produce_backlog(
     size = 0
     for i, value in enumerate(make_values(count, record_bytes)):
         size += len(value)
-        producer.produce(topic, value=value, partition=i % partitions)
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:  # the local queue is full (more than 100,000 records)
+                producer.poll(0.1)
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
