@@ -69,7 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--latency",
         action="store_true",
-        help="also measure produce-to-visible latency through real Dagster sensors and runs",
+        help="also measure produce-to-visible latency through real Dagster sensors and runs, "
+        "and a backlog of --records through them against the direct path",
     )
     parser.add_argument(
         "--latency-seconds", type=float, default=60.0, help="how long records are produced"

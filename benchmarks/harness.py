@@ -653,6 +653,31 @@ class Bench:
         self.checks[f"latency via sensor ({what}): every offset once"] = bool(result.pop("exact"))
         return dict(result)
 
+    def dagster_backlog(self) -> dict[str, Any]:
+        """A backlog of the run's size through the product's own definitions (``dagster dev``,
+        the sensors, following runs) against the direct path in fresh processes, one round;
+        see ``benchmarks/dagster_throughput.py``."""
+        out = self.workdir / "dagster_throughput.json"
+        cmd = [
+            *(sys.executable, "-m", "benchmarks.dagster_throughput"),
+            *("--kafka-bootstrap", self.kafka.bootstrap_servers),
+            *("--zookeeper-hosts", self.zookeeper_hosts),
+            *("--workdir", str(self.workdir / "dagster-backlog")),
+            *("--records", str(self.opts.records)),
+            *("--record-bytes", str(self.opts.record_bytes)),
+            *("--partitions", str(self.opts.partitions)),
+            *("--batch", str(self.opts.batch)),
+            *("--interval", str(self.opts.latency_interval)),
+            *("--follow", str(self.opts.latency_follow or 10.0)),
+            *("--rounds", "1", "--no-ending", "--out", str(out)),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+        if not out.exists():
+            raise RuntimeError(f"backlog through Dagster failed: {done.stderr[-3000:]}")
+        doc = json.loads(out.read_text())
+        self.checks["backlog through Dagster and direct: every offset once"] = bool(doc["exact"])
+        return dict(doc["summary"])
+
     # ---- memory ---------------------------------------------------------------------------------
     def memory(self, topic: Topic, batch: int) -> dict[str, Any]:
         """Peak memory of a catch-up in a fresh process (RSS high-water marks never go down)."""
@@ -807,6 +832,8 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
             f"records/s for {opts.latency_seconds:g} s, sensor interval {opts.latency_interval} s)"
         )
         latency = bench.latency()
+        say("a backlog through the product's Dagster definitions against the direct path")
+        latency["backlog_through_dagster"] = bench.dagster_backlog()
 
     apply_ratios(bench.figures)
     eos_fig = next(f for f in bench.figures if f.name == eos_name)

@@ -78,7 +78,7 @@ _ENGINE_CHILD = textwrap.dedent(
     """
 )
 
-_PROJECT_CHILD = textwrap.dedent(
+PROJECT_CHILD = textwrap.dedent(
     """
     import json, resource, sys, time, uuid
     import clickhouse_connect
@@ -115,19 +115,28 @@ _PROJECT_CHILD = textwrap.dedent(
 )
 
 
-def _produce(settings: KafkaSettings, topic: str, partitions: int, count: int) -> int:
+def produce_backlog(
+    settings: KafkaSettings, topic: str, partitions: int, count: int, record_bytes: int = 1600
+) -> int:
+    """``count`` benchmark records round robin over ``partitions``, as fast as the producer
+    goes; returns their bytes."""
     producer = idempotent_producer(settings, **{"linger.ms": 20, "batch.size": 1_000_000})
     size = 0
-    for i, value in enumerate(make_values(count)):
+    for i, value in enumerate(make_values(count, record_bytes)):
         size += len(value)
-        producer.produce(topic, value=value, partition=i % partitions)
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:  # the local queue is full (more than 100,000 records)
+                producer.poll(0.1)
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
     return size
 
 
-def _child(code: str, args: list[str], records: int) -> dict[str, Any]:
+def run_child(code: str, args: list[str], records: int) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", code, *args], check=False, capture_output=True, text=True
     )
@@ -158,16 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             kafka = KafkaSettings(config.kafka_bootstrap)
             topic = "engine-peer"
             create_topic(kafka, topic, partitions=opts.partitions)
-            size = _produce(kafka, topic, opts.partitions, opts.records)
+            size = produce_backlog(kafka, topic, opts.partitions, opts.records)
             runs: dict[str, list[dict[str, Any]]] = {"kafka_engine": [], "project": []}
             for n in range(opts.rounds):
                 engine = [config.kafka_bootstrap, topic, str(opts.partitions)]
                 engine += [str(Path(work) / f"engine-{n}"), str(opts.records), _columns()]
-                runs["kafka_engine"].append(_child(_ENGINE_CHILD, engine, opts.records))
+                runs["kafka_engine"].append(run_child(_ENGINE_CHILD, engine, opts.records))
                 project = [config.kafka_bootstrap, config.zookeeper_hosts, topic]
                 project += [str(opts.partitions), str(Path(work) / f"project-{n}")]
                 project += [str(opts.batch)]
-                runs["project"].append(_child(_PROJECT_CHILD, project, opts.records))
+                runs["project"].append(run_child(PROJECT_CHILD, project, opts.records))
                 print(
                     f"[round {n}] {json.dumps({k: v[-1] for k, v in runs.items()})}",
                     file=sys.stderr,

@@ -110,11 +110,13 @@ def pipelines_file(
     follow: float = 0.0,
     spark_remote: str | None = None,
     hudi_follow: float = 0.0,
+    batch: int | None = None,
 ) -> None:
     """A ClickHouse pipeline on the benchmark's schema (JSON is valid YAML); ``follow``: the
     sensor's runs go on writing new records until none came for that many seconds.
     ``spark_remote``: a Hudi target too, its runs thin clients of that Spark Connect server;
-    ``hudi_follow``: its sensor's runs follow the stream the same way."""
+    ``hudi_follow``: its sensor's runs follow the stream the same way. ``batch``: the
+    pipeline's ``batch.max_records`` (default: the product's)."""
     doc: dict[str, Any] = {
         "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
         "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
@@ -134,6 +136,8 @@ def pipelines_file(
             }
         ],
     }
+    if batch is not None:
+        doc["pipelines"][0]["batch"] = {"max_records": batch}
     if spark_remote:
         doc["spark"] = {"remote": spark_remote, "quick_start": True}
         doc["pipelines"][0]["hudi"] = {
@@ -193,12 +197,37 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def dagster_env(work: Path, config: Path, interval: int) -> tuple[dict[str, str], Any]:
+    """The environment of ``dagster dev`` on ``config`` (the project's ``dagster.yaml`` in a
+    fresh ``DAGSTER_HOME`` under ``work``) and its instance, upgraded as the demo does."""
+    import dagster as dg
+
+    from eos_pipeline.demo import prepare_dagster_home
+
+    home = prepare_dagster_home(work / "dagster_home")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "EOS_PIPELINES_FILE": str(config),
+        "EOS_SENSOR_INTERVAL_SECONDS": str(interval),
+    }
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.upgrade(print_fn=lambda _msg: None)
+    return env, instance
+
+
+def keeper_store(config: Path) -> KeeperStateStore:
+    """A started store on the keeper of the pipelines file ``config``."""
+    keeper = json.loads(config.read_text())["keeper"]
+    return KeeperStateStore(KeeperSettings(keeper["hosts"], keeper["root"])).start()
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import dagster as dg
 
     from eos_pipeline.defs.partitions import parse_partition_key, partitions_name
     from eos_pipeline.defs.sensors import SINK_TAG
-    from eos_pipeline.demo import prepare_dagster_home, start_dagster, stop_dagster
+    from eos_pipeline.demo import start_dagster, stop_dagster
     from eos_pipeline.stack.services import free_port
 
     work = args.workdir.resolve()
@@ -218,17 +247,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         remote,
         args.hudi_follow,
     )
-    root = json.loads(config.read_text())["keeper"]["root"]
-    home = prepare_dagster_home(work / "dagster_home")
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "EOS_PIPELINES_FILE": str(config),
-        "EOS_SENSOR_INTERVAL_SECONDS": str(args.interval),
-    }
-    instance = dg.DagsterInstance.from_config(str(home))
-    instance.upgrade(print_fn=lambda _msg: None)
-    store = KeeperStateStore(KeeperSettings(args.zookeeper_hosts, root)).start()
+    env, instance = dagster_env(work, config, args.interval)
+    store = keeper_store(config)
     watch = KeeperWatch(store, topic)
     watch.start()
     hudi = HudiWatch(str(hudi_path(work)), topic) if args.hudi else None
@@ -521,14 +541,21 @@ def _split(
 
 
 def _verify(topic: str, ends: dict[int, int], config: Path) -> bool:
-    """Count the table in a child process (chDB: one process per data path)."""
     doc = json.loads(config.read_text())
+    return every_offset_once(topic, ends, doc["clickhouse"]["url"], "latency", "events")
+
+
+def every_offset_once(
+    topic: str, ends: dict[int, int], url: str, database: str, table: str
+) -> bool:
+    """Each partition's offsets ``[0, end)`` in the table exactly once (rows and distinct
+    offsets both equal to the end), counted in a child process (chDB: one process per path)."""
     request = {
         "topic": topic,
         "partitions": sorted(ends),
-        "clickhouse_url": doc["clickhouse"]["url"],
-        "database": "latency",
-        "table": "events",
+        "clickhouse_url": url,
+        "database": database,
+        "table": table,
         "hudi_path": None,
     }
     done = subprocess.run(
@@ -539,7 +566,7 @@ def _verify(topic: str, ends: dict[int, int], config: Path) -> bool:
         timeout=300,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"counting the latency table failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"counting {database}.{table} failed: {done.stderr[-2000:]}")
     counts = json.loads(done.stdout.strip().splitlines()[-1])["clickhouse"]
     return all(counts.get(str(p)) == [end, end] for p, end in ends.items())
 

@@ -1,0 +1,362 @@
+"""``python -m benchmarks.dagster_throughput``: a backlog through the product's own Dagster
+definitions against the direct path, same records, same run (issue 15).
+
+Produces ``--records`` records of ``--record-bytes`` round robin over ``--partitions`` FIRST,
+as fast as the producer goes; then, round by round with the order alternating (the machine is
+shared and noisy):
+
+* **direct**: the product's exactly-once ``ClickHousePartitionSync`` over every partition, as
+  the harness and :mod:`benchmarks.kafka_engine_peer` run it, in a fresh process with a fresh
+  chDB path; timed around the sync calls (wall and CPU of that process), and as a whole process;
+* **through Dagster**: ``dagster dev`` on a pipelines file with the product's definitions (the
+  partitions and lag sensors, the queued run coordinator and the default run launcher of the
+  project's ``dagster.yaml``), a fresh chDB path and keeper root on the same topic, with runs
+  that follow the stream (``clickhouse.follow``) and with runs that end once caught up. Timed
+  from the start of ``dagster dev`` and from the first sensor tick (the sensors are on) until
+  every offset is committed (the keeper's ``AFTER`` over each partition's end, watched as
+  :mod:`benchmarks.latency_phase` does).
+
+Every table is then counted in a child process: each offset once, or the benchmark fails. The
+Dagster time is split along the first run that wrote: dagster dev start -> first sensor tick ->
+run requested (created by the sensor daemon) -> enqueued -> launched (dequeued, handed to the run
+launcher) -> run process started -> step started -> first batch committed -> last batch
+committed (the drain); and the steps of that run (the asset, then the ``exactly_once`` check).
+Writes ``benchmarks/results/dagster_throughput.json`` (not committed) with the ratios direct /
+through Dagster by wall clock and the load averages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.kafka_engine_peer import PROJECT_CHILD, produce_backlog, run_child
+from benchmarks.latency_phase import (
+    KeeperWatch,
+    _caught_up,
+    _epoch,
+    _in_flight,
+    _wait,
+    dagster_env,
+    every_offset_once,
+    keeper_store,
+    pipelines_file,
+)
+from benchmarks.proc_cpu import TreeCpu
+from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets
+
+#: Moments of the Dagster path, in order; each part of the split is from one to the next.
+MOMENTS = (
+    "dagster_dev_started",
+    "first_sensor_tick",
+    "run_requested",
+    "run_enqueued",
+    "run_launched",
+    "run_process_started",
+    "step_started",
+    "first_batch_committed",
+    "all_committed",
+)
+
+
+def split(moments: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Seconds from each moment of :data:`MOMENTS` to the next one that is known."""
+    known = [(m, moments[m]) for m in MOMENTS if moments.get(m) is not None]
+    return {
+        f"{a}_to_{b}": round(float(tb) - float(ta), 2)  # type: ignore[arg-type]
+        for (a, ta), (b, tb) in itertools.pairwise(known)
+    }
+
+
+def first_moves(moves: Mapping[int, Sequence[tuple[float, int]]], ends: Mapping[int, int]) -> tuple:
+    """When the first batch of any partition was committed, and when the last partition
+    reached its end (None if one did not)."""
+    firsts = [v[0][0] for v in moves.values() if v]
+    done = [next((t for t, end in moves.get(p, []) if end >= e), None) for p, e in ends.items()]
+    last = None if any(t is None for t in done) else max(done, default=None)  # type: ignore[type-var]
+    return min(firsts, default=None), last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.dagster_throughput", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--record-bytes", type=int, default=1600)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=25_000, help="max_records, both paths")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--interval", type=int, default=2, help="sensor interval (s)")
+    follow = "idle_seconds of the following runs (0: measure only runs ending caught up)"
+    parser.add_argument("--follow", type=float, default=10.0, help=follow)
+    parser.add_argument(
+        "--no-ending", action="store_true", help="skip the runs that end once caught up"
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="per Dagster round")
+    parser.add_argument("--kafka-bootstrap", help="default: start a stack on free ports")
+    parser.add_argument("--zookeeper-hosts")
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/results/dagster_throughput.json")
+    )
+    args = parser.parse_args(argv)
+    args.workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="eos-dagster-tp-"))).resolve()
+    if args.kafka_bootstrap and args.zookeeper_hosts:
+        doc = measure(args)
+    else:
+        from benchmarks.local_stack import private_stack
+
+        with private_stack(args.workdir) as config:
+            args.kafka_bootstrap, args.zookeeper_hosts = (
+                config.kafka_bootstrap,
+                config.zookeeper_hosts,
+            )
+            doc = measure(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc["summary"], indent=2))
+    return 0 if doc["exact"] else 1
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    kafka = KafkaSettings(args.kafka_bootstrap)
+    topic = f"backlog-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka, topic, args.partitions)
+    began = time.perf_counter()
+    size = produce_backlog(kafka, topic, args.partitions, args.records, args.record_bytes)
+    produced_s = time.perf_counter() - began
+    ends = end_offsets(kafka, topic)
+    if sum(ends.values()) != args.records:
+        raise RuntimeError(f"produced {args.records} records, Kafka holds {sum(ends.values())}")
+    _say(f"produced {args.records:,} records ({size / 1e6:.0f} MB) in {produced_s:.1f} s")
+    modes = ([f"following {args.follow:g}"] if args.follow > 0 else []) + (
+        [] if args.no_ending else ["ending caught up"]
+    )
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in ["direct", *modes]}
+    for n in range(args.rounds):
+        order = ["direct", *modes] if n % 2 == 0 else [*modes, "direct"]
+        for mode in order:
+            work = args.workdir / f"r{n}-{mode.split()[0]}"
+            load = os.getloadavg()[0]
+            if mode == "direct":
+                result = direct(args, topic, ends, work)
+            else:
+                follow = args.follow if mode.startswith("following") else 0.0
+                result = through_dagster(args, topic, ends, follow, work)
+            result["load_avg_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+            runs[mode].append(result)
+            _say(f"[round {n}] {mode}: {json.dumps(_brief(result))}")
+    summary = summarize(runs, size)
+    return {
+        "benchmark": "dagster_throughput",
+        "command": " ".join(["python -m benchmarks.dagster_throughput", *sys.argv[1:]]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "records": args.records,
+        "megabytes": round(size / 1e6, 1),
+        "partitions": args.partitions,
+        "batch": args.batch,
+        "sensor_interval_s": args.interval,
+        "produce_seconds": round(produced_s, 2),
+        "cpus": os.cpu_count(),
+        "summary": summary,
+        "rounds": runs,
+        "exact": all(r["exact"] for v in runs.values() for r in v),
+    }
+
+
+def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("seconds", "from_sensors_on_s", "from_dagster_start_s", "cpu_seconds", "exact")
+    return {k: result[k] for k in keys if k in result}
+
+
+def direct(args: argparse.Namespace, topic: str, ends: dict[int, int], work: Path) -> dict:
+    """The exactly-once sync of every partition in a fresh process, timed inside it."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "chdb"
+    child = [args.kafka_bootstrap, args.zookeeper_hosts, topic, str(args.partitions)]
+    child += [str(path), str(args.batch)]
+    began = time.perf_counter()
+    got = run_child(PROJECT_CHILD, child, args.records)
+    whole = time.perf_counter() - began
+    exact = every_offset_once(topic, ends, f"chdb://{path}", "bench", "events")
+    return {
+        "seconds": round(got["seconds"], 3),
+        "cpu_seconds": round(got["cpu"], 3),
+        "process_seconds": round(whole, 3),
+        "exact": exact and got["rows"] == got["distinct"] == args.records,
+    }
+
+
+def through_dagster(
+    args: argparse.Namespace, topic: str, ends: dict[int, int], follow: float, work: Path
+) -> dict[str, Any]:
+    """``dagster dev`` on a fresh table of ``topic``; until every offset is committed."""
+    from eos_pipeline.demo import start_dagster, stop_dagster
+    from eos_pipeline.stack.services import free_port
+
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "pipelines.yaml"
+    kafka, zookeeper = args.kafka_bootstrap, args.zookeeper_hosts
+    pipelines_file(config, kafka, zookeeper, topic, args.interval, follow=follow, batch=args.batch)
+    env, instance = dagster_env(work, config, args.interval)
+    store = keeper_store(config)
+    watch = KeeperWatch(store, topic)
+    watch.start()
+    log = work / "dagster.log"
+    began = time.time()
+    process = start_dagster(env, free_port(), log)
+    cpu = TreeCpu(process.pid)
+    cpu.start()
+    try:
+        _wait(lambda: _caught_up(watch, None, ends), args, log)
+        _wait(lambda: _in_flight(instance) == 0, args, log)
+        runs = run_moments(instance)
+        tick = first_tick(instance)
+    finally:
+        cpu.stop.set()
+        cpu.join(5)
+        watch.stop.set()
+        stop_dagster(process)
+        watch.join(5)
+        store.close()
+        instance.dispose()
+    first_batch, visible = first_moves(watch.moves, ends)
+    first = min(runs, key=lambda r: r["run_requested"]) if runs else {}
+    moments = {
+        **{k: v for k, v in first.items() if k in MOMENTS},
+        "dagster_dev_started": began,
+        "first_sensor_tick": tick,
+        "first_batch_committed": first_batch,
+        "all_committed": visible,
+    }
+    assert visible is not None  # _wait returned
+    doc = json.loads(config.read_text())
+    return {
+        "follow_idle_s": follow,
+        "from_dagster_start_s": round(visible - began, 3),
+        "from_sensors_on_s": round(visible - tick, 3) if tick else None,
+        "from_run_process_start_s": round(visible - first["run_process_started"], 3)
+        if first
+        else None,
+        "split_s": split(moments),
+        # CPU of the dagster dev tree by role: starting up, then while the first run wrote
+        "cpu_s_until_run_process_started": cpu.by_role(began, first["run_process_started"])
+        if first
+        else None,
+        "cpu_s_run_process_started_to_all_committed": cpu.by_role(
+            first["run_process_started"], visible
+        )
+        if first
+        else None,
+        "first_run_steps_s": first.get("steps_s", {}),
+        "runs": len(runs),
+        "run_statuses": sorted(r["status"] for r in runs),
+        "run_ended_after_all_committed_s": round(max(r["run_ended"] for r in runs) - visible, 2)
+        if runs
+        else None,
+        "exact": every_offset_once(topic, ends, doc["clickhouse"]["url"], "latency", "events"),
+    }
+
+
+def run_moments(instance: Any) -> list[dict[str, Any]]:
+    """Per run: requested, enqueued, launched, process started, first step started, ended
+    (epoch s), and each step's start and end."""
+    from dagster import DagsterEventType as E
+
+    wanted = {E.RUN_ENQUEUED, E.RUN_STARTING, E.STEP_START, E.STEP_SUCCESS, E.STEP_FAILURE}
+    out = []
+    for rec in instance.get_run_records(limit=1000):
+        if rec.start_time is None or rec.end_time is None:
+            continue
+        events = instance.all_logs(rec.dagster_run.run_id, of_type=wanted)
+        created = _epoch(rec.create_timestamp)
+        first = {e.dagster_event_type: e.timestamp for e in reversed(events)}
+        steps: dict[str, list[float]] = {}
+        for e in events:
+            steps.setdefault(e.step_key or "", []).append(e.timestamp)
+        out.append(
+            {
+                "run_requested": created,
+                "run_enqueued": first.get(E.RUN_ENQUEUED),
+                "run_launched": first.get(E.RUN_STARTING),
+                "run_process_started": rec.start_time,
+                "step_started": first.get(E.STEP_START),
+                "run_ended": rec.end_time,
+                "status": rec.dagster_run.status.value,
+                "steps_s": {
+                    k: round(max(v) - min(v), 2) for k, v in steps.items() if k and len(v) > 1
+                },
+            }
+        )
+    return out
+
+
+def first_tick(instance: Any) -> float | None:
+    """When the daemon first evaluated any sensor of the instance (the sensors are on)."""
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    stamps = []
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id)
+        stamps += [t.timestamp for t in ticks]
+    return min(stamps, default=None)
+
+
+def summarize(runs: Mapping[str, list[dict[str, Any]]], size: int) -> dict[str, Any]:
+    """Best and median of each mode, and direct / through Dagster by wall clock."""
+    mb = size / 1e6
+    direct_runs = runs["direct"]
+    best_direct = min(r["seconds"] for r in direct_runs)
+    med_direct = statistics.median(r["seconds"] for r in direct_runs)
+    out: dict[str, Any] = {
+        "direct": {
+            "best_s": best_direct,
+            "median_s": round(med_direct, 3),
+            "mb_per_s_best": round(mb / best_direct, 1),
+            "mb_per_cpu_s_best": round(mb / min(r["cpu_seconds"] for r in direct_runs), 1),
+            "process_best_s": min(r["process_seconds"] for r in direct_runs),
+        },
+        "load_avg_1m": [x for v in runs.values() for r in v for x in r["load_avg_1m"]],
+    }
+    for mode, results in runs.items():
+        if mode == "direct":
+            continue
+        entry: dict[str, Any] = {}
+        for key in ("from_sensors_on_s", "from_dagster_start_s", "from_run_process_start_s"):
+            values = [r[key] for r in results if r.get(key) is not None]
+            if not values:
+                continue
+            best, med = min(values), statistics.median(values)
+            stem = key.removesuffix("_s")
+            entry[f"{stem}_best_s"], entry[f"{stem}_median_s"] = best, round(med, 3)
+            entry[f"{stem}_mb_per_s_best"] = round(mb / best, 1)
+            entry[f"ratio_vs_direct_{stem}_best"] = round(best_direct / best, 3)
+            entry[f"ratio_vs_direct_{stem}_median"] = round(med_direct / med, 3)
+        best_round = min(results, key=lambda r: r["from_dagster_start_s"])
+        entry["split_s_of_best"] = best_round["split_s"]
+        entry["cpu_s_of_best"] = {
+            "until_run_process_started": best_round["cpu_s_until_run_process_started"],
+            "run_process_started_to_all_committed": best_round[
+                "cpu_s_run_process_started_to_all_committed"
+            ],
+        }
+        out[mode] = entry
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
