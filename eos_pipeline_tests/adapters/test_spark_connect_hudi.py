@@ -55,6 +55,7 @@ from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.stack.services import Stack, StackConfig
 from eos_pipeline.stack.spark_connect import CONNECT, server_version
+from eos_pipeline_tests.support.spark_server import SessionServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -133,6 +134,43 @@ def test_server_is_the_products_spark(connect_server: StackConfig, remote: Spark
 
 @pytest.mark.spark_cluster
 def test_kafka_ranges_into_hudi_through_connect(
+    remote: SparkSession,
+    kafka_settings: KafkaSettings,
+    topic_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _kafka_ranges_into_hudi(remote, kafka_settings, topic_name, tmp_path, monkeypatch)
+
+
+def test_the_same_on_a_standalone_master_and_worker(
+    spark_connect: StackConfig,
+    kafka_settings: KafkaSettings,
+    topic_name: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real distributed Spark in every CI run: a second Connect server, started by the stack's
+    own code on a standalone master with one worker, runs the Kafka read and the fenced Hudi
+    commits of the test above; the executors ran in the worker's JVM, not in the server's.
+    (``make test-cluster`` runs every ``spark_cluster`` test this way.)"""
+    server = SessionServer(tmp_path_factory.mktemp("standalone"), workers=1)
+    try:
+        config = server.ready()
+        monkeypatch.setenv(CONNECT_MODE, "1")
+        remote = remote_session(config.spark_connect_url, new=True)
+        assert remote.conf.get("spark.master") == config.spark_master_url
+        _kafka_ranges_into_hudi(remote, kafka_settings, topic_name, tmp_path, monkeypatch)
+        executors = list((config.state_dir / "spark-worker-1").glob("work/app-*/*/stderr"))
+        assert executors, "no executor of the server's application ran on the worker"
+        remote.stop()
+        _SESSIONS.remove(remote)
+    finally:
+        server.stop()
+
+
+def _kafka_ranges_into_hudi(
     remote: SparkSession,
     kafka_settings: KafkaSettings,
     topic_name: str,
