@@ -24,7 +24,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import first_offset, read_window
+from eos_pipeline.adapters.mirror import TimeFloors, first_offset, read_window
 from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.failover import (
     Flow,
@@ -131,6 +131,9 @@ class SwitchReport:
     #: Per target partition (``cluster:topic[partition]``): records read to check the mark,
     #: and how many of them precede it (re-read, already written).
     checked: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Per moved position with a mark (same keys, Hudi's too): where its re-read starts, which
+    #: bound set that (``"timestamp"`` or ``"syncs"``) and where the syncs alone would start it.
+    starts: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -167,6 +170,7 @@ def _plan_moves(
         route(p, target, fp.clusters.aliases, fp.clusters.policy).flow for _, p, _, _ in positions
     }
     histories = _histories(store, fp, flows & set(fp.clusters.flows))
+    time_floor = TimeFloors(fp.settings[target])
     moves = []
     for sink, physical, partition, record in positions:
         r = route(physical, target, fp.clusters.aliases, fp.clusters.policy)
@@ -179,8 +183,16 @@ def _plan_moves(
                 f"{physical}[{partition}]: its counterpart {r.target}[{partition}] cannot be read "
                 f"({exc}); is MirrorMaker 2 replicating {r.flow}?"
             ) from None
-        moves.append((sink, move(physical, partition, record, target, fp.clusters, history, floor)))
+        at_time = None if record.mark is None else time_floor(tp, record.mark)
+        moves.append(
+            (sink, move(physical, partition, record, target, fp.clusters, history, floor, at_time))
+        )
     return moves
+
+
+def describe_start(m: Move) -> dict[str, object]:
+    """Where a moved position's re-read starts and what set it (the switch's report)."""
+    return {"start": m.position, "bound": m.bound, "syncs_start": m.syncs_position}
 
 
 def _check_marks(fp: FailoverPipeline, moves: list[tuple[str, Move]]) -> dict[str, tuple[int, int]]:
@@ -218,10 +230,15 @@ def switch(
     positions = _positions(store, fp, source)
     moves = _plan_moves(store, fp, positions, target)  # refuses before anything is written
     report.checked = _check_marks(fp, moves)
+    report.starts = {
+        f"{m.route.target}[{m.partition}]": describe_start(m) for _, m in moves if m.mark
+    }
     if fp.hudi_table is not None:
         from eos_pipeline.adapters.failover_hudi import check_hudi_table
 
-        report.checked.update(check_hudi_table(fp, fp.hudi_table, target, store))
+        report.checked.update(
+            check_hudi_table(fp, fp.hudi_table, target, store, starts=report.starts)
+        )
     if "begin" in plan.steps:
         version = states.write(fp.name, state.begun(target), version)
         state = state.begun(target)
@@ -270,6 +287,7 @@ __all__ = [
     "SwitchHook",
     "SwitchInProgress",
     "SwitchReport",
+    "describe_start",
     "partitions_of",
     "switch",
 ]

@@ -14,12 +14,13 @@ counterpart must be, its records, and the exact position after the match.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka.admin import ConfigResource, OffsetSpec, ResourceType
 
 from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, admin_client
 from eos_pipeline.core.failover import (
@@ -34,7 +35,10 @@ from eos_pipeline.core.failover import (
     decode_offset_sync,
     resume_after,
 )
+from eos_pipeline.core.marks import Mark
 from eos_pipeline.core.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
 
 SYNCS_PARTITION = 0  # MM2 writes every sync of a flow to partition 0 of its syncs topic
 
@@ -197,6 +201,64 @@ def first_offset(settings: KafkaSettings, tp: TopicPartition, timeout: float = 1
         consumer.close()
 
 
+def timestamps_kept(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> bool:
+    """True when ``topic`` keeps the timestamps producers (and MM2) give its records.
+
+    ``message.timestamp.type=LogAppendTime`` makes the broker stamp each record on arrival, so
+    a copy's timestamp is no longer its original's. A topic whose config cannot be read counts
+    as not keeping them (the caller then relies on the offset syncs alone).
+    """
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = admin_client(settings)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+    except Exception as exc:  # any failure: do not rely on timestamps
+        log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
+        return False
+    entry = entries.get("message.timestamp.type")
+    return entry is not None and entry.value == "CreateTime"
+
+
+def offset_for_time(
+    settings: KafkaSettings, tp: TopicPartition, timestamp_ms: int, timeout: float = 10.0
+) -> int | None:
+    """The earliest offset of ``tp`` whose timestamp is at or after ``timestamp_ms``; None when
+    there is none (Kafka answers -1) or the lookup fails."""
+    admin = admin_client(settings)
+    spec = {KafkaTopicPartition(tp.topic, tp.partition): OffsetSpec.for_timestamp(timestamp_ms)}
+    try:
+        future = admin.list_offsets(
+            spec, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+        )
+        [result] = future.values()
+        offset = int(result.result().offset)
+    except Exception as exc:  # the syncs still bound the window
+        log.warning(
+            "%s: no offset for time %d (%s); the offset syncs alone bound", tp, timestamp_ms, exc
+        )
+        return None
+    return offset if offset >= 0 else None
+
+
+class TimeFloors:
+    """Per partition of one cluster, the first offset at a mark's timestamp (the time bound of
+    :func:`~eos_pipeline.core.failover.bounds.read_start`); None where it must not be used."""
+
+    def __init__(self, settings: KafkaSettings, timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        self._kept: dict[str, bool] = {}
+
+    def __call__(self, tp: TopicPartition, mark: Mark) -> int | None:
+        if mark.timestamp_ms is None:
+            return None
+        if tp.topic not in self._kept:
+            self._kept[tp.topic] = timestamps_kept(self.settings, tp.topic, self.timeout)
+        if not self._kept[tp.topic]:
+            return None
+        return offset_for_time(self.settings, tp, mark.timestamp_ms, self.timeout)
+
+
 def find_resume_point(
     target: KafkaSettings,
     route: Route,
@@ -222,8 +284,11 @@ def find_resume_point(
 
 __all__ = [
     "MirrorReadError",
+    "TimeFloors",
     "find_resume_point",
     "first_offset",
+    "offset_for_time",
     "read_offset_syncs",
     "read_window",
+    "timestamps_kept",
 ]
