@@ -105,6 +105,9 @@ def _switch_and_run(ctx: dict[str, Any], target: str) -> dict[str, Any]:
         "reread_per_partition": {str(r.tp): r.reread for r in runs if str(r.tp) in moved},
         "skipped_per_partition": {str(r.tp): r.skipped for r in runs if str(r.tp) in moved},
         "rows_written": sum(r.rows_sent for r in runs),
+        # where each moved partition's re-read started, and whether the timestamp or the syncs
+        # set it (the syncs' own start next to it)
+        "starts": report.starts,
     }
 
 

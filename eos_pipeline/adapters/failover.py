@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from confluent_kafka import Consumer
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import first_offset, read_window
+from eos_pipeline.adapters.mirror import MirrorReaders, TimeFloors, first_offset, read_window
 from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.failover import (
     Flow,
@@ -131,6 +132,9 @@ class SwitchReport:
     #: Per target partition (``cluster:topic[partition]``): records read to check the mark,
     #: and how many of them precede it (re-read, already written).
     checked: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Per moved position with a mark (same keys, Hudi's too): where its re-read starts, which
+    #: bound set that (``"timestamp"`` or ``"syncs"``) and where the syncs alone would start it.
+    starts: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -149,12 +153,19 @@ def _positions(
 
 
 def _histories(
-    store: KeeperStateStore, fp: FailoverPipeline, flows: set[Flow]
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    flows: set[Flow],
+    readers: MirrorReaders | None = None,
 ) -> dict[Flow, SyncHistory]:
     """Each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable."""
     from eos_pipeline.adapters.sync_archive import refresh
 
-    return {flow: refresh(store, fp, flow) for flow in sorted(flows)}
+    def reader(flow: Flow) -> Consumer | None:
+        holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
+        return None if readers is None else readers.get(fp.settings[holder])
+
+    return {flow: refresh(store, fp, flow, consumer=reader(flow)) for flow in sorted(flows)}
 
 
 def _plan_moves(
@@ -162,28 +173,41 @@ def _plan_moves(
     fp: FailoverPipeline,
     positions: list[tuple[str, PhysicalTopic, int, KeeperRecord]],
     target: str,
+    readers: MirrorReaders,
 ) -> list[tuple[str, Move]]:
     flows = {
         route(p, target, fp.clusters.aliases, fp.clusters.policy).flow for _, p, _, _ in positions
     }
-    histories = _histories(store, fp, flows & set(fp.clusters.flows))
+    histories = _histories(store, fp, flows & set(fp.clusters.flows), readers)
+    time_floor = TimeFloors(fp.settings[target], admin=readers.admin(fp.settings[target]))
+    on_target = readers.get(fp.settings[target])
     moves = []
     for sink, physical, partition, record in positions:
         r = route(physical, target, fp.clusters.aliases, fp.clusters.policy)
         history = histories.get(r.flow, SyncHistory(r.flow))
         tp = TopicPartition(r.target.topic, partition)
         try:
-            floor = first_offset(fp.settings[target], tp)
+            floor = first_offset(fp.settings[target], tp, consumer=on_target)
         except Exception as exc:  # the replica topic may not exist yet
             raise SwitchRefused(
                 f"{physical}[{partition}]: its counterpart {r.target}[{partition}] cannot be read "
                 f"({exc}); is MirrorMaker 2 replicating {r.flow}?"
             ) from None
-        moves.append((sink, move(physical, partition, record, target, fp.clusters, history, floor)))
+        at_time = None if record.mark is None else time_floor(tp, record.mark)
+        moves.append(
+            (sink, move(physical, partition, record, target, fp.clusters, history, floor, at_time))
+        )
     return moves
 
 
-def _check_marks(fp: FailoverPipeline, moves: list[tuple[str, Move]]) -> dict[str, tuple[int, int]]:
+def describe_start(m: Move) -> dict[str, object]:
+    """Where a moved position's re-read starts and what set it (the switch's report)."""
+    return {"start": m.position, "bound": m.bound, "syncs_start": m.syncs_position}
+
+
+def _check_marks(
+    fp: FailoverPipeline, moves: list[tuple[str, Move]], readers: MirrorReaders
+) -> dict[str, tuple[int, int]]:
     """Find each bounded mark's copy now, so that a missing one refuses the switch up front."""
     checked = {}
     for _, m in moves:
@@ -191,7 +215,10 @@ def _check_marks(fp: FailoverPipeline, moves: list[tuple[str, Move]]) -> dict[st
             continue
         tp = TopicPartition(m.route.target.topic, m.partition)
         window = Window(m.position, m.mark.window_end)
-        records = read_window(fp.settings[m.route.target.cluster], tp, window)
+        settings = fp.settings[m.route.target.cluster]
+        records = read_window(
+            settings, tp, window, consumer=readers.get(settings), admin=readers.admin(settings)
+        )
         point = resume_after(tp, m.mark.fingerprint, records, window)
         checked[f"{m.route.target}[{m.partition}]"] = (len(records), point.skipped)
     return checked
@@ -206,6 +233,18 @@ def switch(
     writer: str | None = None,
 ) -> SwitchReport:
     """Switch ``fp`` to cluster ``target`` (idempotent; rerun after any crash)."""
+    with MirrorReaders() as readers:
+        return _switch(store, fp, target, hook, writer, readers)
+
+
+def _switch(
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    target: str,
+    hook: SwitchHook,
+    writer: str | None,
+    readers: MirrorReaders,
+) -> SwitchReport:
     began = time.monotonic()
     states = FailoverStates(store)
     state, version = states.read(fp.name, fp.initial)
@@ -216,12 +255,19 @@ def switch(
         return report
     source = plan.source
     positions = _positions(store, fp, source)
-    moves = _plan_moves(store, fp, positions, target)  # refuses before anything is written
-    report.checked = _check_marks(fp, moves)
+    moves = _plan_moves(store, fp, positions, target, readers)  # refuses before any write
+    report.checked = _check_marks(fp, moves, readers)
+    report.starts = {
+        f"{m.route.target}[{m.partition}]": describe_start(m) for _, m in moves if m.mark
+    }
     if fp.hudi_table is not None:
         from eos_pipeline.adapters.failover_hudi import check_hudi_table
 
-        report.checked.update(check_hudi_table(fp, fp.hudi_table, target, store))
+        report.checked.update(
+            check_hudi_table(
+                fp, fp.hudi_table, target, store, starts=report.starts, readers=readers
+            )
+        )
     if "begin" in plan.steps:
         version = states.write(fp.name, state.begun(target), version)
         state = state.begun(target)
@@ -235,7 +281,7 @@ def switch(
         fenced.append((sink, physical, partition, store.acquire(key, writer=writer).record))
     hook("switch_after_fence")
     if [_state(r) for *_, r in fenced] != [_state(r) for *_, r in positions]:
-        moves = _plan_moves(store, fp, fenced, target)
+        moves = _plan_moves(store, fp, fenced, target, readers)
     for sink, m in moves:
         key = KeeperKey(fp.name, sink, m.route.target.topic, m.partition, target)
         lease = store.acquire(key, writer=writer)
@@ -270,6 +316,7 @@ __all__ = [
     "SwitchHook",
     "SwitchInProgress",
     "SwitchReport",
+    "describe_start",
     "partitions_of",
     "switch",
 ]

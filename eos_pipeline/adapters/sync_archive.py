@@ -18,7 +18,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters.keeper import KeeperStateStore
@@ -78,12 +78,18 @@ class SyncArchive:
 
 
 def refresh(
-    store: KeeperStateStore, fp: FailoverPipeline, flow: Flow, *, timeout: float | None = None
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    flow: Flow,
+    *,
+    timeout: float | None = None,
+    consumer: Consumer | None = None,
 ) -> SyncHistory:
     """The flow's syncs: the stored copy plus what the topic holds since, stored again.
 
     When the topic cannot be read (its cluster is down) the stored copy is returned alone, with
-    a warning; without a stored copy the read's error is raised.
+    a warning; without a stored copy the read's error is raised. ``consumer``: one reaching the
+    syncs' cluster, reused (``adapters.mirror.MirrorReaders``).
     """
     archive = SyncArchive(store, fp.name)
     stored = archive.load(flow)
@@ -98,6 +104,7 @@ def refresh(
             location=fp.offset_syncs_location,
             policy=fp.clusters.policy,
             timeout=wait,
+            consumer=consumer,
         )
     except (KafkaException, MirrorReadError) as exc:
         if stored is None:

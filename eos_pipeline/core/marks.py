@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 _FINGERPRINT_RE = re.compile(r"^[0-9a-f]{32}$")
+_REQUIRED = frozenset({"fingerprint", "last_offset", "window_end"})
+_OPTIONAL = frozenset({"timestamp_ms"})
 
 
 def _check_offset(name: str, value: object) -> None:
@@ -26,11 +28,17 @@ class Mark:
     ``last_offset`` set: the record at that offset of this topic. ``None``: the record was
     written from another cluster; its copy here is in ``[range_end, window_end)`` and still to
     be found (``window_end`` None: no bound known yet).
+
+    ``timestamp_ms`` is that record's timestamp (MM2 copies it unchanged), kept so that a switch
+    can ask the other cluster for the first offset at that time: a tighter start of the re-read
+    window than the offset syncs give (``core.failover.bounds``). None in marks stored before
+    it was kept (and for a record without a timestamp): the syncs alone bound the window then.
     """
 
     fingerprint: str
     last_offset: int | None = None
     window_end: int | None = None
+    timestamp_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.fingerprint, str) or not _FINGERPRINT_RE.match(self.fingerprint):
@@ -41,6 +49,8 @@ class Mark:
                 raise ValueError("a located mark (last_offset set) has no window")
         if self.window_end is not None:
             _check_offset("mark.window_end", self.window_end)
+        if self.timestamp_ms is not None:
+            _check_offset("mark.timestamp_ms", self.timestamp_ms)
 
     @property
     def pending(self) -> bool:
@@ -48,16 +58,30 @@ class Mark:
         return self.last_offset is None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "fingerprint": self.fingerprint,
             "last_offset": self.last_offset,
             "window_end": self.window_end,
         }
+        if self.timestamp_ms is not None:  # a mark without one keeps the format it always had
+            body["timestamp_ms"] = self.timestamp_ms
+        return body
 
     @classmethod
     def from_json(cls, raw: object) -> Mark | None:
         if raw is None:
             return None
-        if not isinstance(raw, dict) or set(raw) != {"fingerprint", "last_offset", "window_end"}:
-            raise ValueError("mark must be an object with fingerprint, last_offset, window_end")
-        return cls(raw["fingerprint"], raw["last_offset"], raw["window_end"])
+        if not isinstance(raw, dict) or not _REQUIRED <= set(raw) <= _REQUIRED | _OPTIONAL:
+            raise ValueError(
+                "mark must be an object with fingerprint, last_offset, window_end "
+                "(and optionally timestamp_ms)"
+            )
+        return cls(
+            raw["fingerprint"], raw["last_offset"], raw["window_end"], raw.get("timestamp_ms")
+        )
+
+    @classmethod
+    def of_record(cls, fingerprint: str, offset: int, timestamp_ms: int | None) -> Mark:
+        """The located mark of a record just written (Kafka's timestamp -1, none, is not kept)."""
+        ts = timestamp_ms if timestamp_ms is not None and timestamp_ms >= 0 else None
+        return cls(fingerprint, offset, None, ts)

@@ -12,6 +12,7 @@ import dagster as dg
 
 from eos_pipeline.adapters.failover import FailoverPipeline, SwitchReport, switch
 from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline.core.failover.bounds import TIMESTAMP
 from eos_pipeline.core.failover.switch import ClusterSet, SwitchRefused
 from eos_pipeline.defs.assets import CLICKHOUSE_SINK
 from eos_pipeline.defs.config import EnvRef, Pipeline, PipelinesFile
@@ -63,6 +64,10 @@ def describe(report: SwitchReport) -> dict[str, dg.MetadataValue]:
         "positions moved": dg.MetadataValue.int(len(report.moves)),
         "records re-read to check": dg.MetadataValue.int(reread),
         "of which already written": dg.MetadataValue.int(skipped),
+        "re-read starts": dg.MetadataValue.json(report.starts),
+        "bounded by timestamp": dg.MetadataValue.int(
+            sum(1 for s in report.starts.values() if s["bound"] == TIMESTAMP)
+        ),
         "seconds": dg.MetadataValue.float(round(report.seconds, 3)),
     }
 

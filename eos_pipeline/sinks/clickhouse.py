@@ -299,7 +299,9 @@ class ClickHousePartitionSync:
         if not rows:
             return None
         last = rows.stop - 1
-        return Mark(batch.fingerprint(last), batch.offsets[last])
+        return Mark.of_record(
+            batch.fingerprint(last), batch.offsets[last], batch.timestamps_ms[last]
+        )
 
     def _slice(self, batch: KafkaBatch, part: OffsetRange) -> range:
         """Positions in ``batch`` of the records inside ``part`` (offsets are sorted)."""

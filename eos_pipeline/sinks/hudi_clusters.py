@@ -43,7 +43,7 @@ from eos_pipeline.adapters.kafka import (
     start_offsets,
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import first_offset
+from eos_pipeline.adapters.mirror import TimeFloors, first_offset
 from eos_pipeline.adapters.sync_archive import record_syncs, refresh
 from eos_pipeline.core.failover import SyncHistory
 from eos_pipeline.core.failover.table_position import (
@@ -161,16 +161,18 @@ class ClusterHudiSync(HudiTableSync):
             topics,
             {f: histories.get(f, SyncHistory(f)) for f in flows},
             floor,
+            TimeFloors(self.kafka),
         )
         for m in moves:
             log.info(
-                "%s: %s[%d] moved to %s[%d] at %d (last written: %s)",
+                "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
                 self.spec.table_name,
                 m.route.source,
                 m.partition,
                 m.route.target,
                 m.partition,
                 m.position,
+                m.bound,
                 m.mark.fingerprint if m.mark else "no mark, exact translation",
             )
         return moved
@@ -287,7 +289,9 @@ class ClusterHudiSync(HudiTableSync):
                 )
                 if len(batch) != 1:
                     raise HudiSinkError(f"{tp}: the record at offset {offset} cannot be read back")
-                marks[tp] = Mark(batch.fingerprint(0), batch.offsets[0])
+                marks[tp] = Mark.of_record(
+                    batch.fingerprint(0), batch.offsets[0], batch.timestamps_ms[0]
+                )
         ends = {tp: r.end for tp, r in plan.ranges.items()}
         self._after = plan.position.advanced(ends, marks)
         return self._after.encode(), plan.moved
@@ -338,7 +342,13 @@ def _marks_before(
                 kafka, tp, OffsetRange(max(lows[tp], at - lookback), at), consumer=consumer
             )
             last = len(batch) - 1
-            marks[tp] = Mark(batch.fingerprint(last), batch.offsets[last]) if last >= 0 else None
+            marks[tp] = (
+                Mark.of_record(
+                    batch.fingerprint(last), batch.offsets[last], batch.timestamps_ms[last]
+                )
+                if last >= 0
+                else None
+            )
     return marks
 
 

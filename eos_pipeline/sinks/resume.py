@@ -84,7 +84,8 @@ def locate_copy(
         len(records),
         point.skipped,
     )
-    return point.position, Mark(mark.fingerprint, point.matched_offset), len(records), point.skipped
+    located = Mark(mark.fingerprint, point.matched_offset, None, mark.timestamp_ms)
+    return point.position, located, len(records), point.skipped
 
 
 def resolve_pending(

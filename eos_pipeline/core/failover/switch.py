@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from eos_pipeline.core.failover.bounds import SYNCS, read_start
 from eos_pipeline.core.failover.errors import FailoverError
 from eos_pipeline.core.failover.naming import (
     DEFAULT_POLICY,
@@ -33,7 +34,7 @@ from eos_pipeline.core.failover.naming import (
     physical_topics,
     route,
 )
-from eos_pipeline.core.failover.syncs import SyncHistory
+from eos_pipeline.core.failover.syncs import SyncHistory, Window
 from eos_pipeline.core.keeper_record import KeeperRecord, Mark, validate_cluster
 
 STATE_VERSION = 1
@@ -171,6 +172,11 @@ class Move:
     partition: int
     position: int
     mark: Mark | None
+    #: What set ``position``: the offset syncs alone (``"syncs"``) or the first offset at the
+    #: last written record's timestamp (``"timestamp"``, see ``core.failover.bounds``).
+    bound: str = SYNCS
+    #: Where the syncs alone would have started (equal to ``position`` when they set it).
+    syncs_position: int | None = None
 
 
 def check_movable(where: str, record: KeeperRecord | None) -> None:
@@ -190,6 +196,7 @@ def move(
     clusters: ClusterSet,
     history: SyncHistory,
     floor: int = 0,
+    time_offset: int | None = None,
 ) -> Move:
     """The position on ``to_cluster`` for a settled position on ``physical``.
 
@@ -197,6 +204,8 @@ def move(
     copy lies (``window_end`` its end): every record from there to the copy was written already.
     A pending mark (a switch not yet resolved by the sink) is carried over with an open window.
     Without a mark, only an exact translation (or a position at the log's start) is safe.
+    ``time_offset``: the first offset on ``to_cluster`` at the mark's timestamp, which may
+    start the window later (:func:`~eos_pipeline.core.failover.bounds.read_start`).
     """
     check_movable(f"{physical}[{partition}]", record)
     return move_position(
@@ -208,6 +217,7 @@ def move(
         clusters,
         history,
         floor,
+        time_offset,
     )
 
 
@@ -220,6 +230,7 @@ def move_position(
     clusters: ClusterSet,
     history: SyncHistory,
     floor: int = 0,
+    time_offset: int | None = None,
 ) -> Move:
     """:func:`move` for a position kept outside the keeper (a Hudi commit): next offset ``end``."""
     where = f"{physical}[{partition}]"
@@ -229,14 +240,17 @@ def move_position(
             f"{where}: positions move through flow {r.flow}, which MirrorMaker 2 does not "
             "replicate for this pipeline"
         )
-    if mark is not None and mark.last_offset is not None:
-        window = r.window(history, partition, mark.last_offset, floor)
-        return Move(r, partition, window.start, Mark(mark.fingerprint, None, window.end))
-    translation = r.translate(history, partition, end, floor)
     if mark is not None:
-        return Move(r, partition, translation.position, Mark(mark.fingerprint, None, None))
+        if mark.last_offset is not None:
+            window = r.window(history, partition, mark.last_offset, floor)
+        else:  # still pending: its copy is somewhere after the translated position
+            window = Window(r.translate(history, partition, end, floor).position, None)
+        start = read_start(window, time_offset if mark.timestamp_ms is not None else None)
+        pending = Mark(mark.fingerprint, None, window.end, mark.timestamp_ms)
+        return Move(r, partition, start.position, pending, start.bound, start.syncs_position)
+    translation = r.translate(history, partition, end, floor)
     if end == 0 or translation.exact:
-        return Move(r, partition, translation.position, None)
+        return Move(r, partition, translation.position, None, SYNCS, translation.position)
     raise SwitchRefused(
         f"{where}: the position {end} has no fingerprint of the last record written (it was "
         "stored before fingerprints were kept) and no offset sync lands on it exactly; run "

@@ -204,12 +204,14 @@ def carry_over(
     pipeline_topics: Iterable[str],
     histories: Mapping[Flow, SyncHistory],
     floor: Callable[[TopicPartition], int],
+    time_floor: Callable[[TopicPartition, Mark], int | None] | None = None,
 ) -> tuple[TablePosition, list[Move]]:
     """The position on ``target`` for a table standing on another cluster, with pending marks.
 
     Each partition moves as a keeper record would (:func:`move_position`): with a mark, to the
     start of the window holding its copy; without one, only an exact translation is accepted.
-    ``floor`` gives the first offset still held by a target partition.
+    ``floor`` gives the first offset still held by a target partition; ``time_floor`` the first
+    offset of a target partition at a mark's timestamp (None: unknown, the syncs alone bound).
     """
     if target == position.cluster:
         return position, []
@@ -222,15 +224,17 @@ def carry_over(
         r = route(physical, target, clusters.aliases, clusters.policy)
         history = histories.get(r.flow, SyncHistory(r.flow))
         to = TopicPartition(r.target.topic, tp.partition)
+        mark = position.marks.get(tp)
         m = move_position(
             physical,
             tp.partition,
             position.positions[tp],
-            position.marks.get(tp),
+            mark,
             target,
             clusters,
             history,
             floor(to),
+            None if time_floor is None or mark is None else time_floor(to, mark),
         )
         moved[to] = m.position
         if m.mark is not None:
