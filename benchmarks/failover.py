@@ -11,10 +11,12 @@ ports, then, once per MM2 ``offset.lag.max`` asked for (default: MM2's default 1
 
 Per switch it reports the records re-read per partition of every moved position (translation
 is conservative; the fingerprint skips them exactly), and checks the table: every event once.
+``--hudi`` adds a Hudi table to the same pipeline, written through the Spark Connect server of a
+private stack: after each switch its first run is timed (switch command -> new commit), with the
+records it re-read and skipped, and the table is checked with hudi-rs (every event once).
 Then the fingerprint's cost on the normal path: the exactly-once ClickHouse run of
 :mod:`benchmarks.fingerprint_cost`, in alternating rounds with and without the mark (the
 last record's fingerprint kept with each step). Writes ``benchmarks/results/failover.json``.
-Hudi is not measured here (its switch path is the same code; a Spark write dominates it).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverPipeline, switch
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
@@ -54,6 +57,8 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.clusters import run_active_clickhouse
+from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+from eos_pipeline.sinks.hudi_spec import HudiTableSpec
 from eos_pipeline.stack.mirror import MirrorStack, mirror_config
 from eos_pipeline.stack.services import free_port
 
@@ -99,7 +104,19 @@ def _switch_and_run(ctx: dict[str, Any], target: str) -> dict[str, Any]:
     runs = run_active_clickhouse(fp, ctx["spec"], store, ctx["sink"], ctx["dlq"])
     done = time.perf_counter() - began
     moved = {f"{m.route.target.topic}[{m.partition}]" for m in report.moves}
+    hudi: dict[str, Any] = {}
+    if ctx.get("hudi") is not None:
+        started = time.perf_counter()
+        run = ClusterHudiSync(fp, ctx["hudi"], store, ctx["spark"], ctx["dlq"]).run()
+        hudi = {
+            # the switch plus the first Hudi run after it (the ClickHouse runs not counted)
+            "hudi_switch_to_new_commit_seconds": round(switched + time.perf_counter() - started, 3),
+            "hudi_reread": run.reread,
+            "hudi_skipped": run.skipped,
+            "hudi_rows_written": run.total_rows_written,
+        }
     return {
+        **hudi,
         "switch_seconds": round(switched, 3),
         "switch_to_new_rows_seconds": round(done, 3),
         "reread_per_partition": {str(r.tp): r.reread for r in runs if str(r.tp) in moved},
@@ -111,16 +128,20 @@ def _switch_and_run(ctx: dict[str, Any], target: str) -> dict[str, Any]:
     }
 
 
-def _scenario(stack: MirrorStack, zk: str, chdb: Any, records: int, new: int) -> dict[str, Any]:
+def _scenario(
+    stack: MirrorStack, zk: str, chdb: Any, records: int, new: int, hudi: tuple[Any, Path] | None
+) -> dict[str, Any]:
+    """``hudi``: a Spark (Connect) session and a folder for the Hudi table, or None."""
     a, b = (KafkaSettings(stack.bootstrap(x)) for x in ("A", "B"))
     suffix = uuid.uuid4().hex[:8]
     topic = f"fo-bench-{suffix}"
     for settings in (a, b):
         create_topic(settings, topic, partitions=PARTITIONS)
+    table_path = str(hudi[1] / suffix) if hudi else None
     fp = FailoverPipeline(
         name=f"fo_bench_{suffix}", topics=(topic,), sinks=("clickhouse",),
         clusters=ClusterSet.both_ways(("A", "B")), settings={"A": a, "B": b}, initial="A",
-        offset_syncs_location=stack.config.offset_syncs_location,
+        offset_syncs_location=stack.config.offset_syncs_location, hudi_table=table_path,
     )  # fmt: skip
     sink = ClickHouseSink(chdb)
     database = f"fo_{suffix}"
@@ -135,6 +156,14 @@ def _scenario(stack: MirrorStack, zk: str, chdb: Any, records: int, new: int) ->
         ends = end_offsets(a, topic)
         for p in range(PARTITIONS):
             on_a.run(TopicPartition(topic, p), until=ends[p] // 2)
+        if hudi is not None and table_path is not None:
+            ctx["spark"] = hudi[0]
+            ctx["hudi"] = HudiTableSpec(
+                pipeline=fp.name, topic=topic, table_path=table_path, table_name="events",
+                schema=SCHEMA, hudi_options=SMALL_TABLE_OPTIONS,
+            )  # fmt: skip
+            first = ClusterHudiSync(fp, ctx["hudi"], store, hudi[0], ctx["dlq"])
+            first.run(until={p: ends[p] // 2 for p in range(PARTITIONS)})
         _wait(b, f"A.{topic}", records)
         _produce(b, topic, "b", new)
         failover = _switch_and_run(ctx, "B")
@@ -144,7 +173,21 @@ def _scenario(stack: MirrorStack, zk: str, chdb: Any, records: int, new: int) ->
     rows = chdb.query(f"SELECT count(), uniqExact(id) FROM {database}.events").result_rows[0]
     total = (records + 2 * new) * PARTITIONS
     assert tuple(rows) == (total, total), f"not exactly once: {rows} rows/ids, {total} events"
+    if table_path is not None:
+        ids = _hudi_ids(table_path)
+        assert (len(ids), len(set(ids))) == (total, total), (
+            f"Hudi not exactly once: {len(ids)} rows, {len(set(ids))} ids, {total} events"
+        )
     return {"failover": failover, "failback": failback, "events": total}
+
+
+def _hudi_ids(table_path: str) -> list[str]:
+    """The ``id`` of every row of the Hudi table, read by hudi-rs (no Spark)."""
+    import pyarrow as pa
+    from hudi import HudiTableBuilder
+
+    data = pa.Table.from_batches(HudiTableBuilder.from_base_uri(table_path).build().read())
+    return [str(v) for v in data["id"].to_pylist()]
 
 
 def _fingerprint_cost(work: Path, rounds: int, records: int) -> dict[str, Any]:
@@ -193,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--fp-records", type=int, default=100_000)
     parser.add_argument("--fp-rounds", type=int, default=3)
+    parser.add_argument(
+        "--hudi", action="store_true", help="a Hudi table too (a private Spark Connect server)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/failover.json"))
     opts = parser.parse_args(argv)
     import clickhouse_connect
@@ -202,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         say = lambda line: print(f"[stack] {line}", file=sys.stderr)  # noqa: E731
         chdb = clickhouse_connect.get_client(interface="chdb", path=str(work / "chdb"))
-        with private_stack(work / "zk", say) if opts.lag_max else nullcontext() as base:
+        stack_cm = private_stack(work / "zk", say, spark=opts.hudi)
+        with stack_cm if opts.lag_max else nullcontext() as base:
+            hudi = None
+            if opts.hudi and base is not None:
+                from eos_pipeline.adapters.spark_remote import connect
+
+                hudi = (connect(base.spark_connect_url), work / "hudi")
             ports = [(free_port(), free_port()), (free_port(), free_port())]
             config = mirror_config(work / "mirror", ports, rest_port=free_port())
             stack = None
@@ -213,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                     stack = MirrorStack(dataclasses.replace(config, offset_lag_max=lag), say)
                     stack.up()
                     results[f"offset_lag_max={lag}"] = _scenario(
-                        stack, base.zookeeper_hosts, chdb, opts.records, opts.new
+                        stack, base.zookeeper_hosts, chdb, opts.records, opts.new, hudi
                     )
                     print(json.dumps(results[f"offset_lag_max={lag}"]), file=sys.stderr)
             finally:
