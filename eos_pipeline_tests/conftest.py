@@ -126,12 +126,17 @@ def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
 #: Groups that take minutes (measured in CI), started first under xdist so that no worker is
 #: left with one of them at the end while the other idles.
 _LONGEST_FIRST = (
-    "mirror-stack",
-    "eos_pipeline_tests/faults/test_dagster_kills.py",
-    "eos_pipeline_tests/test_demo.py",
-    "eos_pipeline_tests/faults/test_connect_faults.py",
-    "eos_pipeline_tests/faults/test_hudi_faults.py",
-    "eos_pipeline_tests/faults/test_infrastructure.py",
+    "mirror-stack",  # 330 s in CI (2026-11-25, the per-group summary)
+    "eos_pipeline_tests/faults/test_dagster_kills.py",  # 200-230 s
+    "eos_pipeline_tests/faults/test_chaos.py",  # 190 s
+    "eos_pipeline_tests/test_demo.py",  # 140 s
+    "eos_pipeline_tests/faults/test_hudi_faults.py",  # 120 s
+    "eos_pipeline_tests/faults/test_connect_faults.py",  # 105 s
+    "eos_pipeline_tests/sinks/test_hudi_sink.py",  # 90 s
+    "eos_pipeline_tests/adapters/test_spark_connect_hudi.py",  # 90 s
+    "eos_pipeline_tests/defs/test_hudi_asset.py",  # 80 s
+    "eos_pipeline_tests/faults/test_infrastructure.py",  # 55 s
+    "eos_pipeline_tests/adapters/test_hudi_metadata_table.py",  # 55 s
 )
 _ROOT = Path(__file__).resolve().parent.parent
 _MIRROR_FIXTURES = re.compile(r"\b(?:mirror_stack|cluster_settings)\b")
