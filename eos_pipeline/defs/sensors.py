@@ -54,6 +54,7 @@ from eos_pipeline.core.planning import (
     Plan,
     RunInfo,
     TopicState,
+    asked_ends,
     clickhouse_needs_log_starts,
     hudi_blocked,
     hudi_needs_log_starts,
@@ -140,6 +141,12 @@ def _following(instance: dg.DagsterInstance, sink: str) -> bool:
         limit=1,
     )
     return bool(runs)
+
+
+def _running_ends(instance: dg.DagsterInstance, sink: str) -> dict[str, int] | None:
+    """The ends the running range runs of ``sink`` were asked for (see ``asked_ends``)."""
+    running = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    return asked_ends(_runs(instance, sink, running, IN_FLIGHT_LOOKBACK))
 
 
 def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
@@ -254,6 +261,7 @@ def clickhouse_lag_sensor(
             chdb_path=chdb_path,
             ordered_keys=ordered,
             queued=chdb_path is not None and _queued(context.instance, sink),
+            running_ends=_running_ends(context.instance, sink) if chdb_path else None,
             follow=follows,
             following=follows and chdb_path is not None and _following(context.instance, sink),
             backoff=_backoff(pipeline),

@@ -26,6 +26,7 @@ from eos_pipeline.core.planning import (
     Plan,
     RunInfo,
     TopicState,
+    asked_ends,
     clickhouse_needs_log_starts,
     clickhouse_range_run,
     failures_by_start,
@@ -38,6 +39,9 @@ from eos_pipeline.core.planning import (
     plan_new_partitions,
     recovery_order,
     stray_keys,
+)
+from eos_pipeline.core.planning import (
+    ENDS_TAG as ENDS,
 )
 from eos_pipeline.core.planning.follow import FOLLOW_TAG
 
@@ -260,6 +264,31 @@ def test_chdb_one_range_run_for_every_lagging_partition() -> None:
     (more,) = chdb(TopicState(T, {0: 9, 1: 5, 2: 9, 3: 3}, state.records)).runs
     assert more.run_key != run.run_key
     assert more.tags[START_STATE_TAG] == run.tags[START_STATE_TAG]
+
+
+def test_chdb_nothing_is_queued_behind_a_running_run_until_an_end_moves_past_its_ask() -> None:
+    state = TopicState(T, {0: 8, 1: 5, 2: 9, 3: 3}, {p: after(0, 3) for p in range(4)})
+    (run,) = chdb(state).runs
+    running = asked_ends([RunInfo("r1", run.tags)])
+    assert running == {K0: 8, K1: 5, K2: 9}  # what the run was asked for, per lagging partition
+    # the same records: the running run reads them, a run behind it would find nothing
+    idle = chdb(state, running_ends=running)
+    assert not idle.runs and "is writing up to these ends" in idle.skip_reason
+
+    def with_ends(ends: dict[int, int]) -> Plan:
+        return chdb(TopicState(T, ends, state.records), running_ends=running)
+
+    # one partition's end moved past the ask: the next run waits behind the running one
+    (behind,) = with_ends({0: 8, 1: 6, 2: 9, 3: 3}).runs
+    assert _range(behind) == (K0, K2)
+    # a partition the running run was not asked for (3) starts lagging: also asked for
+    (other,) = with_ends({0: 8, 1: 5, 2: 9, 3: 4}).runs
+    assert _range(other) == (K0, K3)
+    # runs launched by hand say nothing about ends: no rule applies
+    assert asked_ends([RunInfo("by-hand", {SINK_TAG: SINK})]) is None
+    # two running runs: the higher ask per partition counts
+    two = [RunInfo("a", {ENDS: f"{K0}=3,{K1}=9"}), RunInfo("b", {ENDS: f"{K0}=7"})]
+    assert asked_ends(two) == {K0: 7, K1: 9}
 
 
 def test_chdb_gaps_of_caught_up_partitions_are_covered_not_split() -> None:

@@ -155,7 +155,8 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         assert instance.get_dynamic_partitions(name) == keys_for(rig.topic, 3)
 
         # 7. on chDB, a run waiting in the queue gets nothing behind it (it reads what arrives
-        # until it starts); a running one gets the next run, to wait behind it
+        # until it starts); a running one gets the next run, to wait behind it, once records
+        # arrived beyond the ends it was asked for (before that, the next run would find none)
         rig.produce({0: 2})
         (request,) = _evaluate(defs, lag, instance).run_requests
         job = dg.Definitions(jobs=[dg.define_asset_job("ch_job")]).get_job_def("ch_job")
@@ -165,6 +166,10 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         assert "is queued" in (_evaluate(defs, lag, instance).skip_message or "")
         instance.delete_run(waiting.run_id)
         instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.STARTED)
+        skipped = _evaluate(defs, lag, instance)
+        assert not skipped.run_requests
+        assert "is writing up to these ends" in (skipped.skip_message or "")
+        rig.produce({0: 1})
         (behind,) = _evaluate(defs, lag, instance).run_requests
         assert behind.partition_key_range == request.partition_key_range
 

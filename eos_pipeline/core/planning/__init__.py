@@ -43,6 +43,7 @@ from eos_pipeline.core.planning.hudi import hudi_blocked, hudi_needs_log_starts,
 from eos_pipeline.core.planning.runs import (
     ANY_PARTITION,
     CHDB_PATH_TAG,
+    ENDS_TAG,
     HUDI_TABLE_TAG,
     MAX_RUNS_PER_TICK,
     NORMAL_PRIORITY,
@@ -57,6 +58,7 @@ from eos_pipeline.core.planning.runs import (
     Plan,
     PlannedRun,
     RunInfo,
+    asked_ends,
     failures_by_start,
     in_flight_keys,
 )
@@ -65,6 +67,7 @@ from eos_pipeline.core.retries import Backoff, Failures, given_up_message
 __all__ = [
     "ANY_PARTITION",
     "CHDB_PATH_TAG",
+    "ENDS_TAG",
     "HUDI_TABLE_TAG",
     "MAX_RUNS_PER_TICK",
     "NORMAL_PRIORITY",
@@ -83,6 +86,7 @@ __all__ = [
     "PlannedRun",
     "RunInfo",
     "TopicState",
+    "asked_ends",
     "clickhouse_needs_log_starts",
     "clickhouse_range_run",
     "failures_by_start",

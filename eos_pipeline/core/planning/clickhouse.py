@@ -12,6 +12,7 @@ from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.core.planning.runs import (
     ANY_PARTITION,
     CHDB_PATH_TAG,
+    ENDS_TAG,
     MAX_RUNS_PER_TICK,
     NORMAL_PRIORITY,
     PRIORITY_TAG,
@@ -94,6 +95,7 @@ def plan_clickhouse(
     chdb_path: str | None = None,
     ordered_keys: Sequence[str] | None = None,
     queued: bool = False,
+    running_ends: Mapping[str, int] | None = None,
     follow: bool = False,
     following: bool = False,
     stuck: Mapping[str, tuple[str, str]] | None = None,
@@ -130,6 +132,7 @@ def plan_clickhouse(
             reset=reset,
             chdb_path=chdb_path,
             queued=queued,
+            running_ends=running_ends,
             follow=follow,
             following=following,
             stuck=stuck,
@@ -194,6 +197,7 @@ def clickhouse_range_run(
     reset: Reset,
     chdb_path: str,
     queued: bool = False,
+    running_ends: Mapping[str, int] | None = None,
     follow: bool = False,
     following: bool = False,
     stuck: Mapping[str, tuple[str, str]] | None = None,
@@ -212,7 +216,10 @@ def clickhouse_range_run(
     The chDB path takes one process at a time. While a run of the sink waits in the queue
     (``queued``) nothing is asked for: it reads whatever arrived when it starts. While one
     runs, the next one is asked for and waits behind it (``dagster.yaml``'s chDB limit), so it
-    starts as soon as the path is free rather than a sensor tick later. Partitions with a
+    starts as soon as the path is free rather than a sensor tick later; but only once some
+    lagging partition's end moved beyond what the running run was asked for (``running_ends``,
+    from its :data:`ENDS_TAG`): it reads each partition to the end it finds, so a run queued for
+    those same records would start only to find nothing to do. Partitions with a
     single-partition run of their own in flight (launched by hand) are left to it.
 
     Failed range runs are counted under :data:`ANY_PARTITION` and a digest of the lagging
@@ -253,6 +260,12 @@ def clickhouse_range_run(
         lagging = kept
     if not lagging:
         return plan_of((), set_aside_lines, CAUGHT_UP)
+    if running_ends is not None and all(
+        end <= running_ends.get(key, -1) for key, end, _ in lagging
+    ):
+        return plan_of(
+            (), set_aside_lines, f"a run of {sink} is writing up to these ends: nothing newer"
+        )
     lagging.sort(key=lambda item: order[item[0]])
     state = ",".join(f"{key}={where.phase}:{where.position}" for key, _, where in lagging)
     wanted = ",".join(f"{key}={end}" for key, end, _ in lagging)
@@ -281,6 +294,7 @@ def clickhouse_range_run(
         RANGE_END_TAG: last,
         PRIORITY_TAG: RECOVERY_PRIORITY if recovering else NORMAL_PRIORITY,
         START_STATE_TAG: start,
+        ENDS_TAG: wanted,
     }
     if follow:
         tags[FOLLOW_TAG] = "true"

@@ -24,6 +24,9 @@ CHDB_PATH_TAG = "eos_pipeline/chdb_path"
 #: The sink state a run starts from (ClickHouse: ``<phase>:<position>``; Hudi: a digest of the
 #: checkpoint): failed runs are counted per partition and start state.
 START_STATE_TAG = "eos_pipeline/start_state"
+#: The Kafka end offsets a chDB range run was asked for, ``<partition key>=<end>,...``: while
+#: it runs, a next run is asked for only once some end moved beyond them.
+ENDS_TAG = "eos_pipeline/ends"
 #: Dagster's own tags: a run's partition, its priority, and a partition-key-range run's bounds
 #: (the values of dagster's ``ASSET_PARTITION_RANGE_START_TAG``/``_END_TAG``).
 PARTITION_TAG = "dagster/partition"
@@ -51,6 +54,21 @@ class RunInfo:
     tags: Mapping[str, str] = field(default_factory=dict)
     #: When a failed run ended (epoch seconds): the backoff counts from there.
     ended_at: float | None = None
+
+
+def asked_ends(runs: Iterable[RunInfo]) -> dict[str, int] | None:
+    """The highest end per partition key that ``runs`` (running range runs) were asked for, or
+    None when none of them says (no run, or runs launched by hand)."""
+    ends: dict[str, int] | None = None
+    for run in runs:
+        text = run.tags.get(ENDS_TAG)
+        if not text:
+            continue
+        ends = {} if ends is None else ends
+        for item in text.split(","):
+            key, _, end = item.rpartition("=")
+            ends[key] = max(ends.get(key, -1), int(end))
+    return ends
 
 
 def in_flight_keys(runs: Iterable[RunInfo]) -> set[str]:
