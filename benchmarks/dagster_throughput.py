@@ -14,7 +14,13 @@ shared and noisy):
   that follow the stream (``clickhouse.follow``) and with runs that end once caught up. Timed
   from the start of ``dagster dev`` and from the first sensor tick (the sensors are on) until
   every offset is committed (the keeper's ``AFTER`` over each partition's end, watched as
-  :mod:`benchmarks.latency_phase` does).
+  :mod:`benchmarks.latency_phase` does);
+* **through Dagster, warm** (``--warm``): the steady state of a pipeline that is running. A
+  following run is already up (the sensor launched it for a few warm-up records and it is
+  waiting for more) when the backlog lands: the backlog is produced in ONE Kafka transaction on
+  a topic of its own, and the clock starts when the commit is asked for (before it, read-committed
+  readers see none of it). No run starts for it, so what is measured is the product's own run
+  inside Dagster against the direct path, not the price of starting a run.
 
 Every table is then counted in a child process: each offset once, or the benchmark fails. The
 Dagster time is split along the first run that wrote: dagster dev start -> first sensor tick ->
@@ -102,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-ending", action="store_true", help="skip the runs that end once caught up"
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="also measure the backlog landing (one Kafka transaction) while a following run "
+        "is already up",
+    )
+    parser.add_argument(
+        "--warm-idle",
+        type=float,
+        default=120.0,
+        help="idle_seconds of the warm mode's following run (it must outlast the produce)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="per Dagster round")
     parser.add_argument("--kafka-bootstrap", help="default: start a stack on free ports")
     parser.add_argument("--zookeeper-hosts")
@@ -143,8 +161,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if sum(ends.values()) != args.records:
         raise RuntimeError(f"produced {args.records} records, Kafka holds {sum(ends.values())}")
     _say(f"produced {args.records:,} records ({size / 1e6:.0f} MB) in {produced_s:.1f} s")
-    modes = ([f"following {args.follow:g}"] if args.follow > 0 else []) + (
-        [] if args.no_ending else ["ending caught up"]
+    modes = (
+        ([f"following {args.follow:g}"] if args.follow > 0 else [])
+        + ([] if args.no_ending else ["ending caught up"])
+        + (["warm following"] if args.warm else [])
     )
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in ["direct", *modes]}
     for n in range(args.rounds):
@@ -154,6 +174,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             load = os.getloadavg()[0]
             if mode == "direct":
                 result = direct(args, topic, ends, work)
+            elif mode == "warm following":
+                result = warm_dagster(args, work)
             else:
                 follow = args.follow if mode.startswith("following") else 0.0
                 result = through_dagster(args, topic, ends, follow, work)
@@ -179,7 +201,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("seconds", "from_sensors_on_s", "from_dagster_start_s", "cpu_seconds", "exact")
+    keys = ("seconds", "from_sensors_on_s", "from_dagster_start_s", "from_commit_s")
+    keys += ("cpu_seconds", "runs_started_for_backlog", "exact")
     return {k: result[k] for k in keys if k in result}
 
 
@@ -272,7 +295,154 @@ def through_dagster(
     }
 
 
-def run_moments(instance: Any) -> list[dict[str, Any]]:
+def warm_dagster(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The backlog lands, in one transaction, while a following run is already up."""
+    from eos_pipeline.demo import start_dagster, stop_dagster
+    from eos_pipeline.stack.services import free_port
+
+    work.mkdir(parents=True, exist_ok=True)
+    kafka = KafkaSettings(args.kafka_bootstrap)
+    topic = f"warm-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka, topic, args.partitions)
+    config = work / "pipelines.yaml"
+    pipelines_file(
+        config,
+        args.kafka_bootstrap,
+        args.zookeeper_hosts,
+        topic,
+        args.interval,
+        follow=args.warm_idle,
+        batch=args.batch,
+    )
+    env, instance = dagster_env(work, config, args.interval)
+    store = keeper_store(config)
+    watch = KeeperWatch(store, topic)
+    watch.start()
+    log = work / "dagster.log"
+    process = start_dagster(env, free_port(), log)
+    cpu = TreeCpu(process.pid)
+    cpu.start()
+    try:
+        producer = transactional_producer(kafka)
+        warm_up = _produce_in_transaction(producer, topic, args.partitions, args.partitions, 50)
+        warm_ends = _committed_ends(kafka, topic, dict.fromkeys(range(args.partitions), 1), args)
+        _wait(lambda: _caught_up(watch, None, warm_ends), args, log)
+        _wait(lambda: _in_flight(instance) > 0, args, log)  # the following run is up
+        runs_before = len(run_moments(instance, finished_only=False))
+        began = time.time()
+        size = _produce_in_transaction(
+            producer, topic, args.partitions, args.records, args.record_bytes, commit=False
+        )
+        produced = time.time()
+        if _in_flight(instance) == 0:
+            raise RuntimeError(
+                f"the following run ended while the backlog was produced ({produced - began:.1f} "
+                "s): raise --warm-idle"
+            )
+        committing = time.time()
+        producer.commit_transaction(60)
+        committed = time.time()
+        share = [
+            args.records // args.partitions + (p < args.records % args.partitions)
+            for p in range(args.partitions)
+        ]
+        ends = _committed_ends(
+            kafka, topic, {p: warm_ends[p] + n for p, n in enumerate(share)}, args
+        )
+        _wait(lambda: _caught_up(watch, None, ends), args, log)
+        visible = max(t for moves in watch.moves.values() for t, _ in moves)
+        runs_after = len(run_moments(instance, finished_only=False))
+        cpu_s = cpu.by_role(committing, visible)
+    finally:
+        cpu.stop.set()
+        cpu.join(5)
+        watch.stop.set()
+        stop_dagster(process)
+        watch.join(5)
+        store.close()
+        instance.dispose()
+    doc = json.loads(config.read_text())
+    return {
+        "follow_idle_s": args.warm_idle,
+        "warm_up_bytes": warm_up,
+        "backlog_megabytes": round(size / 1e6, 1),
+        "produce_s": round(produced - began, 3),
+        "commit_call_s": round(committed - committing, 3),
+        "from_commit_s": round(visible - committing, 3),
+        "cpu_s_commit_to_all_committed": cpu_s,
+        "runs_started_for_backlog": runs_after - runs_before,
+        # two transactions: one record and one commit marker per partition, then the backlog
+        "exact": every_offset_once(
+            topic,
+            ends,
+            doc["clickhouse"]["url"],
+            "latency",
+            "events",
+            records={p: 1 + n for p, n in enumerate(share)},
+        ),
+    }
+
+
+def _committed_ends(
+    kafka: KafkaSettings, topic: str, at_least: dict[int, int], args: argparse.Namespace
+) -> dict[int, int]:
+    """Kafka's ends once every partition's passed ``at_least``: a transaction's commit markers
+    are written after the commit call returns, so the last stable offset moves a moment later."""
+    deadline = time.monotonic() + args.timeout
+    while True:
+        ends = end_offsets(kafka, topic)
+        if all(ends.get(p, 0) > n for p, n in at_least.items()):
+            return ends
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: ends {ends} did not pass {at_least}")
+        time.sleep(0.05)
+
+
+def transactional_producer(kafka: KafkaSettings) -> Any:
+    """A transactional producer (the backlog becomes readable to read-committed readers, as
+    the product's are, all at once when its transaction commits)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "transaction.timeout.ms": 600_000,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _produce_in_transaction(
+    producer: Any, topic: str, partitions: int, count: int, record_bytes: int, commit: bool = True
+) -> int:
+    """``count`` benchmark records round robin in one transaction (flushed; committed only if
+    ``commit``); returns their bytes."""
+    from benchmarks.data import make_values
+
+    producer.begin_transaction()
+    size = 0
+    for i, value in enumerate(make_values(count, record_bytes)):
+        size += len(value)
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0:
+        raise RuntimeError("the backlog was not sent within 120 s")
+    if commit:
+        producer.commit_transaction(60)
+    return size
+
+
+def run_moments(instance: Any, finished_only: bool = True) -> list[dict[str, Any]]:
     """Per run: requested, enqueued, launched, process started, first step started, ended
     (epoch s), and each step's start and end."""
     from dagster import DagsterEventType as E
@@ -280,6 +450,9 @@ def run_moments(instance: Any) -> list[dict[str, Any]]:
     wanted = {E.RUN_ENQUEUED, E.RUN_STARTING, E.STEP_START, E.STEP_SUCCESS, E.STEP_FAILURE}
     out = []
     for rec in instance.get_run_records(limit=1000):
+        if not finished_only:
+            out.append({"run_id": rec.dagster_run.run_id})
+            continue
         if rec.start_time is None or rec.end_time is None:
             continue
         events = instance.all_logs(rec.dagster_run.run_id, of_type=wanted)
@@ -336,7 +509,12 @@ def summarize(runs: Mapping[str, list[dict[str, Any]]], size: int) -> dict[str, 
         if mode == "direct":
             continue
         entry: dict[str, Any] = {}
-        for key in ("from_sensors_on_s", "from_dagster_start_s", "from_run_process_start_s"):
+        for key in (
+            "from_sensors_on_s",
+            "from_dagster_start_s",
+            "from_run_process_start_s",
+            "from_commit_s",
+        ):
             values = [r[key] for r in results if r.get(key) is not None]
             if not values:
                 continue
@@ -346,6 +524,12 @@ def summarize(runs: Mapping[str, list[dict[str, Any]]], size: int) -> dict[str, 
             entry[f"{stem}_mb_per_s_best"] = round(mb / best, 1)
             entry[f"ratio_vs_direct_{stem}_best"] = round(best_direct / best, 3)
             entry[f"ratio_vs_direct_{stem}_median"] = round(med_direct / med, 3)
+        if mode == "warm following":
+            best_round = min(results, key=lambda r: r["from_commit_s"])
+            entry["cpu_s_of_best"] = best_round["cpu_s_commit_to_all_committed"]
+            entry["runs_started_for_backlog"] = [r["runs_started_for_backlog"] for r in results]
+            out[mode] = entry
+            continue
         best_round = min(results, key=lambda r: r["from_dagster_start_s"])
         entry["split_s_of_best"] = best_round["split_s"]
         entry["cpu_s_of_best"] = {

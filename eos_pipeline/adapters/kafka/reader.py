@@ -31,6 +31,10 @@ def _consumer(settings: KafkaSettings) -> Consumer:
                 "enable.partition.eof": True,
                 "fetch.max.bytes": 64 * 1024 * 1024,
                 "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                # A range never ends past the last stable offset, so the broker has every byte
+                # asked for; it waits only at the range's end when that is a transaction's
+                # commit marker (no record to return): 500 ms by default, per partition read.
+                "fetch.wait.max.ms": 10,
             }
         )
     )
