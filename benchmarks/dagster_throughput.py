@@ -34,6 +34,7 @@ through Dagster by wall clock and the load averages.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -42,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,10 +225,13 @@ def direct(args: argparse.Namespace, topic: str, ends: dict[int, int], work: Pat
     }
 
 
-def through_dagster(
-    args: argparse.Namespace, topic: str, ends: dict[int, int], follow: float, work: Path
-) -> dict[str, Any]:
-    """``dagster dev`` on a fresh table of ``topic``; until every offset is committed."""
+@contextlib.contextmanager
+def dagster_up(
+    args: argparse.Namespace, topic: str, follow: float, work: Path
+) -> Iterator[tuple[Any, KeeperWatch, TreeCpu, Path, float]]:
+    """``dagster dev`` on a fresh table of ``topic`` (pipelines file, instance, keeper watch and
+    CPU sampler under ``work``); yields (instance, watch, cpu, log, when dagster dev was
+    started) and stops all of it."""
     from eos_pipeline.demo import start_dagster, stop_dagster
     from eos_pipeline.stack.services import free_port
 
@@ -245,10 +249,7 @@ def through_dagster(
     cpu = TreeCpu(process.pid)
     cpu.start()
     try:
-        _wait(lambda: _caught_up(watch, None, ends), args, log)
-        _wait(lambda: _in_flight(instance) == 0, args, log)
-        runs = run_moments(instance)
-        tick = first_tick(instance)
+        yield instance, watch, cpu, log, began
     finally:
         cpu.stop.set()
         cpu.join(5)
@@ -257,6 +258,21 @@ def through_dagster(
         watch.join(5)
         store.close()
         instance.dispose()
+
+
+def _table_url(work: Path) -> str:
+    return json.loads((work / "pipelines.yaml").read_text())["clickhouse"]["url"]
+
+
+def through_dagster(
+    args: argparse.Namespace, topic: str, ends: dict[int, int], follow: float, work: Path
+) -> dict[str, Any]:
+    """``dagster dev`` on a fresh table of ``topic``; until every offset is committed."""
+    with dagster_up(args, topic, follow, work) as (instance, watch, cpu, log, began):
+        _wait(lambda: _caught_up(watch, None, ends), args, log)
+        _wait(lambda: _in_flight(instance) == 0, args, log)
+        runs = run_moments(instance)
+        tick = first_tick(instance)
     first_batch, visible = first_moves(watch.moves, ends)
     first = min(runs, key=lambda r: r["run_requested"]) if runs else {}
     moments = {
@@ -267,7 +283,6 @@ def through_dagster(
         "all_committed": visible,
     }
     assert visible is not None  # _wait returned
-    doc = json.loads(config.read_text())
     return {
         "follow_idle_s": follow,
         "from_dagster_start_s": round(visible - began, 3),
@@ -291,38 +306,16 @@ def through_dagster(
         "run_ended_after_all_committed_s": round(max(r["run_ended"] for r in runs) - visible, 2)
         if runs
         else None,
-        "exact": every_offset_once(topic, ends, doc["clickhouse"]["url"], "latency", "events"),
+        "exact": every_offset_once(topic, ends, _table_url(work), "latency", "events"),
     }
 
 
 def warm_dagster(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The backlog lands, in one transaction, while a following run is already up."""
-    from eos_pipeline.demo import start_dagster, stop_dagster
-    from eos_pipeline.stack.services import free_port
-
-    work.mkdir(parents=True, exist_ok=True)
     kafka = KafkaSettings(args.kafka_bootstrap)
     topic = f"warm-{uuid.uuid4().hex[:8]}"
     create_topic(kafka, topic, args.partitions)
-    config = work / "pipelines.yaml"
-    pipelines_file(
-        config,
-        args.kafka_bootstrap,
-        args.zookeeper_hosts,
-        topic,
-        args.interval,
-        follow=args.warm_idle,
-        batch=args.batch,
-    )
-    env, instance = dagster_env(work, config, args.interval)
-    store = keeper_store(config)
-    watch = KeeperWatch(store, topic)
-    watch.start()
-    log = work / "dagster.log"
-    process = start_dagster(env, free_port(), log)
-    cpu = TreeCpu(process.pid)
-    cpu.start()
-    try:
+    with dagster_up(args, topic, args.warm_idle, work) as (instance, watch, cpu, log, _):
         producer = transactional_producer(kafka)
         warm_up = _produce_in_transaction(producer, topic, args.partitions, args.partitions, 50)
         warm_ends = _committed_ends(kafka, topic, dict.fromkeys(range(args.partitions), 1), args)
@@ -353,15 +346,6 @@ def warm_dagster(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         visible = max(t for moves in watch.moves.values() for t, _ in moves)
         runs_after = len(run_moments(instance, finished_only=False))
         cpu_s = cpu.by_role(committing, visible)
-    finally:
-        cpu.stop.set()
-        cpu.join(5)
-        watch.stop.set()
-        stop_dagster(process)
-        watch.join(5)
-        store.close()
-        instance.dispose()
-    doc = json.loads(config.read_text())
     return {
         "follow_idle_s": args.warm_idle,
         "warm_up_bytes": warm_up,
@@ -375,7 +359,7 @@ def warm_dagster(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "exact": every_offset_once(
             topic,
             ends,
-            doc["clickhouse"]["url"],
+            _table_url(work),
             "latency",
             "events",
             records={p: 1 + n for p, n in enumerate(share)},
