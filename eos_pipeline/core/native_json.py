@@ -151,16 +151,30 @@ def native_payload(values: Sequence[bytes | None]) -> NativePayload | None:
         return None
     if b"\\" in data and _BAD_ESCAPE.search(data):
         return None
-    # What follows each ``:`` (numpy over the colons: multi-byte searches are slow in Python).
-    colons = np.flatnonzero(raw[:-2] == ord(":"))
-    first, second = raw[colons + 1], raw[colons + 2]
-    space = first == ord(" ")
-    if (space & (second == ord(" "))).any():
-        return None  # a value after two spaces would escape the count of quoted values
-    quoted = int(np.count_nonzero(first == ord('"'))) + int(
-        np.count_nonzero(space & (second == ord('"')))
-    )
+    if not _pairs(data, b": "):  # numpy: ``in`` is slow for a pair of frequent bytes
+        # Compact separators (the common case): count ``:"`` as 16-bit words at both alignments,
+        # no temporary per colon.
+        quoted = _pairs(data, b':"')
+    else:
+        # What follows each ``:`` (numpy over the colons: multi-byte searches are slow in Python).
+        colons = np.flatnonzero(raw[:-2] == ord(":"))
+        first, second = raw[colons + 1], raw[colons + 2]
+        space = first == ord(" ")
+        if (space & (second == ord(" "))).any():
+            return None  # a value after two spaces would escape the count of quoted values
+        quoted = int(np.count_nonzero(first == ord('"'))) + int(
+            np.count_nonzero(space & (second == ord('"')))
+        )
     return NativePayload(data, quoted)
+
+
+def _pairs(data: bytes, pair: bytes) -> int:
+    """How often the two bytes ``pair`` occur in ``data`` (they cannot overlap: distinct bytes)."""
+    assert len(pair) == 2 and pair[0] != pair[1]
+    word = int.from_bytes(pair, "little")
+    even = np.frombuffer(data, "<u2", count=len(data) // 2)
+    odd = np.frombuffer(data, "<u2", count=(len(data) - 1) // 2, offset=1)
+    return int(np.count_nonzero(even == word)) + int(np.count_nonzero(odd == word))
 
 
 __all__ = [
