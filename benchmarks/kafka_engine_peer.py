@@ -90,7 +90,7 @@ PROJECT_CHILD = textwrap.dedent(
     from eos_pipeline.core.offsets import TopicPartition
     from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 
-    boot, zk, topic, partitions, path, batch = sys.argv[1:7]
+    boot, zk, topic, partitions, path, batch, parser = sys.argv[1:8]
     client = clickhouse_connect.get_client(interface="chdb", path=path)
     sink = ClickHouseSink(client)
     sink.ensure_table("bench", "events", SCHEMA)
@@ -98,7 +98,7 @@ PROJECT_CHILD = textwrap.dedent(
     root = "/peer_bench_" + uuid.uuid4().hex[:8]
     with KeeperStateStore(KeeperSettings(hosts=zk, root=root)) as store:
         spec = ClickHouseTableSpec(pipeline="bench", database="bench", table="events",
-                                   schema=SCHEMA, max_records=int(batch))
+                                   schema=SCHEMA, max_records=int(batch), json_parser=parser)
         sync = ClickHousePartitionSync(
             spec, kafka, store, sink, DeadLetterWriter(kafka, topic + ".dlq", "bench"))
         began, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=25_000, help="project: records per step")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--json-parser",
+        choices=("arrow", "auto", "native"),
+        default="arrow",
+        help="the project's clickhouse.json_parser (default: the product's, arrow)",
+    )
     opts = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="eos-engine-peer-") as work:
         say = lambda line: print(f"[stack] {line}", file=sys.stderr)  # noqa: E731
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs["kafka_engine"].append(run_child(_ENGINE_CHILD, engine, opts.records))
                 project = [config.kafka_bootstrap, config.zookeeper_hosts, topic]
                 project += [str(opts.partitions), str(Path(work) / f"project-{n}")]
-                project += [str(opts.batch)]
+                project += [str(opts.batch), opts.json_parser]
                 runs["project"].append(run_child(PROJECT_CHILD, project, opts.records))
                 print(
                     f"[round {n}] {json.dumps({k: v[-1] for k, v in runs.items()})}",
@@ -186,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "kafka_engine_peer",
         "records": opts.records,
         "megabytes": round(mb, 1),
+        "project_json_parser": opts.json_parser,
     }
     for name, results in runs.items():
         best = min(r["seconds"] for r in results)

@@ -98,8 +98,11 @@ _SURROGATE_ESCAPE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]"
 )
-# Arrow's reader cuts its input into blocks of this size and parses them on its thread pool.
-_ARROW_BLOCK_BYTES = 4 << 20
+# Arrow's reader cuts its input into blocks of this size. It parses them on the calling thread:
+# on its thread pool the same 160 MB cost ~0.45 CPU-seconds instead of ~0.35 (1 MB blocks on one
+# thread were also no slower by the clock with both cores busy, which they are while the next
+# batch is read or another partition inserts; measured in benchmarks/README.md, issue 15).
+_ARROW_BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
     try:
         table = pa_json.read_json(
             io.BytesIO(data),
-            read_options=pa_json.ReadOptions(use_threads=True, block_size=_ARROW_BLOCK_BYTES),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=_ARROW_BLOCK_BYTES),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=plan.schema,
                 unexpected_field_behavior="ignore",

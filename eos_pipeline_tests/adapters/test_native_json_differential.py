@@ -117,6 +117,9 @@ _LEXICAL = [
     Raw('"1.2.3.4"'),
     Raw("+.5"),
     Raw("1e+5"),
+    Raw("-nan"),
+    Raw("+inf"),
+    Raw("-Infinity"),
 ]
 _TAILS = ["", "", "", " ", " {}", ",{}", "{}", "x", "}", ",", ' {"i8":1}']
 
@@ -340,7 +343,18 @@ def test_each_leniency_is_refused_unless_the_reference_accepts(
 
 @pytest.mark.parametrize(
     ("number", "string"),
-    [('"1"', "2"), ('"1"', "true"), ('"true"', "1"), ('"1.5"', "-0.5e3"), ('"7"', "+1")],
+    [
+        ('"1"', "2"),
+        ('"1"', "true"),
+        ('"true"', "1"),
+        ('"1.5"', "-0.5e3"),
+        ('"7"', "+1"),
+        # ClickHouse also reads a signed inf, infinity or nan (any case) into a String column
+        ('"1"', "-nan"),
+        ('"1"', "+inf"),
+        ('"1.5"', "-Infinity"),
+        ('"1"', "-INFINITY"),
+    ],
 )
 def test_a_quoted_number_and_an_unquoted_string_in_one_record_are_refused(
     chdb_client: Client, number: str, string: str

@@ -129,12 +129,22 @@ def _consume_into(
     max_bytes: int | None,
     timeout: float,
 ) -> int:
-    """The read loop of :func:`read_range`; returns where the batch ends."""
+    """The read loop of :func:`read_range`; returns where the batch ends.
+
+    The per-message work is the CPU floor of the whole sink (~2 us a record): the list methods
+    are bound once and the byte count kept in a local, not looked up per message.
+    """
     tp = batch.tp
     deadline = time.monotonic() + timeout
     end = wanted.end
     position = wanted.start
     done = False
+    offsets, keys, values = batch.offsets, batch.keys, batch.values
+    add_offset, add_key, add_value = offsets.append, keys.append, values.append
+    add_stamp = batch.timestamps_ms.append
+    headers_of = batch.headers
+    value_bytes = batch.value_bytes
+    limit = max_bytes
     while not done:
         # consume() waits until it has num_messages or the timeout passed: never ask for more
         # than the range can still hold, or every short batch costs the whole timeout.
@@ -161,21 +171,22 @@ def _consume_into(
                 break
             value = msg.value()
             size = len(value) if value is not None else 0
-            if max_bytes is not None and batch.offsets and batch.value_bytes + size > max_bytes:
+            if limit is not None and offsets and value_bytes + size > limit:
                 end = offset
                 done = True
                 break
-            batch.offsets.append(offset)
-            batch.keys.append(msg.key())
-            batch.values.append(value)
-            batch.timestamps_ms.append(msg.timestamp()[1])
+            add_offset(offset)
+            add_key(msg.key())
+            add_value(value)
+            add_stamp(msg.timestamp()[1])
             headers = msg.headers()
             if headers:
-                batch.headers[len(batch.offsets) - 1] = tuple(headers)
-            batch.value_bytes += size
+                headers_of[len(offsets) - 1] = tuple(headers)
+            value_bytes += size
             if offset == end - 1:
                 done = True
                 break
+        batch.value_bytes = value_bytes
         if not done and consumer.position([ktp])[0].offset >= end:
             done = True
         if not done and time.monotonic() > deadline:
