@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json-parser",
         choices=("arrow", "auto", "native"),
-        default="arrow",
-        help="the project's clickhouse.json_parser (default: the product's, arrow)",
+        default="auto",
+        help="the project's clickhouse.json_parser (default: the product's, auto)",
     )
     opts = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="eos-engine-peer-") as work:

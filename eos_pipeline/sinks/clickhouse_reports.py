@@ -29,7 +29,7 @@ class ClickHouseTableSpec:
     #: Who parses the JSON values (``clickhouse.json_parser``): ``auto`` lets ClickHouse parse
     #: them where :func:`eos_pipeline.core.native_json.native_plan` vouches for the schema and
     #: the sink is chDB, ``native`` requires that, ``arrow`` never lets it.
-    json_parser: Literal["auto", "native", "arrow"] = "arrow"
+    json_parser: Literal["auto", "native", "arrow"] = "auto"
     #: Read a partition's next batch from Kafka while the current one is inserted. Off: measured
     #: slower on chDB (2 busy cores; the read thread only competes for the GIL), see
     #: benchmarks/README.md.
