@@ -655,8 +655,9 @@ class Bench:
 
     def dagster_backlog(self) -> dict[str, Any]:
         """A backlog of the run's size through the product's own definitions (``dagster dev``,
-        the sensors, following runs) against the direct path in fresh processes, one round;
-        see ``benchmarks/dagster_throughput.py``."""
+        the sensors, following runs; from a cold start and landing while a following run is up)
+        against the direct path in fresh processes, one round; see
+        ``benchmarks/dagster_throughput.py``."""
         out = self.workdir / "dagster_throughput.json"
         cmd = [
             *(sys.executable, "-m", "benchmarks.dagster_throughput"),
@@ -669,7 +670,7 @@ class Bench:
             *("--batch", str(self.opts.batch)),
             *("--interval", str(self.opts.latency_interval)),
             *("--follow", str(self.opts.latency_follow or 10.0)),
-            *("--rounds", "1", "--no-ending", "--out", str(out)),
+            *("--rounds", "1", "--no-ending", "--warm", "--out", str(out)),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
         if not out.exists():
