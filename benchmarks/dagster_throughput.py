@@ -47,7 +47,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kafka_engine_peer import PROJECT_CHILD, produce_backlog, run_child
+from benchmarks.kafka_engine_peer import (
+    PROJECT_CHILD,
+    produce_backlog,
+    run_child,
+    send_round_robin,
+)
 from benchmarks.latency_phase import (
     KeeperWatch,
     _caught_up,
@@ -405,20 +410,8 @@ def _produce_in_transaction(
 ) -> int:
     """``count`` benchmark records round robin in one transaction (flushed; committed only if
     ``commit``); returns their bytes."""
-    from benchmarks.data import make_values
-
     producer.begin_transaction()
-    size = 0
-    for i, value in enumerate(make_values(count, record_bytes)):
-        size += len(value)
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
+    size = send_round_robin(producer, topic, partitions, count, record_bytes)
     if producer.flush(120) != 0:
         raise RuntimeError("the backlog was not sent within 120 s")
     if commit:

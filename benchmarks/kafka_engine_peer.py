@@ -121,6 +121,16 @@ def produce_backlog(
     """``count`` benchmark records round robin over ``partitions``, as fast as the producer
     goes; returns their bytes."""
     producer = idempotent_producer(settings, **{"linger.ms": 20, "batch.size": 1_000_000})
+    size = send_round_robin(producer, topic, partitions, count, record_bytes)
+    assert producer.flush(60) == 0
+    return size
+
+
+def send_round_robin(
+    producer: Any, topic: str, partitions: int, count: int, record_bytes: int
+) -> int:
+    """Hand ``count`` benchmark records to ``producer``, round robin over ``partitions``, as
+    fast as it takes them (not flushed); returns their bytes."""
     size = 0
     for i, value in enumerate(make_values(count, record_bytes)):
         size += len(value)
@@ -132,7 +142,6 @@ def produce_backlog(
                 producer.poll(0.1)
         if i % 10_000 == 0:
             producer.poll(0)
-    assert producer.flush(60) == 0
     return size
 
 
