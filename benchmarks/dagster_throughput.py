@@ -66,6 +66,10 @@ from benchmarks.latency_phase import (
 )
 from benchmarks.proc_cpu import TreeCpu
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets
+from eos_pipeline.sinks.clickhouse_reports import ClickHouseTableSpec
+
+#: The direct path parses as the pipelines through Dagster do: with the product's default.
+PRODUCT_JSON_PARSER = ClickHouseTableSpec.__dataclass_fields__["json_parser"].default
 
 #: Moments of the Dagster path, in order; each part of the split is from one to the next.
 MOMENTS = (
@@ -217,7 +221,7 @@ def direct(args: argparse.Namespace, topic: str, ends: dict[int, int], work: Pat
     work.mkdir(parents=True, exist_ok=True)
     path = work / "chdb"
     child = [args.kafka_bootstrap, args.zookeeper_hosts, topic, str(args.partitions)]
-    child += [str(path), str(args.batch)]
+    child += [str(path), str(args.batch), PRODUCT_JSON_PARSER]
     began = time.perf_counter()
     got = run_child(PROJECT_CHILD, child, args.records)
     whole = time.perf_counter() - began
