@@ -264,11 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--records", type=int, default=1000, help="records per run (default 1000)")
-    parser.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
-    parser.add_argument(
-        "--rounds", type=int, default=1, help="rounds; the best of each row is kept"
-    )
+    for flag, default, text in (
+        ("--records", 1000, "records per run"),
+        ("--partitions", 4, "partitions of each round's topic"),
+        ("--rounds", 1, "rounds; the best run of each row is kept"),
+    ):
+        parser.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
