@@ -62,8 +62,8 @@ def computed_once(spark: SparkSession, frame: DataFrame) -> Iterator[DataFrame]:
     action read Kafka and decoded again (the counting job and three jobs of Hudi's upsert, each
     paying a Kafka fetch and a Python worker per partition). A temporary view keeps the analyzed
     plan itself, and ``CACHE LAZY TABLE`` caches exactly that plan, so every frame built on
-    ``spark.table(view)`` uses the cache, over Connect as in a local session. The view is the
-    session's own (runs never share a session) under a random name, and is dropped at the end.
+    ``spark.table(view)`` uses the cache, over Connect as in a local session. The view has a
+    random name (runs that share a server session never meet) and is dropped at the end.
     """
     name = f"eos_rows_{uuid.uuid4().hex}"
     frame.createOrReplaceTempView(name)
