@@ -1,22 +1,36 @@
 """``python -m benchmarks.hudi_connect``: one Hudi run as Dagster starts it, three ways (issue 14).
 
 A Dagster run is a fresh process. This tool starts its own stack on free ports (ZooKeeper, Kafka
-and the Spark Connect server of ``eos-pipeline stack up``), produces ``--records`` benchmark
-records (1.6 KB JSON) once, and then, per round, times each of:
+and the Spark Connect server of ``eos-pipeline stack up``). Per round it creates a topic,
+produces ``--records`` benchmark records (1.6 KB JSON), and times, each in a fresh process:
 
-* **server**: a fresh process, a thin client of the Connect server: connect, one
-  ``HudiTableSync`` run over all records into a new table, then a run with nothing to do; then
-  another fresh process that only connects and finds nothing to do (a Dagster run of a table
-  that is caught up);
-* **in-process**: the same in a fresh process with Spark inside it (``local[2]``, fast-start
-  JIT, as ``EOS_SPARK_REMOTE=local`` runs get): the JVM start is part of the run;
-* **HoodieStreamer**: one ``spark-submit`` of Hudi's own streamer into a new table.
+* **new table**: the table's first run (once per table): a new table gets an empty commit that
+  starts its timeline, then the data commit;
+* **existing table**: after ``--records`` more are produced, the next run into that table (the
+  typical run: a table's first run happens once);
 
-Each table is then counted with hudi-rs (every record exactly once, or the tool fails). The runs
-with work are split into the plan (table checkpoint, Kafka offsets), the Spark job that reads
-Kafka, parses and counts (``count_read``) and the Hudi write with its commit
-(``write_transaction``). Prints a table and one JSON line. Run it on an idle machine: the figures
-are wall-clock seconds.
+each in four modes:
+
+* **server**: a thin client of the Connect server: connect, one ``HudiTableSync`` run, then a
+  run with nothing to do; for the existing table also another fresh process that only connects
+  and finds nothing to do (a Dagster run of a table that is caught up: "server, idle");
+* **server, table's session**: the same, but every run of the table joins one server session
+  (a ``session_id`` in the URL, as ``connect(session_id=...)`` adds), so the server's Python
+  workers of the earlier run are reused (a new session starts its own);
+* **in-process**: the same with Spark inside the process (``local[2]``, fast-start JIT, as
+  ``EOS_SPARK_REMOTE=local`` runs get): the JVM start is part of every run;
+* **HoodieStreamer**: one ``spark-submit`` of Hudi's own streamer (a new table, then a second
+  sync into it, which resumes from its checkpoint).
+
+Every table is then read with hudi-rs: each record exactly once, or the tool fails. Runs with
+work are split into the plan (table checkpoint, Kafka offsets), the Spark job that reads Kafka,
+parses and counts (``count_read``) and the Hudi write with its commit (``write_transaction``).
+CPU seconds: the run's process and its children (an in-process JVM and its Python workers),
+plus, for server runs, what the Connect server's JVM and its Python workers used meanwhile;
+HoodieStreamer's: its ``spark-submit`` JVM. The 1-minute load average is taken at each start.
+"x HS": HoodieStreamer's best wall seconds for the same kind of run (new or existing table) over
+the row's best. Prints a table of the best round per row and one JSON line. Figures are
+wall-clock: run it idle.
 """
 
 from __future__ import annotations
@@ -24,11 +38,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +79,10 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     if job["remote"]:
         from eos_pipeline.adapters.spark_remote import connect
 
-        spark = connect(job["remote"])
+        url = job["remote"]
+        if job.get("session"):  # as connect(session_id=stable_session_id(table)) would
+            url += f"/;session_id={uuid.uuid5(uuid.NAMESPACE_URL, job['table'])}"
+        spark = connect(url)
     else:
         from pyspark.sql import SparkSession
 
@@ -74,10 +94,11 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         spark = builder.getOrCreate()
     ready = time.perf_counter()
     kafka = KafkaSettings(job["bootstrap"])
+    topic = job["topic"]
     spec = HudiTableSpec(
-        "bench", TOPIC, job["table"], "bench", SCHEMA, hudi_options=SMALL_TABLE_OPTIONS
+        "bench", topic, job["table"], "bench", SCHEMA, hudi_options=SMALL_TABLE_OPTIONS
     )
-    sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{TOPIC}.dlq", "bench"))
+    sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{topic}.dlq", "bench"))
     timer = PhaseTimer()
     timed = ("count_read", "write_transaction")
     with contextlib.ExitStack() as stack:
@@ -89,6 +110,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     empty = sync.run()
     done = time.perf_counter()
     assert empty.instant_time is None, "a second run right after must find nothing to do"
+    cpu = _tree_cpu(os.getpid())  # with an in-process JVM and its Python workers
     spark.stop()
     phases = {f"{k}_s": round(v, 2) for k, v in timer.seconds.items()}
     return {
@@ -96,13 +118,45 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         "run_s": round(first - ready, 2),
         "records": report.total_records_read if report else 0,
         "nothing_to_do_s": round(done - first, 2),
+        "tree_cpu_s": round(cpu, 2),
         **phases,
         "plan_s": round(first - ready - sum(timer.seconds.values()), 2) if report else 0.0,
     }
 
 
-def _run_child(job: dict[str, Any]) -> dict[str, Any]:
-    began = time.perf_counter()
+def _tree_cpu(pid: int | None) -> float:
+    """CPU seconds of ``pid`` and its live descendants, with their reaped children (Linux)."""
+    if pid is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        if current in stats:  # utime, stime, cutime, cstime
+            total += sum(int(v) for v in stats[current][11:15])
+        todo.extend(children.get(current, []))
+    return total / tick
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_child(job: dict[str, Any], server_pid: int | None) -> dict[str, Any]:
+    load = round(os.getloadavg()[0], 1)
+    began, server = time.perf_counter(), _tree_cpu(server_pid)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.hudi_connect", "--child", json.dumps(job)],
         capture_output=True,
@@ -114,6 +168,8 @@ def _run_child(job: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["process_s"] = round(time.perf_counter() - began, 2)
+    used = result.pop("tree_cpu_s") + (_tree_cpu(server_pid) - server if job["remote"] else 0.0)
+    result.update(cpu_s=round(used, 2), load_1m=load)
     return result
 
 
@@ -125,11 +181,11 @@ def _distinct(table: str, columns: tuple[str, ...]) -> int:
     return len(set(zip(*(data[c].to_pylist() for c in columns), strict=True)))
 
 
-def _streamer(bootstrap: str, work: Path, name: str) -> float:
+def _streamer(bootstrap: str, topic: str, work: Path, name: str) -> dict[str, Any]:
     from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
     table = StreamerTable(
-        topic=TOPIC,
+        topic=topic,
         table_path=str(work / name),
         table_name=name,
         avro_schema=_avro_schema(),
@@ -137,71 +193,123 @@ def _streamer(bootstrap: str, work: Path, name: str) -> float:
         ordering_field="event_id",
         operation="UPSERT",
     )
-    return run_streamer(table, bootstrap, work / f"{name}-work").seconds
+    load, cpu = round(os.getloadavg()[0], 1), _children_cpu()
+    seconds = run_streamer(table, bootstrap, work / f"{name}-work").seconds
+    return {
+        "process_s": round(seconds, 2),
+        "cpu_s": round(_children_cpu() - cpu, 2),
+        "load_1m": load,
+    }
+
+
+#: (mode, through the Connect server, in the table's own server session)
+MODES = (
+    ("server", True, False),
+    ("server, table's session", True, True),
+    ("in-process", False, False),
+)
+ROWS = (
+    *(f"{mode}, new table" for mode, _, _ in MODES),
+    "HoodieStreamer, new table",
+    *(f"{mode}, existing table" for mode, _, _ in MODES),
+    "HoodieStreamer, existing table",
+    "server, idle",
+)
+
+
+def _round(
+    config: Any, kafka: KafkaSettings, work: Path, r: int, args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    """One round: a new topic, a new table per mode, then a run of each into its table."""
+    topic = f"{TOPIC}_{r}"
+    create_topic(kafka, topic, args.partitions)
+    server_pid = _server_pid(config)
+    producer = idempotent_producer(kafka)
+    out: dict[str, dict[str, Any]] = {}
+    for n, kind in enumerate(("new table", "existing table")):
+        # event_id counts from 0 in make_values: the second batch takes the next ids
+        values = make_values(args.records * (n + 1))[args.records * n :]
+        produce_all(producer, topic, [(i % args.partitions, None, v) for i, v in enumerate(values)])
+        expected = args.records * (n + 1)
+        for mode, remote, shared in MODES:
+            url = config.spark_connect_url if remote else None
+            table = str(work / f"{mode}-{r}")
+            job = {"remote": url, "bootstrap": config.kafka_bootstrap, "table": table}
+            job["session"] = shared
+            result = _run_child({**job, "topic": topic}, server_pid if remote else None)
+            got = _distinct(table, ("_partition", "_offset"))
+            assert got == expected, f"{mode}, {kind}: {got} distinct offsets, not {expected}"
+            assert result["records"] == args.records, f"{mode}, {kind}: {result}"
+            out[f"{mode}, {kind}"] = result
+            if remote and not shared and n == 1:  # a fresh client of a caught-up table
+                job.update(topic=topic, idle_only=True)
+                out["server, idle"] = _run_child(job, server_pid)
+        name = f"streamer_{r}"
+        out[f"HoodieStreamer, {kind}"] = _streamer(config.kafka_bootstrap, topic, work, name)
+        got = _distinct(str(work / name), ("event_id",))
+        assert got == expected, f"HoodieStreamer, {kind}: {got} rows, not {expected}"
+    return out
+
+
+def _server_pid(config: Any) -> int | None:
+    try:
+        return int((config.state_dir / "spark-connect" / "pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.hudi_connect", description=__doc__)
-    parser.add_argument("--records", type=int, default=1000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=1, help="rounds; the best of each is kept")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.hudi_connect",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for flag, default, text in (
+        ("--records", 1000, "records per run"),
+        ("--partitions", 4, "partitions of each round's topic"),
+        ("--rounds", 1, "rounds; the best run of each row is kept"),
+    ):
+        parser.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-connect-bench-"))
-    rows: dict[str, list[dict[str, Any]]] = {
-        "server": [],
-        "in-process": [],
-        "streamer": [],
-        "server, idle": [],
-    }
+    rows: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
     began = time.perf_counter()
     try:
         with private_stack(work, spark=True) as config:
             server_up = round(time.perf_counter() - began, 1)
             kafka = KafkaSettings(config.kafka_bootstrap)
-            create_topic(kafka, TOPIC, args.partitions)
-            values = make_values(args.records)
-            records = [(i % args.partitions, None, v) for i, v in enumerate(values)]
-            produce_all(idempotent_producer(kafka), TOPIC, records)
             for r in range(args.rounds):
-                for mode, remote in (("server", config.spark_connect_url), ("in-process", None)):
-                    table = str(work / f"{mode}-{r}")
-                    job = {"remote": remote, "bootstrap": config.kafka_bootstrap, "table": table}
-                    result = _run_child(job)
-                    got = _distinct(table, ("_partition", "_offset"))
-                    assert got == args.records, (
-                        f"{mode}: {got} distinct offsets, not {args.records}"
-                    )
-                    rows[mode].append(result)
-                    if remote:  # a fresh thin client of a caught-up table: nothing to do
-                        idle = _run_child({**job, "idle_only": True})
-                        rows["server, idle"].append(idle)
-                name = f"streamer_{r}"
-                seconds = _streamer(config.kafka_bootstrap, work, name)
-                got = _distinct(str(work / name), ("event_id",))
-                assert got == args.records, f"HoodieStreamer: {got} rows, not {args.records}"
-                rows["streamer"].append({"process_s": round(seconds, 2)})
+                for row, result in _round(config, kafka, work, r, args).items():
+                    rows[row].append(result)
     finally:  # the stack's Kafka log and the tables: hundreds of MB at 100,000 records
         shutil.rmtree(work, ignore_errors=True)
     best = {m: min(rs, key=lambda x: x["process_s"]) for m, rs in rows.items()}
-    streamer_s = best["streamer"]["process_s"]
-    print(f"stack up with the Connect server: {server_up} s; {args.records} records")
-    columns = ("spark_ready_s", "run_s", "plan_s", "count_read_s", "write_transaction_s")
-    print(
-        f"{'mode':<14}{'process s':>10}{'Spark ready':>12}{'run s':>8}{'plan':>7}"
-        f"{'read+parse':>11}{'write':>7}{'nothing s':>10}"
-    )
-    for mode, b in best.items():
-        cells = "".join(
-            f"{b.get(c, '-'):>{w}}" for c, w in zip(columns, (12, 8, 7, 11, 7), strict=True)
+    for row, b in best.items():
+        kind = "existing table" if "existing" in row or "idle" in row else "new table"
+        b["streamer_ratio"] = round(
+            best[f"HoodieStreamer, {kind}"]["process_s"] / b["process_s"], 2
         )
-        print(f"{mode:<14}{b['process_s']:>10}{cells}{b.get('nothing_to_do_s', '-'):>10}")
-    ratio = round(streamer_s / best["server"]["process_s"], 2)
-    print(f"HoodieStreamer / server per run: {ratio} x")
-    print(json.dumps({"records": args.records, "stack_up_s": server_up, "best": best, "all": rows}))
+    print(f"stack up with the Connect server: {server_up} s; {args.records} records per run")
+    columns = ("spark_ready_s", "plan_s", "count_read_s", "write_transaction_s", "nothing_to_do_s")
+    head = ("process s", "CPU s", "Spark ready", "plan", "read+parse", "write", "nothing", "x HS")
+    print(f"{'row':<40}" + "".join(f"{h:>12}" for h in head))
+    for row, b in best.items():
+        cells = [b["process_s"], b["cpu_s"], *(b.get(c, "-") for c in columns)]
+        cells.append(b["streamer_ratio"])
+        print(f"{row:<40}" + "".join(f"{c!s:>12}" for c in cells))
+    loads = [r["load_1m"] for rs in rows.values() for r in rs]
+    summary = {
+        "records": args.records,
+        "stack_up_s": server_up,
+        "load_1m": [round(min(loads), 1), round(max(loads), 1)],
+        "best": best,
+        "all": rows,
+    }
+    print(json.dumps(summary))
     return 0
 
 

@@ -46,6 +46,7 @@ from eos_pipeline.core.hudi_plan import TransactionRefused, plan_ranges
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
 from eos_pipeline.sinks.hudi_rows import (
+    computed_once,
     count_read,
     send_dead_letters,
     sink_write_options,
@@ -151,10 +152,8 @@ class HudiTableSync:
         # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
         # and counts records and bad rows per partition; the bad rows are only fetched if there
         # are any, and the write reads the cache (no second Kafka read, no second parse).
-        tagged = tag_json(
-            self.read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes
-        ).persist()
-        try:
+        decoded = tag_json(self.read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes)
+        with computed_once(self.spark, decoded) as tagged:
             counts = count_read(
                 self.spark, tagged, plan.ranges, table_name=spec.table_name, topic=spec.topic
             )
@@ -180,8 +179,6 @@ class HudiTableSync:
                 cluster_position=cluster_position,
             )
             self.fault("after_hudi_commit")
-        finally:
-            tagged.unpersist()
         report.instant_time = commit.instant_time
         report.seconds = time.monotonic() - began
         log.info(

@@ -7,8 +7,10 @@ exactly like the transaction that first wrote it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ReadCounts",
+    "computed_once",
     "count_read",
     "dead_letter",
     "send_dead_letters",
@@ -49,6 +52,32 @@ class ReadCounts:
     any_bad: bool
 
 
+@contextlib.contextmanager
+def computed_once(spark: SparkSession, frame: DataFrame) -> Iterator[DataFrame]:
+    """``frame`` as a cached table: the first action computes it, the following ones read memory.
+
+    Not ``frame.persist()``: a Spark Connect client sends the plan again with every action and
+    the server analyzes it afresh, and a plan holding a Python function (the decoder's
+    ``mapInArrow``) is then never equal to the persisted one, so the cache is never used: every
+    action read Kafka and decoded again (the counting job and three jobs of Hudi's upsert, each
+    paying a Kafka fetch and a Python worker per partition). A temporary view keeps the analyzed
+    plan itself, and ``CACHE LAZY TABLE`` caches exactly that plan, so every frame built on
+    ``spark.table(view)`` uses the cache, over Connect as in a local session. The view has a
+    random name (runs that share a server session never meet) and is dropped at the end.
+    """
+    name = f"eos_rows_{uuid.uuid4().hex}"
+    frame.createOrReplaceTempView(name)
+    try:
+        spark.sql(f"CACHE LAZY TABLE {name}")
+        yield spark.table(name)
+    finally:
+        try:
+            spark.sql(f"UNCACHE TABLE IF EXISTS {name}")
+            spark.catalog.dropTempView(name)
+        except Exception as exc:  # a lost session took its view and cache with it
+            log.warning("could not drop the cached rows %s: %s", name, exc)
+
+
 def count_read(
     spark: SparkSession,
     tagged: DataFrame,
@@ -59,7 +88,8 @@ def count_read(
 ) -> ReadCounts:
     """Run the ONE job that reads, decodes and counts records and bad rows per partition.
 
-    ``tagged`` is persisted by the caller: this job fills its cache and the write reads it. Every
+    ``tagged`` is cached by the caller (:func:`computed_once`): this job fills the cache and the
+    write reads it. Every
     failure of this action is a failed read, whatever raised it (PySpark's errors, Connect's,
     gRPC's, or a JVM error a classic session passes on raw): it becomes one clear error.
     """

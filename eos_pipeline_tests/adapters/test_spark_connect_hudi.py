@@ -50,9 +50,11 @@ from eos_pipeline.adapters.kafka import (
     topic_id,
 )
 from eos_pipeline.adapters.spark import read_kafka_ranges, with_source_columns
+from eos_pipeline.adapters.spark_remote import stable_session_id, with_session_id
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.hudi_rows import computed_once
 from eos_pipeline.stack.services import Stack, StackConfig
 from eos_pipeline.stack.spark_connect import CONNECT, server_version
 from eos_pipeline_tests.support.spark_server import SessionServer
@@ -306,3 +308,46 @@ def test_sink_runs_in_process_and_through_connect_alike(
         assert hudi_rs_coordinates(table) == produced, f"{mode}: table is not exact"
     for label, seconds in timings.items():
         print(f"[timing] {label}: {seconds:.2f}s")
+
+
+def test_rows_computed_once_are_computed_once_through_connect(
+    remote: SparkSession, tmp_path: Path
+) -> None:
+    """``computed_once``: the actions after the first read the cache, through Connect too.
+
+    Over Connect, ``DataFrame.persist()`` of a plan holding a Python function is never used
+    (each action's plan is analyzed afresh): the sink's decode ran again for every action.
+    """
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    where = str(calls)
+
+    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+        import uuid
+
+        with open(os.path.join(where, uuid.uuid4().hex), "w"):
+            pass
+        yield from batches
+
+    frame = remote.range(0, 100, 1, 2).mapInArrow(mark, "id long")
+    with computed_once(remote, frame) as rows:
+        assert rows.count() == 100
+        assert rows.where("id % 2 = 0").count() == 50
+        assert sorted(r["id"] for r in rows.collect()) == list(range(100))
+    assert len(list(calls.iterdir())) == 2  # one call per partition, for all three actions
+    left = [t.name for t in remote.catalog.listTables() if t.name.startswith("eos_rows_")]
+    assert left == []
+
+
+def test_clients_with_the_same_session_id_share_one_server_session(
+    connect_server: StackConfig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What ``connect(session_id=stable_session_id(key))`` gives runs of one key: one session
+    on the server (its temporary views, and its Python workers), not one per run."""
+    monkeypatch.setenv(CONNECT_MODE, "1")
+    url = connect_server.spark_connect_url
+    shared = with_session_id(url, stable_session_id(str(tmp_path)))
+    remote_session(shared, new=True).range(3).createOrReplaceTempView("eos_shared_view")
+    assert remote_session(shared, new=True).table("eos_shared_view").count() == 3
+    assert not remote_session(url, new=True).catalog.tableExists("eos_shared_view")

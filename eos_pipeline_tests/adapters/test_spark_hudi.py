@@ -492,6 +492,12 @@ def test_kafka_source_options_ask_for_exactly_the_ranges() -> None:
     assert options["kafka.security.protocol"] == "SASL_SSL"
     assert options["kafka.sasl.mechanism"] == "PLAIN"
     assert options["kafkaConsumer.pollTimeoutMs"] == "5000"
+    # The broker answers a small fetch at once (not after its 500 ms default); a caller may wait.
+    assert options["kafka.fetch.max.wait.ms"] == "10"
+    waiting = kafka_source_options(
+        "b:1", {"fetch.max.wait.ms": "500"}, {TopicPartition(t, 0): OffsetRange(0, 1)}
+    )
+    assert waiting["kafka.fetch.max.wait.ms"] == "500"
     with pytest.raises(SparkKafkaError, match="set from the offset ranges"):
         kafka_source_options("b:1", {}, {TopicPartition(t, 0): OffsetRange(0, 1)}, {"subscribe": t})
 

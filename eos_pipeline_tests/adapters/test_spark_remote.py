@@ -26,8 +26,10 @@ from eos_pipeline.adapters.spark_remote import (
     redact,
     retry_policy,
     retry_seconds,
+    stable_session_id,
     unreachable_message,
     version_mismatch_message,
+    with_session_id,
     with_token,
 )
 from eos_pipeline.stack.services import free_port
@@ -47,6 +49,20 @@ def test_urls_carry_a_token_that_messages_never_show() -> None:
     assert host_port("sc://spark") == ("spark", 15002)
     with pytest.raises(SparkConnectError, match="not a Spark Connect URL"):
         host_port("http://spark:15002")
+
+
+def test_a_stable_session_id_is_the_same_for_a_key_and_joins_the_url() -> None:
+    from pyspark.sql.connect.client import ChannelBuilder
+
+    table = "/data/hudi/orders"
+    assert stable_session_id(table) == stable_session_id(table)
+    assert stable_session_id(table) != stable_session_id("/data/hudi/payments")
+    url = with_session_id(with_token("sc://h:1", "s3cret"), stable_session_id(table))
+    builder = ChannelBuilder(url)  # PySpark's own parser accepts it
+    assert builder.session_id == stable_session_id(table)
+    assert builder.get("token") == "s3cret"
+    assert with_session_id("sc://h:1", None) == "sc://h:1"
+    assert with_session_id("sc://h:1", "x") == "sc://h:1/;session_id=x"
 
 
 def test_unreachable_names_the_url_and_the_stack_command() -> None:
