@@ -330,7 +330,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         from eos_pipeline.adapters.hudi import latest_checkpoint
 
         kafka = kafka_resource(context, pipeline.name).settings()
-        spark = context.resources.spark.spark_session
+        spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if pipeline.kafka.clusters:  # every cluster's stretches, by identity
             from eos_pipeline.defs.cluster_proofs import hudi_identity_proofs

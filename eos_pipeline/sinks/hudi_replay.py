@@ -37,7 +37,7 @@ from eos_pipeline.core.positions import checkpoint_state
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused, plan_replay
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.sinks.hudi_rows import dead_letter
+from eos_pipeline.sinks.hudi_rows import computed_once, dead_letter
 from eos_pipeline.sinks.replay import ReplayReport
 
 log = logging.getLogger(__name__)
@@ -90,12 +90,14 @@ class HudiReplay:
         report = ReplayReport(current)
         report.markers = self.dead_letters.send_marker(tp, SINK, current.range)
         self.fault("replay_after_marker")
-        tagged = tag_json(
+        decoded = tag_json(
             self.sync.read({tp: current.range}),
             spec.schema,
             max_record_bytes=spec.max_record_bytes,
-        ).persist()
-        try:
+        )
+        # Read and decoded once for the count, the dead letters and the writes (see
+        # computed_once: persist() is never hit over Spark Connect).
+        with computed_once(self.spark, decoded) as tagged:
             good, bad = split_tagged(tagged, spec.schema)
             # One job reads, decodes and counts; the bad rows are fetched only if there are any.
             total = tagged.agg(F.count(F.lit(1)).alias("n"), F.count(ERROR_COLUMN).alias("bad"))
@@ -116,8 +118,6 @@ class HudiReplay:
             commit = self._commit(table, commit, current, "upsert")
             report.commits.append(commit.instant_time)
             self.fault("replay_after_commit")
-        finally:
-            tagged.unpersist()
         report.seconds = time.monotonic() - began
         log.info(
             "%s: replay of %s %s done: %s", spec.table_name, tp, current.range, report.metadata()

@@ -1,0 +1,69 @@
+"""The Spark resource names its Connect session after the table, so runs of a table share one.
+
+Only the choice of session id is tested here, with ``connect`` replaced; that a shared session
+works on a real server (its Python workers reused, runs apart) is shown by
+``adapters/test_spark_remote.py`` and the Hudi suites, which run through the resource.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eos_pipeline.adapters import spark_remote
+from eos_pipeline.adapters.spark_remote import stable_session_id
+from eos_pipeline.defs.resources import SparkResource
+
+
+class _Conf:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class _Session:
+    def __init__(self, session_id: str | None) -> None:
+        self.session_id = session_id
+        self.conf = _Conf()
+
+
+@pytest.fixture
+def connects(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+
+    def fake_connect(url: str, token: str | None = None, **kwargs: Any) -> _Session:
+        calls.append({"url": url, "token": token, **kwargs})
+        return _Session(kwargs.get("session_id"))
+
+    monkeypatch.setattr(spark_remote, "connect", fake_connect)
+    return calls
+
+
+def test_runs_of_one_table_with_the_same_settings_join_one_session(
+    connects: list[dict[str, Any]],
+) -> None:
+    settings = {"spark.sql.shuffle.partitions": "2"}
+    first = SparkResource(remote="sc://spark:15002", spark_config=settings).session("/lake/a")
+    again = SparkResource(remote="sc://spark:15002", spark_config=settings).session("/lake/a")
+    other_table = SparkResource(remote="sc://spark:15002", spark_config=settings).session("/lake/b")
+    other_settings = SparkResource(
+        remote="sc://spark:15002", spark_config={"spark.sql.shuffle.partitions": "8"}
+    ).session("/lake/a")
+
+    assert first.session_id == again.session_id
+    assert first.session_id is not None
+    assert len({first.session_id, other_table.session_id, other_settings.session_id}) == 3
+    assert first.conf.values == settings  # the settings still reach the session
+    assert other_table.session_id != stable_session_id("/lake/a")
+
+
+def test_without_a_key_a_run_gets_its_own_session_and_keeps_its_first_one(
+    connects: list[dict[str, Any]],
+) -> None:
+    resource = SparkResource(remote="sc://spark:15002")
+    assert resource.spark_session.session_id is None
+    assert resource.session("/lake/a") is resource.spark_session  # one session per run
+    assert len(connects) == 1
