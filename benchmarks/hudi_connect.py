@@ -96,7 +96,13 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     kafka = KafkaSettings(job["bootstrap"])
     topic = job["topic"]
     spec = HudiTableSpec(
-        "bench", topic, job["table"], "bench", SCHEMA, hudi_options=SMALL_TABLE_OPTIONS
+        "bench",
+        topic,
+        job["table"],
+        "bench",
+        SCHEMA,
+        hudi_options=SMALL_TABLE_OPTIONS,
+        operation=job.get("operation", "upsert"),
     )
     sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{topic}.dlq", "bench"))
     timer = PhaseTimer()
@@ -173,15 +179,18 @@ def _run_child(job: dict[str, Any], server_pid: int | None) -> dict[str, Any]:
     return result
 
 
-def _distinct(table: str, columns: tuple[str, ...]) -> int:
+def _rows(table: str, columns: tuple[str, ...]) -> tuple[int, int]:
+    """Rows of the table's snapshot, and distinct values of ``columns`` among them (hudi-rs)."""
     import pyarrow as pa
     from hudi import HudiTableBuilder
 
     data = pa.Table.from_batches(HudiTableBuilder.from_base_uri(table).build().read())
-    return len(set(zip(*(data[c].to_pylist() for c in columns), strict=True)))
+    return data.num_rows, len(set(zip(*(data[c].to_pylist() for c in columns), strict=True)))
 
 
-def _streamer(bootstrap: str, topic: str, work: Path, name: str) -> dict[str, Any]:
+def _streamer(
+    bootstrap: str, topic: str, work: Path, name: str, operation: str = "upsert"
+) -> dict[str, Any]:
     from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
     table = StreamerTable(
@@ -191,7 +200,7 @@ def _streamer(bootstrap: str, topic: str, work: Path, name: str) -> dict[str, An
         avro_schema=_avro_schema(),
         record_key_fields=("event_id",),
         ordering_field="event_id",
-        operation="UPSERT",
+        operation=operation.upper(),
     )
     load, cpu = round(os.getloadavg()[0], 1), _children_cpu()
     seconds = run_streamer(table, bootstrap, work / f"{name}-work").seconds
@@ -236,18 +245,21 @@ def _round(
             table = str(work / f"{mode}-{r}")
             job = {"remote": url, "bootstrap": config.kafka_bootstrap, "table": table}
             job["session"] = shared
+            job["operation"] = args.operation
             result = _run_child({**job, "topic": topic}, server_pid if remote else None)
-            got = _distinct(table, ("_partition", "_offset"))
-            assert got == expected, f"{mode}, {kind}: {got} distinct offsets, not {expected}"
+            got = _rows(table, ("_partition", "_offset"))
+            assert got == (expected, expected), f"{mode}, {kind}: (rows, offsets) {got}"
             assert result["records"] == args.records, f"{mode}, {kind}: {result}"
             out[f"{mode}, {kind}"] = result
             if remote and not shared and n == 1:  # a fresh client of a caught-up table
                 job.update(topic=topic, idle_only=True)
                 out["server, idle"] = _run_child(job, server_pid)
         name = f"streamer_{r}"
-        out[f"HoodieStreamer, {kind}"] = _streamer(config.kafka_bootstrap, topic, work, name)
-        got = _distinct(str(work / name), ("event_id",))
-        assert got == expected, f"HoodieStreamer, {kind}: {got} rows, not {expected}"
+        out[f"HoodieStreamer, {kind}"] = _streamer(
+            config.kafka_bootstrap, topic, work, name, args.operation
+        )
+        got = _rows(str(work / name), ("event_id",))
+        assert got == (expected, expected), f"HoodieStreamer, {kind}: (rows, ids) {got}"
     return out
 
 
@@ -270,6 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         ("--rounds", 1, "rounds; the best run of each row is kept"),
     ):
         parser.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
+    parser.add_argument(
+        "--operation",
+        choices=("upsert", "insert"),
+        default="upsert",
+        help="Hudi write operation of every run, the project's and HoodieStreamer's (default "
+        "upsert, both products' default; insert skips the index lookup)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -304,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = [r["load_1m"] for rs in rows.values() for r in rs]
     summary = {
         "records": args.records,
+        "operation": args.operation,
         "stack_up_s": server_up,
         "load_1m": [round(min(loads), 1), round(max(loads), 1)],
         "best": best,
