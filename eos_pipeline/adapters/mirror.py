@@ -25,6 +25,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, admin_client
+from eos_pipeline.adapters.kafka.settings import RANGE_FETCH_WAIT_MS
 from eos_pipeline.core.failover import (
     DEFAULT_POLICY,
     Flow,
@@ -63,7 +64,7 @@ def _consumer(settings: KafkaSettings) -> Consumer:
                 # A fetch waiting for new data holds up the requests queued behind it on the
                 # connection (metadata, watermarks) for up to this long: a reused consumer
                 # (MirrorReaders) paid 0.35 s per lookup with the default 500 ms.
-                "fetch.wait.max.ms": 10,
+                "fetch.wait.max.ms": RANGE_FETCH_WAIT_MS,
             }
         )
     )

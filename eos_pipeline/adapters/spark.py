@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from eos_pipeline.adapters.kafka.settings import RANGE_FETCH_WAIT_MS
 from eos_pipeline.adapters.spark_decode import (
     ERROR_CLASS_COLUMN,
     ERROR_COLUMN,
@@ -64,7 +65,7 @@ _FORCED_CLIENT_OPTIONS = {"isolation.level": "read_committed"}
 # that once: about 0.5 s per Kafka partition read, most of a small read (measured on the Connect
 # server: 4 x 250 records counted in 1.3-1.7 s, in 0.66-0.89 s with 5 ms). The ranges are known
 # to be in the log, so an early empty answer only costs one more fetch.
-_DEFAULT_CLIENT_OPTIONS = {"fetch.max.wait.ms": "10"}
+_DEFAULT_CLIENT_OPTIONS = {"fetch.max.wait.ms": str(RANGE_FETCH_WAIT_MS)}
 
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 

@@ -13,7 +13,12 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from eos_pipeline.adapters.kafka.settings import KafkaBatch, KafkaReadError, KafkaSettings
+from eos_pipeline.adapters.kafka.settings import (
+    RANGE_FETCH_WAIT_MS,
+    KafkaBatch,
+    KafkaReadError,
+    KafkaSettings,
+)
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 
@@ -34,7 +39,7 @@ def _consumer(settings: KafkaSettings) -> Consumer:
                 # A range never ends past the last stable offset, so the broker has every byte
                 # asked for; it waits only at the range's end when that is a transaction's
                 # commit marker (no record to return): 500 ms by default, per partition read.
-                "fetch.wait.max.ms": 10,
+                "fetch.wait.max.ms": RANGE_FETCH_WAIT_MS,
             }
         )
     )

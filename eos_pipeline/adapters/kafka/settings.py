@@ -42,6 +42,13 @@ class KafkaSettings:
         )
 
 
+#: How long a consumer of known offsets lets the broker hold a fetch (ms), librdkafka's
+#: ``fetch.wait.max.ms`` and the Java client's ``fetch.max.wait.ms``. The default, 500 ms, is
+#: paid whenever the broker has nothing to return at once: at a range's end when that is a
+#: transaction's commit marker, or on a reused consumer's metadata lookups. Readers of ranges
+#: that are in the log lose nothing by asking for an early answer.
+RANGE_FETCH_WAIT_MS = 10
+
 _SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
 
 
