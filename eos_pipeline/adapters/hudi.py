@@ -19,9 +19,7 @@ so the same code serves an in-process session, a Spark Connect client and a sens
 from __future__ import annotations
 
 import logging
-import random
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -212,46 +210,28 @@ def _start_timeline(
             (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1)
         ):
             del options[key]
-    for attempt in range(1, _START_ATTEMPTS + 1):
-        try:
-            df.limit(0).write.format("hudi").options(**options).mode("append").save(table_path)
-            break
-        except Exception as exc:
-            # Two writers creating the table at once: the loser may fail on the half-written
-            # table (e.g. "Could not load properties") rather than with a write conflict. What
-            # matters is that some writer completed a commit. Both may fail that way, each on
-            # the other's half-written table, and then neither completes one: the table exists
-            # by now, so try again after a random pause (two retries rarely meet again).
-            retry = attempt < _START_ATTEMPTS and _HALF_CREATED in str(exc)
-            wait = _START_WAIT_S if retry else 30.0
-            if _conflict(exc) is not None or _timeline_started(table_path, wait):
-                log.info("%s: another writer started the timeline first (%s)", table_path, exc)
-                break
-            if retry:
-                log.info("%s: the table was half created; starting its timeline again", table_path)
-                time.sleep(random.uniform(0.2, 2.0))
-                continue
+    try:
+        df.limit(0).write.format("hudi").options(**options).mode("append").save(table_path)
+    except Exception as exc:
+        # Two writers creating the table at once: the loser may fail on the half-written
+        # table (e.g. "Could not load properties") rather than with a write conflict. Either
+        # way, what matters is that some writer completed a commit.
+        if _conflict(exc) is None and not _timeline_started(table_path):
             clear = connect_error(spark, exc)
             if clear is None:
                 raise
             raise clear from exc
+        log.info("%s: another writer started the timeline first (%s)", table_path, exc)
     if not completed_commits(spark, table_path):
         raise HudiCommitError(
             f"{table_path}: the empty commit that starts a new table's timeline did not complete"
         )
 
 
-#: Tries at the empty commit that starts a new table's timeline, and how long a try that failed
-#: on a half-created table waits for another writer's commit before the next (the last waits
-#: 30 s, as any other failure does).
-_START_ATTEMPTS = 3
-_START_WAIT_S = 10.0
-#: Hudi's error for a table whose ``hoodie.properties`` another writer is still creating.
-_HALF_CREATED = "Could not load properties"
-
-
 def _timeline_started(table_path: str, wait_s: float = 30.0) -> bool:
     """Whether a commit completes on the table within ``wait_s`` (another writer's)."""
+    import time
+
     deadline = time.monotonic() + wait_s
     while True:
         try:
