@@ -6,7 +6,8 @@ and "position advanced" one event, so the latest *completed* commit is the sourc
 where the next run starts. Requested and inflight instants are never read; several writers may
 share a table, so a failed write is rolled back lazily, once its heartbeat expired. A new table
 gets one empty commit before its first data commit (see ``_start_timeline``): Hudi would
-otherwise read a failed writer's files as committed.
+otherwise read a failed writer's files as committed. That commit is made by one writer at a time
+(``adapters.hudi_create``): two writers creating a table at once can corrupt it.
 
 The checkpoint is stored as HoodieStreamer 1.x stores it (see :mod:`eos_pipeline.core.checkpoint`),
 so a table can be handed over between HoodieStreamer and this project in either direction.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Final
 
 from pyspark.sql import DataFrame, SparkSession
 
+from eos_pipeline.adapters.hudi_create import table_creation_lock
 from eos_pipeline.adapters.hudi_options import (
     CLUSTER_POSITION_SUFFIX,
     COMMIT_META_PREFIX_OPTION,
@@ -150,7 +152,11 @@ def write_transaction(
     if _fencing_available(spark):
         fence = (before.completion_time or before.instant_time) if before else ""
     if before is None and not completed_commits(spark, table_path):
-        _start_timeline(df, table_path, table_name, checkpoint, fence, settings)
+        # One creator at a time: Hudi writes hoodie.properties before its commit lock, and
+        # two creators at once can leave it unreadable (see ``adapters.hudi_create``).
+        with table_creation_lock(table_path, settings.get("options")):
+            if not completed_commits(spark, table_path):
+                _start_timeline(df, table_path, table_name, checkpoint, fence, settings)
     write_options = hudi_write_options(table_name, checkpoint, **settings, fence_after=fence)
 
     try:
@@ -200,8 +206,9 @@ def _start_timeline(
     winner's would therefore have its files read as committed, since failed writes are cleaned
     lazily: every record twice. After this commit every data instant is younger than a
     completed one, so that cannot happen. The commit carries no checkpoint (``latest_commit``
-    passes over it, like HoodieStreamer); two writers may both try it, and losing that race is
-    fine as long as some empty or data commit completed.
+    passes over it, like HoodieStreamer). The caller holds the table's creation lock; where no
+    lock applies (see ``adapters.hudi_create``) two writers may both try it, and losing that
+    race is fine as long as some empty or data commit completed.
     """
     spark = df.sparkSession
     options = hudi_write_options(table_name, checkpoint, **settings, fence_after=fence)
