@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import io
+import mmap
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -151,15 +152,9 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
         data = b"\n".join(values)  # type: ignore[arg-type]
     except TypeError:
         return None  # a tombstone (None)
-    lengths = np.fromiter(map(len, values), np.int64, count)  # type: ignore[arg-type]
-    if lengths.min() < 2:
+    if not lines_framed(values, data):
         return None
-    last = np.cumsum(lengths + 1) - 2  # position of each value's last byte in ``data``
-    raw = np.frombuffer(data, np.uint8)
-    if not ((raw[last] == ord("}")).all() and (raw[last - lengths + 1] == ord("{")).all()):
-        return None
-    # ``\\`` first: a one-byte search is many times faster than a three-byte one
-    if b"\\" in data and (b"\\ud" in data or b"\\uD" in data) and _SURROGATE_ESCAPE.search(data):
+    if unpaired_surrogate(data):
         return None  # a \\uD8xx-\\uDFxx escape may be unpaired: the reference judges it
     if not data.isascii():
         # Arrow's JSON reader and ClickHouse copy invalid UTF-8 into strings unchecked; the
@@ -169,6 +164,28 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
         except UnicodeDecodeError:
             return None
     return data
+
+
+def lines_framed(values: Sequence[bytes | None], data: bytes | mmap.mmap) -> bool:
+    """True when each of ``values`` (no tombstone) is at least ``{}`` long and starts with ``{``
+    and ends with ``}``, checked at the joins of ``data``, their newline-joined bytes."""
+    try:
+        lengths = np.fromiter(map(len, values), np.int64, len(values))  # type: ignore[arg-type]
+    except TypeError:
+        return False  # a tombstone (None)
+    if lengths.min() < 2 or int(lengths.sum()) + len(values) - 1 != len(data):
+        return False
+    last = np.cumsum(lengths + 1) - 2  # position of each value's last byte in ``data``
+    raw = np.frombuffer(data, np.uint8)
+    return bool((raw[last] == ord("}")).all() and (raw[last - lengths + 1] == ord("{")).all())
+
+
+def unpaired_surrogate(data: bytes | mmap.mmap) -> bool:
+    """True when ``data`` may hold a surrogate escape that is not half of a pair."""
+    # ``\\`` first: a one-byte search is many times faster than a three-byte one
+    if data.find(b"\\") < 0 or (data.find(b"\\ud") < 0 and data.find(b"\\uD") < 0):
+        return False
+    return _SURROGATE_ESCAPE.search(data) is not None
 
 
 def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa.Table | None:

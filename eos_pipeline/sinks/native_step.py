@@ -12,7 +12,7 @@ import logging
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.clickhouse.native_json import NativeRefused
-from eos_pipeline.core.native_json import NativeRows, native_payload, native_plan
+from eos_pipeline.core.native_json import NativeRows, native_plan
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse_reports import ClickHouseTableSpec
 
@@ -48,12 +48,11 @@ def insert_native_step(
     if spec.json_parser == "arrow" or not _possible(spec, sink):
         return None
     plan = native_plan(spec.schema)
-    payload = native_payload(values)
-    if plan is None or payload is None:
+    if plan is None or not values:
         return None
     try:
         rows = NativeRows(spec.schema.source, row_topic, tp.partition, offsets, stamps)
-        return sink.insert_json(spec.database, spec.table, plan, payload, rows, dedup_token=token)
+        return sink.insert_json(spec.database, spec.table, plan, values, rows, dedup_token=token)
     except NativeRefused as ex:
         log.debug("%s: ClickHouse's JSON parser refused the chunk (%s); Arrow next", tp, ex)
         return None

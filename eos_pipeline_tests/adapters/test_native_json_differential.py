@@ -201,7 +201,7 @@ class Tables:
             rows = NativeRows(self.schema.source, "t", n, offsets, stamps)
             assert self.plan is not None
             sent = self.sink.insert_json(
-                self.database, "native", self.plan, payload, rows, dedup_token=f"tok-{n}"
+                self.database, "native", self.plan, values, rows, dedup_token=f"tok-{n}"
             )
         except NativeRefused:
             return "sql"

@@ -74,7 +74,7 @@ from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
 from eos_pipeline.adapters.clickhouse.native_json import insert_native
 from eos_pipeline.adapters.clickhouse.reads import SourceRangeQueries
 from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
-from eos_pipeline.core.native_json import NativePayload, NativePlan, NativeRows
+from eos_pipeline.core.native_json import NativePlan, NativeRows
 from eos_pipeline.core.schema import (
     TableSchema,
     validate_identifiers,
@@ -276,18 +276,18 @@ class ClickHouseSink(SourceRangeQueries):
         database: str,
         table: str,
         plan: NativePlan,
-        payload: NativePayload,
+        values: Sequence[bytes | None],
         rows: NativeRows,
         *,
         dedup_token: str,
     ) -> int:
-        """ClickHouse parses the chunk's JSON lines itself, one block under ``dedup_token`` (chDB
-        only); raises ``NativeRefused`` when any line is not one the contract accepts as is, having
-        written nothing (see :mod:`eos_pipeline.adapters.clickhouse.native_json`)."""
+        """ClickHouse parses the chunk's JSON values itself, one block under ``dedup_token`` (chDB
+        only); raises ``NativeRefused`` when any value is not one the contract accepts as is,
+        having written nothing (see :mod:`eos_pipeline.adapters.clickhouse.native_json`)."""
         if not self.embedded:
             raise ValueError("ClickHouse parses JSON from a local file only in chDB")
         ref = table_ref(database, table)
-        insert_native(self._client, ref, plan, payload, rows, self.insert_settings(dedup_token))
+        insert_native(self._client, ref, plan, values, rows, self.insert_settings(dedup_token))
         return len(rows.offsets)
 
     def _insert_arrow(self, ref: str, table: pa.Table, settings: dict[str, Any]) -> None:
