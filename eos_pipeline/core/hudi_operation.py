@@ -2,11 +2,13 @@
 the size of the plan.
 
 Exactly once into Hudi does not rest on upsert's de-duplication: the Kafka checkpoint inside the
-commit and the fence decide what is written, and the record keys of one plan (topic, partition,
-offset) never repeat. So ``auto`` lets a large transaction (a backlog, a backfill) take
-``bulk_insert``, which skips the index lookup, the workload profile and the rewrite of small base
-files, while small steady-state transactions keep ``upsert``, whose small-file handling merges
-their records into the table's existing files instead of adding a small file per commit.
+commit and the fence decide what is written, and a record key that holds the source coordinates
+(topic, partition, offset) never repeats, within a plan or across plans. So ``auto`` lets a large
+transaction (a backlog, a backfill) take ``bulk_insert``, which skips the index lookup, the
+workload profile and the rewrite of small base files, while small steady-state transactions keep
+``upsert``, whose small-file handling merges their records into the table's existing files
+instead of adding a small file per commit. A table keyed otherwise (a business key, where upsert
+keeps the latest row per key) always upserts under ``auto``: bulk_insert would keep every row.
 """
 
 from __future__ import annotations
@@ -51,18 +53,21 @@ def transaction_operation(
     planned: int,
     *,
     bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS,
+    unique_keys: bool = True,
 ) -> WriteOperation:
     """The operation of a transaction of ``planned`` records (at most) under ``configured``.
 
     A fixed operation is kept as configured; ``auto`` takes ``bulk_insert`` from
-    ``bulk_insert_min_records`` planned records on, and :data:`AUTO_STEADY_OPERATION` below.
+    ``bulk_insert_min_records`` planned records on, and :data:`AUTO_STEADY_OPERATION` below or
+    when the record key does not hold the source coordinates (``unique_keys`` false).
     """
     if bulk_insert_min_records < 1:
         raise ValueError(f"bulk_insert_min_records must be at least 1: {bulk_insert_min_records}")
     if planned < 0:
         raise ValueError(f"planned records cannot be negative: {planned}")
     if configured == "auto":
-        return "bulk_insert" if planned >= bulk_insert_min_records else AUTO_STEADY_OPERATION
+        large = unique_keys and planned >= bulk_insert_min_records
+        return "bulk_insert" if large else AUTO_STEADY_OPERATION
     if configured not in ("upsert", "insert", "bulk_insert"):
         raise ValueError(f"operation must be upsert, insert, bulk_insert or auto: {configured!r}")
     return configured

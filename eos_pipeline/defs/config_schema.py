@@ -170,7 +170,8 @@ class HudiTarget(_Strict):
     partition_fields: list[str] = Field(default_factory=list)
     #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
     #: planned records (a backlog, a backfill), ``upsert`` for the small steady ones, which keep
-    #: merging into small files (``core.hudi_operation``).
+    #: merging into small files, and always when ``record_key`` lacks a source column
+    #: (``core.hudi_operation``).
     operation: Literal["upsert", "insert", "bulk_insert", "auto"] = "upsert"
     bulk_insert_min_records: Annotated[int, Field(ge=1)] = DEFAULT_BULK_INSERT_MIN_RECORDS
     options: dict[str, str] = Field(default_factory=dict)

@@ -203,11 +203,18 @@ class HudiTableSync:
         return report
 
     def operation(self, plan: HudiPlan) -> WriteOperation:
-        """The Hudi operation of ``plan``'s commit: the configured one, ``auto`` by its size."""
+        """The Hudi operation of ``plan``'s commit: the configured one, ``auto`` by its size.
+
+        ``auto`` bulk-inserts only where no record key can repeat: keys holding the source
+        coordinates (the default key).
+        """
+        spec, source = self.spec, self.spec.schema.source
+        coordinates = {source.topic, source.partition, source.offset}
         return transaction_operation(
-            self.spec.operation,
+            spec.operation,
             planned_records(plan.ranges.values()),
-            bulk_insert_min_records=self.spec.bulk_insert_min_records,
+            bulk_insert_min_records=spec.bulk_insert_min_records,
+            unique_keys=coordinates <= set(spec.record_key_fields),
         )
 
     # ------------------------------------------------- shared with the replay (sinks.hudi_replay)

@@ -32,6 +32,14 @@ def test_auto_bulk_inserts_from_the_threshold_on(planned: int, expected: str) ->
     assert transaction_operation("auto", planned, bulk_insert_min_records=10) == expected
 
 
+def test_auto_upserts_whatever_the_size_when_keys_may_repeat() -> None:
+    # a business key: upsert keeps the latest row per key, bulk_insert would keep every row
+    assert transaction_operation("auto", 10**9, bulk_insert_min_records=10, unique_keys=False) == (
+        "upsert"
+    )
+    assert transaction_operation("bulk_insert", 5, unique_keys=False) == "bulk_insert"
+
+
 def test_auto_defaults() -> None:
     assert AUTO_STEADY_OPERATION == "upsert"
     below, at = DEFAULT_BULK_INSERT_MIN_RECORDS - 1, DEFAULT_BULK_INSERT_MIN_RECORDS
