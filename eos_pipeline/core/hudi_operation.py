@@ -34,9 +34,10 @@ ConfiguredOperation = Literal["upsert", "insert", "bulk_insert", "auto"]
 
 #: ``auto``'s operation below the threshold: upsert keeps merging records into small files.
 AUTO_STEADY_OPERATION: Final[WriteOperation] = "upsert"
-#: ``auto``'s threshold: from this many planned records on, a transaction bulk-inserts. Measured
-#: on 2 cores (benchmarks/README.md, issue 14): at 100,000 records bulk_insert took a third of
-#: upsert's time; at 1,000 both spend their time around the write, and upsert keeps files few.
+#: ``auto``'s threshold: from this many planned records on, a transaction bulk-inserts. At
+#: 100,000 records bulk_insert used half of upsert's CPU (benchmarks/README.md, issue 14); below
+#: some ten thousand records a run's fixed costs dominate either way, and a bulk insert adds a
+#: file per Kafka partition that later upserts must fill. A judgement, not a measured crossover.
 DEFAULT_BULK_INSERT_MIN_RECORDS: Final = 20_000
 
 
