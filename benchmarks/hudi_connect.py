@@ -1,4 +1,4 @@
-"""``python -m benchmarks.hudi_connect``: one Hudi run as Dagster starts it, three ways (issue 14).
+"""``python -m benchmarks.hudi_connect``: one Hudi run as Dagster starts it, many ways (issue 14).
 
 A Dagster run is a fresh process. This tool starts its own stack on free ports (ZooKeeper, Kafka
 and the Spark Connect server of ``eos-pipeline stack up``). Per round it creates a topic,
@@ -9,7 +9,7 @@ produces ``--records`` benchmark records (1.6 KB JSON), and times, each in a fre
 * **existing table**: after ``--records`` more are produced, the next run into that table (the
   typical run: a table's first run happens once);
 
-each in four modes:
+each in these modes:
 
 * **server**: a thin client of the Connect server: connect, one ``HudiTableSync`` run, then a
   run with nothing to do; for the existing table also another fresh process that only connects
@@ -19,8 +19,13 @@ each in four modes:
   workers of the earlier run are reused (a new session starts its own);
 * **in-process**: the same with Spark inside the process (``local[2]``, fast-start JIT, as
   ``EOS_SPARK_REMOTE=local`` runs get): the JVM start is part of every run;
+* **server, table's session, auto**: the same with the pipeline setting ``operation: auto``
+  (``bulk_insert`` from ``--bulk-insert-min-records`` planned records on, ``upsert`` below);
 * **HoodieStreamer**: one ``spark-submit`` of Hudi's own streamer (a new table, then a second
-  sync into it, which resumes from its checkpoint).
+  sync into it, which resumes from its checkpoint), with each of ``--streamer-operations``; the
+  first (by default upsert, its default) is the ratio's base.
+
+``--modes`` picks the project's modes, ``--operation`` their operation (auto's excepted).
 
 Every table is then read with hudi-rs: each record exactly once, or the tool fails. Runs with
 work are split into the plan (table checkpoint, Kafka offsets), the Spark job that reads Kafka,
@@ -58,6 +63,7 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     produce_all,
 )
+from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
 
 TOPIC = "bench"
 
@@ -103,6 +109,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         SCHEMA,
         hudi_options=SMALL_TABLE_OPTIONS,
         operation=job.get("operation", "upsert"),
+        bulk_insert_min_records=job.get("bulk_insert_min_records", DEFAULT_BULK_INSERT_MIN_RECORDS),
     )
     sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{topic}.dlq", "bench"))
     timer = PhaseTimer()
@@ -123,6 +130,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         "spark_ready_s": round(ready - began, 2),
         "run_s": round(first - ready, 2),
         "records": report.total_records_read if report else 0,
+        "operation": report.operation if report else None,
         "nothing_to_do_s": round(done - first, 2),
         "tree_cpu_s": round(cpu, 2),
         **phases,
@@ -211,19 +219,33 @@ def _streamer(
     }
 
 
-#: (mode, through the Connect server, in the table's own server session)
-MODES = (
-    ("server", True, False),
-    ("server, table's session", True, True),
-    ("in-process", False, False),
-)
-ROWS = (
-    *(f"{mode}, new table" for mode, _, _ in MODES),
-    "HoodieStreamer, new table",
-    *(f"{mode}, existing table" for mode, _, _ in MODES),
-    "HoodieStreamer, existing table",
-    "server, idle",
-)
+#: --modes key: (row name, through the Connect server, in the table's own server session, the
+#: project's operation: None for --operation)
+MODES: dict[str, tuple[str, bool, bool, str | None]] = {
+    "server": ("server", True, False, None),
+    "session": ("server, table's session", True, True, None),
+    "in-process": ("in-process", False, False, None),
+    "auto": ("server, table's session, auto", True, True, "auto"),
+}
+KINDS = ("new table", "existing table")
+
+
+def _rows_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The table's rows in print order, for the modes and streamer operations asked for."""
+    rows: list[str] = []
+    for kind in KINDS:
+        rows += [f"{MODES[m][0]}, {kind}" for m in args.modes]
+        rows += [_streamer_row(op, args, kind) for op in args.streamer_operations]
+    if "server" in args.modes:
+        rows.append("server, idle")
+    return tuple(rows)
+
+
+def _streamer_row(operation: str, args: argparse.Namespace, kind: str) -> str:
+    """``HoodieStreamer, <kind>`` for the ratio's base operation, with the operation otherwise."""
+    if operation == args.streamer_operations[0]:
+        return f"HoodieStreamer, {kind}"
+    return f"HoodieStreamer {operation}, {kind}"
 
 
 def _round(
@@ -235,17 +257,18 @@ def _round(
     server_pid = _server_pid(config)
     producer = idempotent_producer(kafka)
     out: dict[str, dict[str, Any]] = {}
-    for n, kind in enumerate(("new table", "existing table")):
+    for n, kind in enumerate(KINDS):
         # event_id counts from 0 in make_values: the second batch takes the next ids
         values = make_values(args.records * (n + 1))[args.records * n :]
         produce_all(producer, topic, [(i % args.partitions, None, v) for i, v in enumerate(values)])
         expected = args.records * (n + 1)
-        for mode, remote, shared in MODES:
+        for mode, remote, shared, operation in (MODES[m] for m in args.modes):
             url = config.spark_connect_url if remote else None
             table = str(work / f"{mode}-{r}")
             job = {"remote": url, "bootstrap": config.kafka_bootstrap, "table": table}
             job["session"] = shared
-            job["operation"] = args.operation
+            job["operation"] = operation or args.operation
+            job["bulk_insert_min_records"] = args.bulk_insert_min_records
             result = _run_child({**job, "topic": topic}, server_pid if remote else None)
             got = _rows(table, ("_partition", "_offset"))
             assert got == (expected, expected), f"{mode}, {kind}: (rows, offsets) {got}"
@@ -254,12 +277,12 @@ def _round(
             if remote and not shared and n == 1:  # a fresh client of a caught-up table
                 job.update(topic=topic, idle_only=True)
                 out["server, idle"] = _run_child(job, server_pid)
-        name = f"streamer_{r}"
-        out[f"HoodieStreamer, {kind}"] = _streamer(
-            config.kafka_bootstrap, topic, work, name, args.operation
-        )
-        got = _rows(str(work / name), ("event_id",))
-        assert got == (expected, expected), f"HoodieStreamer, {kind}: (rows, ids) {got}"
+        for operation in args.streamer_operations:
+            name = f"streamer_{operation}_{r}"
+            row = _streamer_row(operation, args, kind)
+            out[row] = _streamer(config.kafka_bootstrap, topic, work, name, operation)
+            got = _rows(str(work / name), ("event_id",))
+            assert got == (expected, expected), f"{row}: (rows, ids) {got}"
     return out
 
 
@@ -284,18 +307,45 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
     parser.add_argument(
         "--operation",
-        choices=("upsert", "insert"),
+        choices=("upsert", "insert", "bulk_insert"),
         default="upsert",
-        help="Hudi write operation of every run, the project's and HoodieStreamer's (default "
-        "upsert, both products' default; insert skips the index lookup)",
+        help="Hudi write operation of the project's runs (default upsert, both products' "
+        "default; insert skips the index lookup; bulk_insert also the small-file merge)",
+    )
+    parser.add_argument(
+        "--bulk-insert-min-records",
+        type=int,
+        default=DEFAULT_BULK_INSERT_MIN_RECORDS,
+        help="the auto mode's threshold: bulk_insert from this many planned records on "
+        f"(default {DEFAULT_BULK_INSERT_MIN_RECORDS}, the product's)",
+    )
+    parser.add_argument(
+        "--streamer-operations",
+        type=lambda text: text.split(","),
+        default=None,
+        help="HoodieStreamer's operations, comma-separated, one row each; the first is the "
+        "ratio's base (default: --operation where HoodieStreamer has it, else upsert)",
+    )
+    parser.add_argument(
+        "--modes",
+        type=lambda text: text.split(","),
+        default=list(MODES),
+        help=f"the project's modes, comma-separated, of {', '.join(MODES)} (default all)",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.streamer_operations is None:
+        args.streamer_operations = [args.operation if args.operation == "insert" else "upsert"]
+    bad = [m for m in args.modes if m not in MODES] + [
+        o for o in args.streamer_operations if o not in ("upsert", "insert", "bulk_insert")
+    ]
+    if bad:
+        parser.error(f"unknown mode or operation: {bad}")
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0
     work = Path(tempfile.mkdtemp(prefix="eos-hudi-connect-bench-"))
-    rows: dict[str, list[dict[str, Any]]] = {row: [] for row in ROWS}
+    rows: dict[str, list[dict[str, Any]]] = {row: [] for row in _rows_of(args)}
     began = time.perf_counter()
     try:
         with private_stack(work, spark=True) as config:
@@ -315,15 +365,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stack up with the Connect server: {server_up} s; {args.records} records per run")
     columns = ("spark_ready_s", "plan_s", "count_read_s", "write_transaction_s", "nothing_to_do_s")
     head = ("process s", "CPU s", "Spark ready", "plan", "read+parse", "write", "nothing", "x HS")
-    print(f"{'row':<40}" + "".join(f"{h:>12}" for h in head))
+    print(f"{'row':<44}" + "".join(f"{h:>12}" for h in head) + "  operation")
     for row, b in best.items():
         cells = [b["process_s"], b["cpu_s"], *(b.get(c, "-") for c in columns)]
         cells.append(b["streamer_ratio"])
-        print(f"{row:<40}" + "".join(f"{c!s:>12}" for c in cells))
+        print(
+            f"{row:<44}" + "".join(f"{c!s:>12}" for c in cells) + f"  {b.get('operation') or '-'}"
+        )
     loads = [r["load_1m"] for rs in rows.values() for r in rs]
     summary = {
         "records": args.records,
         "operation": args.operation,
+        "streamer_operations": args.streamer_operations,
         "stack_up_s": server_up,
         "load_1m": [round(min(loads), 1), round(max(loads), 1)],
         "best": best,

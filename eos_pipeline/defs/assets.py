@@ -115,6 +115,7 @@ def hudi_spec(pipeline: Pipeline, kafka_options: dict[str, str]) -> Any:
         ordering_field=hudi.ordering_field,
         partition_fields=tuple(hudi.partition_fields),
         operation=hudi.operation,
+        bulk_insert_min_records=hudi.bulk_insert_min_records,
         max_records_per_partition=pipeline.batch.max_records,
         max_record_bytes=pipeline.batch.max_record_bytes,
         reset=pipeline.reset,

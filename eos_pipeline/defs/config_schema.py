@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
 from eos_pipeline.core.keeper_record import validate_root, validate_topic
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
@@ -167,7 +168,12 @@ class HudiTarget(_Strict):
     record_key: Annotated[list[str], Field(min_length=1)] = ["_topic", "_partition", "_offset"]
     ordering_field: str | None = "_offset"
     partition_fields: list[str] = Field(default_factory=list)
-    operation: Literal["upsert", "insert", "bulk_insert"] = "upsert"
+    #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
+    #: planned records (a backlog, a backfill), ``upsert`` for the small steady ones, which keep
+    #: merging into small files, and always when ``record_key`` lacks a source column
+    #: (``core.hudi_operation``).
+    operation: Literal["upsert", "insert", "bulk_insert", "auto"] = "auto"
+    bulk_insert_min_records: Annotated[int, Field(ge=1)] = DEFAULT_BULK_INSERT_MIN_RECORDS
     options: dict[str, str] = Field(default_factory=dict)
     #: The lag sensor's runs go on committing new records as they arrive, one Hudi commit each.
     follow: Follow = Follow()

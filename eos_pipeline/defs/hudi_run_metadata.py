@@ -49,6 +49,7 @@ def clustered_hudi_result(
         "skipped_after_switch": report.skipped,
         "case": f"commit {report.instant_time}" if report.instant_time else "caught up: no commit",
         "instant_time": report.instant_time or "",
+        "operation": report.operation or "",
         "lag_after": sum(lag.values()),
         "seconds": round(report.seconds, 2),
         HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
@@ -110,6 +111,8 @@ def hudi_run_metadata(
         "commit_partitions": len(report.ranges),
         "case": case,
         "instant_time": report.instant_time or "",
+        # the Hudi operation of the commit (``auto`` resolved by the plan's size)
+        "operation": report.operation or "",
         "lag_after": sum(lag.values()),
         "seconds": round(report.seconds, 2),
         HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(

@@ -42,6 +42,12 @@ from eos_pipeline.adapters.hudi import CommitInfo, Operation, latest_commit, wri
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets, topic_id
 from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_json
 from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.hudi_operation import (
+    AUTO_STEADY_OPERATION,
+    WriteOperation,
+    planned_records,
+    transaction_operation,
+)
 from eos_pipeline.core.hudi_plan import TransactionRefused, plan_ranges
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
@@ -168,6 +174,7 @@ class HudiTableSync:
                 tp: report.records_read[tp] - report.dead_letters.get(tp, 0) for tp in plan.ranges
             }
             cluster_position, allow_rewind = self._commit_extras(plan, counts.last)
+            operation = self.operation(plan)
             self.fault("before_hudi_write")
             commit = self.write(
                 self.table_rows(good),
@@ -175,22 +182,40 @@ class HudiTableSync:
                 partition_count=plan.partition_count,
                 previous=plan.previous.checkpoint if plan.previous else None,
                 topic_id=plan.topic_id,
+                operation=operation,
                 allow_rewind=allow_rewind,
                 cluster_position=cluster_position,
             )
             self.fault("after_hudi_commit")
         report.instant_time = commit.instant_time
+        report.operation = operation
         report.seconds = time.monotonic() - began
         log.info(
-            "%s: commit %s: %d records read, %d rows written, %d dead letters, in %.1f s",
+            "%s: commit %s (%s): %d records read, %d rows written, %d dead letters, in %.1f s",
             spec.table_name,
             commit.instant_time,
+            operation,
             report.total_records_read,
             report.total_rows_written,
             report.total_dead_letters,
             report.seconds,
         )
         return report
+
+    def operation(self, plan: HudiPlan) -> WriteOperation:
+        """The Hudi operation of ``plan``'s commit: the configured one, ``auto`` by its size.
+
+        ``auto`` bulk-inserts only where no record key can repeat: keys holding the source
+        coordinates (the default key).
+        """
+        spec, source = self.spec, self.spec.schema.source
+        coordinates = {source.topic, source.partition, source.offset}
+        return transaction_operation(
+            spec.operation,
+            planned_records(plan.ranges.values()),
+            bulk_insert_min_records=spec.bulk_insert_min_records,
+            unique_keys=coordinates <= set(spec.record_key_fields),
+        )
 
     # ------------------------------------------------- shared with the replay (sinks.hudi_replay)
     def read(self, wanted: Mapping[TopicPartition, OffsetRange]) -> DataFrame:
@@ -221,8 +246,14 @@ class HudiTableSync:
         allow_rewind: bool = False,
         cluster_position: str | None = None,
     ) -> CommitInfo:
-        """One fenced commit of ``rows`` carrying ``checkpoint``, keyed as the spec says."""
+        """One fenced commit of ``rows`` carrying ``checkpoint``, keyed as the spec says.
+
+        ``operation`` defaults to the spec's; ``auto`` there means its steady operation, since
+        the size of ``rows`` is not known here (``run_plan`` decides from the plan).
+        """
         spec = self.spec
+        if operation is None:
+            operation = AUTO_STEADY_OPERATION if spec.operation == "auto" else spec.operation
         return write_transaction(
             rows,
             spec.table_path,
@@ -232,7 +263,7 @@ class HudiTableSync:
             record_key_fields=spec.record_key_fields,
             ordering_field=spec.ordering_field,
             partition_fields=spec.partition_fields,
-            operation=operation or spec.operation,
+            operation=operation,
             partition_count=partition_count,
             expected_previous=previous,
             allow_rewind=allow_rewind,

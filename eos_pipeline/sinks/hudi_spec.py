@@ -14,10 +14,14 @@ from eos_pipeline.adapters.hudi import (
     DEFAULT_ORDERING_FIELD,
     SOURCE_KEY_FIELDS,
     CommitInfo,
-    Operation,
     TableType,
 )
 from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.hudi_operation import (
+    DEFAULT_BULK_INSERT_MIN_RECORDS,
+    ConfiguredOperation,
+    WriteOperation,
+)
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 
@@ -39,7 +43,10 @@ class HudiTableSpec:
     record_key_fields: tuple[str, ...] = SOURCE_KEY_FIELDS
     ordering_field: str | None = DEFAULT_ORDERING_FIELD
     partition_fields: tuple[str, ...] = ()
-    operation: Operation = "upsert"
+    #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
+    #: planned records, ``upsert`` below (:mod:`eos_pipeline.core.hudi_operation`).
+    operation: ConfiguredOperation = "auto"
+    bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS
     max_records_per_partition: int = 1_000_000
     reset: Literal["earliest", "latest"] = "earliest"
     hudi_options: Mapping[str, str] = field(default_factory=dict)
@@ -51,6 +58,8 @@ class HudiTableSpec:
     def __post_init__(self) -> None:
         if self.max_records_per_partition < 1:
             raise ValueError("max_records_per_partition must be at least 1")
+        if self.bulk_insert_min_records < 1:
+            raise ValueError("bulk_insert_min_records must be at least 1")
         if self.max_record_bytes is not None and self.max_record_bytes < 1:
             raise ValueError("max_record_bytes must be at least 1 (or None for no limit)")
         if self.reset not in ("earliest", "latest"):
@@ -103,6 +112,8 @@ class HudiReport:
     cluster: str | None = None
     reread: int = 0
     skipped: int = 0
+    #: Hudi operation of the commit (``auto`` resolved); None without a commit.
+    operation: WriteOperation | None = None
 
     @property
     def total_records_read(self) -> int:

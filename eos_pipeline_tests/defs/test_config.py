@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
 from eos_pipeline.defs.assets import clickhouse_spec, hudi_spec
 from eos_pipeline.defs.config import ConfigError, load_config, parse_config
 from eos_pipeline.defs.resources import KafkaResource, MissingSecretError, build_resources
@@ -46,6 +47,14 @@ def test_record_size_limit_reaches_both_sinks() -> None:
     assert hudi_spec(unlimited, {}).max_record_bytes is None
 
 
+def test_hudi_operation_auto_and_its_threshold_reach_the_spec() -> None:
+    default = hudi_spec(parse_config(GOOD, "p.yaml").pipeline("orders"), {})
+    assert default.bulk_insert_min_records == DEFAULT_BULK_INSERT_MIN_RECORDS
+    text = GOOD.replace("partition_fields: [id]", "operation: auto, bulk_insert_min_records: 5")
+    spec = hudi_spec(parse_config(text, "p.yaml").pipeline("orders"), {})
+    assert (spec.operation, spec.bulk_insert_min_records) == ("auto", 5)
+
+
 def test_secrets_are_read_from_the_environment_only_when_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -80,6 +89,14 @@ def test_secrets_are_read_from_the_environment_only_when_used(
         ),
         (("topics: [orders]", "topics: [a, b]"), "a Hudi table's checkpoint covers exactly one"),
         (("security.protocol", "isolation.level"), "set by the pipeline itself"),
+        (
+            ("partition_fields: [id]", "bulk_insert_min_records: 0"),
+            "pipelines[0].hudi.bulk_insert_min_records: Input should be greater than or equal",
+        ),
+        (
+            ("partition_fields: [id]", "operation: merge"),
+            "pipelines[0].hudi.operation: Input should be 'upsert', 'insert', 'bulk_insert' or",
+        ),
         (
             ("partition_fields: [id]", "table_type: CoW"),
             "pipelines[0].hudi.table_type: Input should be 'COPY_ON_WRITE' or 'MERGE_ON_READ'",

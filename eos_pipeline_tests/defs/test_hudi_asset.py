@@ -81,6 +81,7 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         assert [meta[k]["records_read"].value for k in keys] == [12, 9]
         assert {m["commit_records_read"].value for m in meta.values()} == {21}
         assert {m["lag_after"].value for m in meta.values()} == {0}
+        assert {m["operation"].value for m in meta.values()} == {"upsert"}  # 21 records: small
         assert (
             sum(m["inserted"].value for m in meta.values())
             == meta[keys[0]]["commit_inserted"].value

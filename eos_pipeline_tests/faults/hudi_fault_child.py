@@ -1,7 +1,8 @@
 """Child process for the Hudi fault tests: one ``HudiTableSync.run()``, reporting how it ended.
 
 Run as ``python -m eos_pipeline_tests.faults.hudi_fault_child '<json job>'`` (the job of
-:meth:`FaultRig.job`, plus ``spark_conf``, ``max_record_bytes``). Unlike ``child.py``'s ``hudi``
+:meth:`FaultRig.job`, plus ``spark_conf``, ``max_record_bytes``, ``operation``,
+``bulk_insert_min_records``). Unlike ``child.py``'s ``hudi``
 command, a run that raises is not a crash here: the exception's class and message are printed
 as the result, because a fenced or failing writer is the outcome under test. ``EOS_FAULT_STEP``,
 ``EOS_FAULT_PAUSE_STEP`` and ``EOS_FAULT_PAUSE_FILE`` work as in ``child.py``.
@@ -34,6 +35,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         schema=TableSchema.from_mapping(job["schema"]),
         hudi_options={**SMALL_TABLE_OPTIONS, **(job.get("hudi_options") or {})},
         max_record_bytes=job.get("max_record_bytes"),
+        operation=job.get("operation", "upsert"),
+        bulk_insert_min_records=job.get("bulk_insert_min_records", 1),
     )
     spark = _spark(job)
     try:
@@ -54,6 +57,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             "instant": report.instant_time,
             "rows": report.total_rows_written,
             "dead": report.total_dead_letters,
+            "operation": report.operation,
         }
     finally:
         spark.stop()

@@ -121,8 +121,15 @@ def _zookeeper_lock(rig: FaultRig) -> dict[str, str]:
 # ``new`` cases now and then (the ZooKeeper case was out of CI for it).
 @pytest.mark.spark_cluster
 @pytest.mark.parametrize(
-    ("table", "lock"),
-    [("new", "filesystem"), ("new", "zookeeper"), ("existing", "filesystem")],
+    ("table", "lock", "operation"),
+    [
+        ("new", "filesystem", "upsert"),
+        ("existing", "filesystem", "upsert"),
+        # operation auto with a threshold of 1 record: both writers bulk-insert, which always
+        # creates new file groups, so only the checkpoint fence can tell them apart
+        ("new", "zookeeper", "auto"),
+        ("existing", "filesystem", "auto"),
+    ],
 )
 def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     rig: FaultRig,
@@ -131,6 +138,7 @@ def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     tmp_path: Path,
     table: str,
     lock: str,
+    operation: str,
 ) -> None:
     """Two processes run the same transaction on one table, held at ``before_hudi_write`` until
     both planned, then released together: both pass the early checkpoint check, both write, and
@@ -149,7 +157,13 @@ def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     release = tmp_path / "release"
     env = {"EOS_FAULT_PAUSE_STEP": "before_hudi_write", "EOS_FAULT_PAUSE_FILE": str(release)}
     options = _zookeeper_lock(rig) if lock == "zookeeper" else {}
-    job = hudi_job(rig, hudi_options=options, spark_remote=spark_connect.spark_connect_url)
+    job = hudi_job(
+        rig,
+        hudi_options=options,
+        spark_remote=spark_connect.spark_connect_url,
+        operation=operation,
+        bulk_insert_min_records=1,
+    )
     writers = [HudiChild(job, env) for _ in range(2)]
     deadline = time.monotonic() + 400
     while len(list(tmp_path.glob("release.*.reached"))) < 2:
@@ -161,6 +175,7 @@ def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     winners = [o for o in outcomes if o["ok"]]
     losers = [o for o in outcomes if not o["ok"]]
     assert len(winners) == 1 and len(losers) == 1, outcomes
+    assert winners[0]["operation"] == ("bulk_insert" if operation == "auto" else "upsert")
     assert losers[0]["error"] == "HudiFencedError", outcomes
     assert "fenced" in losers[0]["message"], outcomes
     print(f"fenced writer: {losers[0]['message'][:300]}")

@@ -192,6 +192,37 @@ def test_merge_on_read_table_is_exactly_once_across_transactions(rig: Rig) -> No
     rig.assert_exactly_once()
 
 
+def commit_operations(table: Path) -> list[str]:
+    """Hudi's ``operationType`` of each completed commit, oldest first (read with hudi-rs)."""
+    from eos_pipeline.adapters.hudi_timeline import completed_instants
+
+    timeline, instants = completed_instants(str(table))
+    docs = [json.loads(timeline.get_instant_metadata_in_json(i.handle)) for i in instants]
+    return [d.get("operationType") for d in reversed(docs)]
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_auto_bulk_inserts_a_backlog_and_upserts_the_small_runs_after_it(
+    rig: Rig, table_type: str
+) -> None:
+    create_topic(rig.kafka, rig.topic, partitions=2)
+    rig.produce(per_partition=30, partitions=2, bad_every=11)  # 60 planned: a backlog
+    sync = rig.sync(operation="auto", bulk_insert_min_records=50, table_type=table_type)
+    plan = sync.plan()
+    # keyed by a business key, upsert keeps the latest row per key: auto never bulk-inserts
+    by_id = rig.sync(operation="auto", bulk_insert_min_records=50, record_key_fields=("id",))
+    assert (sync.operation(plan), by_id.operation(plan)) == ("bulk_insert", "upsert")
+    backlog = sync.run_plan(plan)
+    rig.produce(per_partition=5, partitions=2, bad_every=11)  # 10 planned: steady state
+    steady = sync.run()
+
+    assert (backlog.operation, steady.operation) == ("bulk_insert", "upsert")
+    # the new table's empty commit that starts the timeline, then the two data commits
+    assert commit_operations(rig.table)[-2:] == ["BULK_INSERT", "UPSERT"]
+    assert sync.run().operation is None  # caught up: no commit, no operation
+    rig.assert_exactly_once()
+
+
 def test_transaction_over_some_partitions_carries_the_others_forward(rig: Rig) -> None:
     create_topic(rig.kafka, rig.topic, partitions=3)
     rig.produce(per_partition=10, partitions=3)
