@@ -309,8 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         "--operation",
         choices=("upsert", "insert", "bulk_insert"),
         default="upsert",
-        help="Hudi write operation of the project's runs (default upsert, both products' "
-        "default; insert skips the index lookup; bulk_insert also the small-file merge)",
+        help="Hudi write operation of the project's fixed-operation runs (default upsert, "
+        "HoodieStreamer's default; insert skips the index lookup; bulk_insert also the "
+        "small-file merge). The product's own default, auto, is the 'auto' mode's row",
     )
     parser.add_argument(
         "--bulk-insert-min-records",

@@ -126,9 +126,9 @@ def _zookeeper_lock(rig: FaultRig) -> dict[str, str]:
         ("new", "filesystem", "upsert"),
         ("existing", "filesystem", "upsert"),
         # operation auto with a threshold of 1 record: both writers bulk-insert, which always
-        # creates new file groups, so only the checkpoint fence can tell them apart
+        # creates new file groups, so only the checkpoint fence can tell them apart (the case
+        # "existing", "filesystem", "auto" passed too; left out of CI for its time)
         ("new", "zookeeper", "auto"),
-        ("existing", "filesystem", "auto"),
     ],
 )
 def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
