@@ -31,6 +31,18 @@ def _hold(table: str, options: dict[str, str] | None, log: str, hold_s: float) -
             out.write(f"out {os.getpid()}\n")
 
 
+def _three_holders_take_turns(table: str, options: dict[str, str] | None, log: Path) -> None:
+    """Three processes ask for the lock at once; each holds it 0.4 s; no two hold it together."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_hold, args=(table, options, str(log), 0.4)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(90)
+        assert p.exitcode == 0
+    _intervals_never_overlap(log, 3)
+
+
 def _intervals_never_overlap(log: Path, holders: int) -> None:
     lines = log.read_text().split()
     events = list(zip(lines[::2], lines[1::2], strict=True))
@@ -63,15 +75,7 @@ def test_zookeeper_node_follows_hudis_lock_options() -> None:
 
 
 def test_local_lock_lets_one_creator_in_at_a_time(tmp_path: Path) -> None:
-    table, log = str(tmp_path / "table"), tmp_path / "log"
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_hold, args=(table, None, str(log), 0.4)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    _intervals_never_overlap(log, 3)
+    _three_holders_take_turns(str(tmp_path / "table"), None, tmp_path / "log")
     assert (tmp_path / "table" / LOCAL_LOCK_NAME).exists()
 
 
@@ -107,18 +111,8 @@ def test_zookeeper_lock_lets_one_creator_in_at_a_time(tmp_path: Path, zookeeper_
         "hoodie.write.lock.zookeeper.base_path": f"/eos_test_create_{uuid.uuid4().hex[:8]}",
         "hoodie.write.lock.zookeeper.lock_key": "t",
     }
-    log = tmp_path / "log"
-    ctx = multiprocessing.get_context("spawn")
     # An object-store path: only ZooKeeper can serialize it.
-    procs = [
-        ctx.Process(target=_hold, args=("s3a://bucket/t", options, str(log), 0.4)) for _ in range(3)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(90)
-        assert p.exitcode == 0
-    _intervals_never_overlap(log, 3)
+    _three_holders_take_turns("s3a://bucket/t", options, tmp_path / "log")
     assert not (tmp_path / "t").exists()
 
 
