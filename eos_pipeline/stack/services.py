@@ -169,7 +169,7 @@ class Stack:
         log = self.log_path(name)
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [java, f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true", *args],
+                [java, f"-Xmx{heap}", *self.config.jvm_options, "-Djava.awt.headless=true", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -161,7 +161,9 @@ def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
     """Spark settings of the Connect server: Hudi's, loopback, and small-batch sizing."""
     from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
 
-    java_options = "-Djdk.attach.allowAttachSelf=true -Djol.skipHotspotSAAttach=true"
+    java_options = " ".join(
+        ["-Djdk.attach.allowAttachSelf=true", "-Djol.skipHotspotSAAttach=true", *config.jvm_options]
+    )
     width = str(config.spark_cores * max(config.spark_workers, 1))
     conf = {
         "spark.app.name": "eos_pipeline Spark Connect",

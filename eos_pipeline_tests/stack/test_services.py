@@ -10,6 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from eos_pipeline.stack import kafka_broker
+from eos_pipeline.stack.config import DEFAULT_JVM_OPTIONS
 from eos_pipeline.stack.services import (
     Stack,
     StackConfig,
@@ -116,3 +117,19 @@ def test_kafka_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPat
     draws = iter([b"\xf8" + bytes(15), bytes(16)])  # base64 of 0xf8... starts with "-"
     monkeypatch.setattr(kafka_broker.uuid, "uuid4", lambda: type("U", (), {"bytes": next(draws)})())
     assert kafka_broker.kafka_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_jvm_options_come_from_the_environment_and_reach_every_stack_jvm(
+    local_stack: StackConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EOS_STACK_JVM_OPTIONS", raising=False)
+    assert StackConfig().jvm_options == DEFAULT_JVM_OPTIONS
+    monkeypatch.setenv("EOS_STACK_JVM_OPTIONS", " -XX:+UseSerialGC  -Xss1m ")
+    assert StackConfig().jvm_options == ("-XX:+UseSerialGC", "-Xss1m")
+    # The session's stack was configured under the test suite's options (conftest).
+    stack = Stack(local_stack, say=lambda _: None)
+    for service in stack.status():
+        assert service.pid is not None, service
+        argv = Path(f"/proc/{service.pid}/cmdline").read_bytes().split(b"\0")
+        for option in local_stack.jvm_options:
+            assert option.encode() in argv, (service.name, option)
