@@ -22,10 +22,13 @@ Only for chDB: ``file()`` reads the engine's own file system, which a server doe
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -200,10 +203,12 @@ def insert_native(
         raise NativeRefused("no values")
     merged = {k: v for k, v in {**settings, **_PARSE_SETTINGS}.items() if k in known}
     sql, params = native_insert_sql(ref, plan, rows.source, merged)
-    directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    _sweep_once(directory)
+    prefix = f"{_PREFIX}{os.getpid()}-"
     paths: list[str] = []
     try:
-        fd, path = tempfile.mkstemp(prefix="eos-native-", suffix=".jsonl", dir=directory)
+        fd, path = tempfile.mkstemp(prefix=prefix, suffix=".jsonl", dir=directory)
         paths.append(path)
         try:
             try:
@@ -215,7 +220,7 @@ def insert_native(
             os.close(fd)
         if quoted is None:
             raise NativeRefused("the bytes are not ones ClickHouse may parse for us")
-        fd, path = tempfile.mkstemp(prefix="eos-native-", suffix=".src", dir=directory)
+        fd, path = tempfile.mkstemp(prefix=prefix, suffix=".src", dir=directory)
         paths.append(path)
         with os.fdopen(fd, "wb") as handle:
             handle.write(_packed(rows.offsets))
@@ -235,6 +240,45 @@ def insert_native(
     finally:
         for path in paths:
             os.unlink(path)
+
+
+#: Staging files are named ``eos-native-<pid>-<random>``: the pid tells whose they are.
+_PREFIX = "eos-native-"
+#: A staging file lives for one INSERT (about a second); one this old whose writer is gone was
+#: left by a killed run. (The age also guards against a pid of another pid namespace.)
+STALE_AFTER_S = 300.0
+
+
+def sweep_stale(directory: str | Path, now: float | None = None) -> list[Path]:
+    """Remove staging files left by processes that died mid-insert (a SIGKILLed run cannot
+    unlink its own; in ``/dev/shm`` they hold memory until a reboot). Returns what went."""
+    now = time.time() if now is None else now
+    removed = []
+    for path in Path(directory).glob(f"{_PREFIX}*"):
+        pid_text = path.name[len(_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime >= STALE_AFTER_S:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+@functools.cache
+def _sweep_once(directory: str) -> None:
+    """Once per process, before its first staging file."""
+    sweep_stale(directory)
 
 
 #: Map every page at once (one call) instead of taking a fault per page on the first scan.
