@@ -174,7 +174,11 @@ class Session:
     def say(self, line: str) -> None:
         print(f"[{time.monotonic() - self.began:6.1f}s] {line}", flush=True)
 
-    def wait(self, what: str, done: Callable[[], Any], timeout: float = WAIT) -> Any:
+    def wait(
+        self, what: str, done: Callable[[], Any], timeout: float = WAIT, every: float = 1.0
+    ) -> Any:
+        """Poll ``done`` every ``every`` seconds (a status reads Kafka, the keeper, the Hudi
+        timeline and the instance: polled faster, it took CPU from the runs it waits for)."""
         deadline = time.monotonic() + timeout
         while True:
             result = done()
@@ -189,7 +193,7 @@ class Session:
                     f"timed out after {timeout:.0f}s waiting for {what}; {self.status()[1]}\n"
                     + "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
                 )
-            time.sleep(0.25)
+            time.sleep(every)
 
     # ------------------------------------------------------------------ arming and killing
     def arm(self, sink: str, step: str) -> Kill:
@@ -402,7 +406,9 @@ def test_sigkill_each_step_of_a_dagster_run_then_sensors_recover(
                 if kill.step == MID_INSERT_STEP:
                     _until_an_insert_is_caught(session, kill, before, rng, partition)
                 else:
-                    session.wait(f"a run to die at {kill.step}", lambda k=kill: session.fired(k))
+                    session.wait(
+                        f"a run to die at {kill.step}", lambda k=kill: session.fired(k), every=0.25
+                    )
                 _check_where_it_died(session, kill, before)
                 began = time.monotonic()
                 session.wait(
