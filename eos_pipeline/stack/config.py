@@ -48,7 +48,7 @@ class StackConfig:
     #: JVM options of every JVM the stack starts (ZooKeeper, Kafka, MirrorMaker 2, the Connect
     #: server), from ``EOS_STACK_JVM_OPTIONS`` when set. Long-lived stacks keep the default;
     #: short-lived ones (tests, CI) can trade peak speed for less start-up CPU.
-    jvm_options: tuple[str, ...] = field(default_factory=lambda: default_jvm_options())
+    jvm_options: tuple[str, ...] = field(default_factory=default_jvm_options)
 
     @classmethod
     def from_env(cls, **overrides: object) -> StackConfig:
