@@ -30,23 +30,33 @@ def catch_up(
     a single-partition run fails as any run does)."""
     reports: list[SyncReport] = []
     stuck: dict[str, tuple[str, str]] = {}
+    planned: list[tuple[str, list[TopicPartition] | Exception]] = []
     for key in order:
         try:
-            for tp in reads(parse_partition_key(key)):
-                report = sync.run(tp)
-                reports.append(report)
-                label = key if sync.cluster is None else f"{tp} on {sync.cluster}"
-                context.log.info(
-                    f"{label}: [{report.start}, {report.end}) {report.records_read} read, "
-                    f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
-                )
-        except Exception as exc:
-            cause = person_cause(exc)
-            if len(order) == 1 or cause is None:
-                raise
-            where = parse_partition_key(key)
-            stuck[key] = stuck_entry(store, pipeline, CLICKHOUSE_SINK, where, cause)
-            context.log.error(f"{key} needs a person, set aside: {cause}")
+            planned.append((key, reads(parse_partition_key(key))))
+        except Exception as exc:  # handled in its turn, below
+            planned.append((key, exc))
+    every = [tp for _, tps in planned if not isinstance(tps, Exception) for tp in tps]
+    with sync.reading(every):  # the next partition is read while one is inserted
+        for key, tps in planned:
+            try:
+                if isinstance(tps, Exception):
+                    raise tps
+                for tp in tps:
+                    report = sync.run(tp)
+                    reports.append(report)
+                    label = key if sync.cluster is None else f"{tp} on {sync.cluster}"
+                    context.log.info(
+                        f"{label}: [{report.start}, {report.end}) {report.records_read} read, "
+                        f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
+                    )
+            except Exception as exc:
+                cause = person_cause(exc)
+                if len(order) == 1 or cause is None:
+                    raise
+                where = parse_partition_key(key)
+                stuck[key] = stuck_entry(store, pipeline, CLICKHOUSE_SINK, where, cause)
+                context.log.error(f"{key} needs a person, set aside: {cause}")
     return reports, stuck
 
 

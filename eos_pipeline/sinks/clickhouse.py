@@ -26,7 +26,8 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from contextlib import closing
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
@@ -58,7 +59,7 @@ from eos_pipeline.sinks.clickhouse_reports import (
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
-from eos_pipeline.sinks.prefetch import Prefetcher
+from eos_pipeline.sinks.prefetch import Prefetcher, Wanted
 from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ class ClickHousePartitionSync:
         self.dead_letters = dead_letters
         self.writer = writer or default_writer_id()
         self.fault = fault
+        #: The prefetcher and partition order of a :meth:`reading` session, while one is open.
+        self._session: tuple[Prefetcher, list[TopicPartition]] | None = None
         check_json_parser(spec, sink)
 
     # ------------------------------------------------------------------------------- entry points
@@ -131,28 +134,22 @@ class ClickHousePartitionSync:
         )
         # One consumer for the run's batches: the next batch continues from what it fetched
         # (with spec.prefetch read ahead while this one is inserted; see sinks.prefetch).
-        with (
-            range_consumer(self.kafka) as consumer,
-            closing(Prefetcher(self.kafka, tp, consumer, enabled=self.spec.prefetch)) as ahead,
-        ):
+        with self._reader() as ahead:
             while True:
                 state = state_of(lease.record)
                 if state is not None and state.phase is Phase.BEFORE:
                     # Recover first: re-read exactly the range that was in flight.
-                    wanted, limit = state.range, None
+                    wanted = Wanted(state.range, None, exact=True)
                 else:
                     begin = self._next_start(tp, state, target)
                     if begin >= target:
                         break
-                    wanted = OffsetRange(begin, min(target, begin + self.spec.max_records))
-                    limit = self.spec.max_bytes
-                batch = ahead.read(wanted, limit)
+                    wanted = self._batch_from(begin, target)
+                batch = ahead.read(tp, wanted)
                 if batch.range.end < target:
-                    nxt = batch.range.end
-                    ahead.start(
-                        OffsetRange(nxt, min(target, nxt + self.spec.max_records)),
-                        self.spec.max_bytes,
-                    )
+                    ahead.start(tp, self._batch_from(batch.range.end, target))
+                elif (then := self._next_in_order(tp)) is not None:
+                    ahead.guess(then, lambda then=then: self._first_read(then))
                 report.batches.append(self._process(lease, state, batch, tid))
                 report.end = batch.range.end
         final = state_of(lease.record)
@@ -166,6 +163,21 @@ class ClickHousePartitionSync:
             report.dead_letters,
         )
         return report
+
+    @contextmanager
+    def reading(self, order: Sequence[TopicPartition]) -> Iterator[None]:
+        """Runs inside share one Kafka consumer, and with ``spec.prefetch`` the last batch of a
+        partition is inserted while the first one of the partition after it in ``order`` is
+        read (a guess from its keeper record; see :mod:`eos_pipeline.sinks.prefetch`)."""
+        with (
+            range_consumer(self.kafka) as consumer,
+            closing(Prefetcher(self.kafka, consumer, enabled=self.spec.prefetch)) as ahead,
+        ):
+            self._session = (ahead, list(order))
+            try:
+                yield
+            finally:
+                self._session = None
 
     def run_range(self, tp: TopicPartition, wanted: OffsetRange) -> BatchReport:
         """Process one explicit range (a backfill or a replay); already-written data is skipped."""
@@ -186,6 +198,50 @@ class ClickHousePartitionSync:
         return self._insert_step(batch, part)
 
     # ------------------------------------------------------------------------------- internals
+    @contextmanager
+    def _reader(self) -> Iterator[Prefetcher]:
+        """The reading session's prefetcher, or one for this run alone."""
+        if self._session is not None:
+            yield self._session[0]
+            return
+        with (
+            range_consumer(self.kafka) as consumer,
+            closing(Prefetcher(self.kafka, consumer, enabled=self.spec.prefetch)) as ahead,
+        ):
+            yield ahead
+
+    def _batch_from(self, begin: int, target: int) -> Wanted:
+        """The batch starting at ``begin`` of a run catching up to ``target``."""
+        end = min(target, begin + self.spec.max_records)
+        return Wanted(OffsetRange(begin, end), self.spec.max_bytes)
+
+    def _next_in_order(self, tp: TopicPartition) -> TopicPartition | None:
+        """The partition after ``tp`` in the reading session's order, if any."""
+        if self._session is None or not self.spec.prefetch:
+            return None
+        order = self._session[1]
+        at = order.index(tp) if tp in order else -1
+        return order[at + 1] if 0 <= at < len(order) - 1 else None
+
+    def _first_read(self, tp: TopicPartition) -> Wanted | None:
+        """What :meth:`run` will read first for ``tp``, from its keeper record and Kafka's end
+        now (a guess: the run decides under its lease; a wrong guess is only dropped)."""
+        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
+        stored = self.store.read(key)
+        record = stored.record if stored is not None else None
+        if record is not None and record.mark is not None and record.mark.pending:
+            return None  # a switch moved the position here: the run resolves that first
+        state = state_of(record)
+        if state is not None and state.phase is Phase.BEFORE:
+            return Wanted(state.range, None, exact=True)
+        if state is None and self.spec.reset == "latest":
+            return None  # the run pins the start at the end: nothing to read
+        target = end_offsets(self.kafka, tp.topic).get(tp.partition)
+        if target is None or (state is not None and state.range.end > target):
+            return None  # the run refuses this log
+        begin = self._next_start(tp, state, target)
+        return self._batch_from(begin, target) if begin < target else None
+
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
         """Kafka's id of ``tp.topic``, refusing a topic other than the one the position is from.
 

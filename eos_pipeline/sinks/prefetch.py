@@ -1,22 +1,52 @@
-"""Read a partition's next batch from Kafka while the current one is inserted.
+"""Read the next batch from Kafka while the current one is inserted.
 
-Only the Kafka read moves to a background thread: the exactly-once steps of a batch (keeper
+Only Kafka reads move to a background thread: the exactly-once steps of a batch (keeper
 ``BEFORE``, the insert, keeper ``AFTER``) stay in the caller's thread and in their order, and a
-batch is only ever processed after the one before it is done. The next range is guessed from the
-current batch's end; the caller asks for the range its state machine decided, and a guess that
-differs (a recovery, a crop) is waited for and dropped, then the range is read as before. Ranges
-are fixed in advance (at most the run's target, below the last stable offset when the run
-started), so a batch read ahead holds exactly what a read at its turn would hold.
+batch is only ever processed after the one before it is done. The read ahead is a guess: the
+next range of the same partition, or the first range of the partition a run takes next (guessed
+from its keeper record and Kafka's end, read in the background too). The caller then asks for
+the range its state machine decided; the read-ahead is used when it holds exactly that range, or
+the start of it (a normal batch, not a recovery, whose end moved on since the guess: the batch is
+then shorter, as a batch cut by the byte limit is). Any other guess is waited for and dropped,
+and the range is read as before. Ranges are fixed when guessed (below the last stable offset at
+that moment), so a batch read ahead holds exactly what a read at its turn would hold.
 """
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from eos_pipeline.adapters.kafka import KafkaBatch, KafkaSettings, read_range
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """A range to read: ``max_bytes`` cuts it (``read_range``); ``exact``: a recovery, which
+    must re-read exactly the stored range, never a prefix of it."""
+
+    range: OffsetRange
+    max_bytes: int | None
+    exact: bool = False
+
+    def served_by(self, ahead: Wanted) -> bool:
+        """Whether a batch read for ``ahead`` is this read's batch (or a start of it)."""
+        if ahead == self:
+            return True
+        return (
+            not self.exact
+            and not ahead.exact
+            and ahead.max_bytes == self.max_bytes
+            and ahead.range.start == self.range.start
+            and ahead.range.end < self.range.end
+        )
+
+
+#: A guess of what a partition's run will read first, made when it is about to be read.
+Guess = Callable[[], Wanted | None]
 
 
 class Prefetcher:
@@ -24,48 +54,61 @@ class Prefetcher:
     not touch the consumer between :meth:`start` and :meth:`read`, and closes this before the
     consumer: ``contextlib.closing``)."""
 
-    def __init__(
-        self, kafka: KafkaSettings, tp: TopicPartition, consumer: Any, *, enabled: bool = True
-    ) -> None:
+    def __init__(self, kafka: KafkaSettings, consumer: Any, *, enabled: bool = True) -> None:
         self.kafka = kafka
-        self.tp = tp
         self.consumer = consumer
         self.enabled = enabled
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"eos-prefetch-{tp}")
-        self._ahead: tuple[tuple[OffsetRange, int | None], Future[KafkaBatch]] | None = None
-        #: Reads taken from the read-ahead, and guesses dropped (for tests and logs).
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="eos-prefetch")
+        self._ahead: tuple[TopicPartition, Future[tuple[Wanted, KafkaBatch] | None]] | None = None
+        #: Reads taken from the read-ahead, and read-aheads dropped (for tests and logs).
         self.used = 0
         self.dropped = 0
 
-    def read(self, wanted: OffsetRange, max_bytes: int | None) -> KafkaBatch:
-        """The batch of ``wanted``: the one read ahead if it was this range, else read now."""
+    def read(self, tp: TopicPartition, wanted: Wanted) -> KafkaBatch:
+        """The batch of ``wanted``: the one read ahead if it serves it, else read now."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == (wanted, max_bytes):
-            self.used += 1
-            return ahead[1].result()  # a read error surfaces here, as a direct read's would
         if ahead is not None:
+            done = _outcome(ahead[1])
+            if done is not None and ahead[0] == tp and wanted.served_by(done[0]):
+                self.used += 1
+                return done[1]
             self.dropped += 1
-            _wait(ahead[1])
-        return read_range(self.kafka, self.tp, wanted, max_bytes=max_bytes, consumer=self.consumer)
+        return self._read(tp, wanted)
 
-    def start(self, wanted: OffsetRange, max_bytes: int | None) -> None:
-        """Begin reading ``wanted`` in the background (nothing if read-ahead is off)."""
+    def start(self, tp: TopicPartition, wanted: Wanted) -> None:
+        """Begin reading ``wanted`` of ``tp`` in the background (nothing if read-ahead is off)."""
+        self.guess(tp, lambda: wanted)
+
+    def guess(self, tp: TopicPartition, guess: Guess) -> None:
+        """Begin reading, in the background, what ``guess()`` (called there) says ``tp`` reads."""
         if not self.enabled or self._ahead is not None:
             return
-        future = self._pool.submit(
-            read_range, self.kafka, self.tp, wanted, max_bytes=max_bytes, consumer=self.consumer
-        )
-        self._ahead = ((wanted, max_bytes), future)
+
+        def job() -> tuple[Wanted, KafkaBatch] | None:
+            wanted = guess()
+            return None if wanted is None else (wanted, self._read(tp, wanted))
+
+        self._ahead = (tp, self._pool.submit(job))
 
     def close(self) -> None:
         """Wait for a read still running (the consumer closes after this), drop its batch."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            _wait(ahead[1])
+            _outcome(ahead[1])
         self._pool.shutdown(wait=True)
 
+    def _read(self, tp: TopicPartition, wanted: Wanted) -> KafkaBatch:
+        return read_range(
+            self.kafka, tp, wanted.range, max_bytes=wanted.max_bytes, consumer=self.consumer
+        )
 
-def _wait(future: Future[KafkaBatch]) -> None:
-    """Let a dropped read finish; its batch or error is not wanted."""
-    with contextlib.suppress(Exception):  # nothing uses it
-        future.result()
+
+def _outcome(
+    future: Future[tuple[Wanted, KafkaBatch] | None],
+) -> tuple[Wanted, KafkaBatch] | None:
+    """What a read-ahead got; None when it failed: the caller then reads the range itself, and
+    a lasting fault surfaces there, as a direct read's would."""
+    try:
+        return future.result()
+    except Exception:  # read again in the caller's thread
+        return None
