@@ -110,9 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = commands.add_parser(
         "fetch",
-        help="download the pinned JVM jars into the local cache",
+        help="download the pinned JVM jars into the local cache, build Spark's class archive",
         description="Fetch Kafka, ZooKeeper, Spark's Kafka connector and the Hudi bundle from "
-        "Maven Central, verified by SHA-256. Jars already cached are reused.",
+        "Maven Central, verified by SHA-256. Jars already cached are reused. Then build the "
+        "class-data archive Spark's JVMs start from (once per Spark version, ~20 s).",
     )
     fetch.add_argument("--cache-dir", type=Path, help=f"default: {default_cache_dir()}")
 
@@ -361,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             for name, jars in ensure_all(args.cache_dir, progress=print).items():
                 print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+            from eos_pipeline.adapters.spark_cds import ensure_archive
+
+            ensure_archive(args.cache_dir, progress=print)  # Spark's JVMs start faster with it
             return 0
         if args.command == "demo":
             from eos_pipeline.demo import run_demo

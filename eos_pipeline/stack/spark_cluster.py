@@ -90,7 +90,9 @@ def spark_env(config: StackConfig, *, daemon: bool = False) -> dict[str, str]:
         # Only for master and worker: Spark's launcher also sizes the Connect server (as it
         # does the Thrift server) by this variable, ahead of --driver-memory.
         env["SPARK_DAEMON_MEMORY"] = _DAEMON_HEAP
-        env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(config.jvm_options)
+        from eos_pipeline.adapters.spark_cds import java_options as cds_options
+
+        env["SPARK_DAEMON_JAVA_OPTS"] = " ".join([*config.jvm_options, *cds_options()])
     return env
 
 

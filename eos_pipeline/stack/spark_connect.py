@@ -160,10 +160,13 @@ def server_jars(
 def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
     """Spark settings of the Connect server: Hudi's, loopback, and small-batch sizing."""
     from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
+    from eos_pipeline.adapters.spark_cds import java_options as cds_options
 
     java_options = " ".join(
         ["-Djdk.attach.allowAttachSelf=true", "-Djol.skipHotspotSAAttach=true", *config.jvm_options]
     )
+    # The driver's class path is Spark's own, as in the archive; executors' may differ.
+    driver_options = " ".join([java_options, *cds_options()])
     width = str(config.spark_cores * max(config.spark_workers, 1))
     conf = {
         "spark.app.name": "eos_pipeline Spark Connect",
@@ -171,7 +174,7 @@ def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.host": config.host,
         "spark.driver.bindAddress": config.host,
-        "spark.driver.extraJavaOptions": java_options,
+        "spark.driver.extraJavaOptions": driver_options,
         "spark.executor.extraJavaOptions": java_options,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
