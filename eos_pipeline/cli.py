@@ -360,11 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "stack":
             return _run_stack(args)
         if args.command == "fetch":
-            for name, jars in ensure_all(args.cache_dir, progress=print).items():
-                print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+            from concurrent.futures import ThreadPoolExecutor
+
             from eos_pipeline.adapters.spark_cds import ensure_archive
 
-            ensure_archive(args.cache_dir, progress=print)  # Spark's JVMs start faster with it
+            with ThreadPoolExecutor(1) as pool:  # CPU-bound, beside the network-bound downloads
+                archive = pool.submit(ensure_archive, args.cache_dir, progress=print)
+                for name, jars in ensure_all(args.cache_dir, progress=print).items():
+                    print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+                archive.result()  # Spark's JVMs start faster with it; None: they start as before
             return 0
         if args.command == "demo":
             from eos_pipeline.demo import run_demo

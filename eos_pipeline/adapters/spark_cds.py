@@ -28,12 +28,16 @@ from pathlib import Path
 #: The JVM options that map the archive, without a word when it does not match.
 QUIET = ("-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
-#: The training session: the SQL, Arrow and Parquet paths every sink run takes.
+#: The training session: the SQL, Arrow and Parquet paths every sink run takes. It needs none
+#: of the cached bundles (their classes are not archived), so it runs while they download;
+#: Hudi's settings that name its classes are left out with them.
 _TRAINING = """
 import sys, tempfile
 from eos_pipeline.adapters.spark import spark_conf
 from pyspark.sql import SparkSession
-conf = spark_conf("local[2]", quick_start=True, cds=False)
+conf = spark_conf("local[2]", jars=[], quick_start=True, cds=False)
+for key in ("spark.kryo.registrator", "spark.sql.extensions", "spark.sql.catalog.spark_catalog"):
+    conf.pop(key)
 conf["spark.driver.extraJavaOptions"] += " -XX:ArchiveClassesAtExit=" + sys.argv[1]
 builder = SparkSession.builder
 for key, value in conf.items():
