@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="download the pinned JVM jars into the local cache, build Spark's class archive",
         description="Fetch Kafka, ZooKeeper, Spark's Kafka connector and the Hudi bundle from "
         "Maven Central, verified by SHA-256. Jars already cached are reused. Then build the "
-        "class-data archive Spark's JVMs start from (once per Spark version, ~20 s).",
+        "class-data archive Spark's JVMs start from (once per Spark version, 20-45 s).",
     )
     fetch.add_argument("--cache-dir", type=Path, help=f"default: {default_cache_dir()}")
 
