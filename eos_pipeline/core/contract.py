@@ -158,6 +158,24 @@ def oversized(key: bytes | None, value: bytes | None, max_record_bytes: int | No
     )
 
 
+def oversized_positions(
+    keys: list[bytes | None], values: list[bytes | None], max_record_bytes: int | None
+) -> list[int]:
+    """Positions of the records whose key + value exceed the limit (a bulk bound first: a chunk
+    of small records costs two ``max`` calls)."""
+    if max_record_bytes is None or not values:
+        return []
+    longest_value = max(map(len, filter(None, values)), default=0)
+    longest_key = max(map(len, filter(None, keys)), default=0)
+    if longest_value + longest_key <= max_record_bytes:
+        return []
+    return [
+        i
+        for i, (k, v) in enumerate(zip(keys, values, strict=True))
+        if len(k or b"") + len(v or b"") > max_record_bytes
+    ]
+
+
 def _has_lone_surrogate(text: str) -> bool:
     try:
         text.encode("utf-8")

@@ -27,7 +27,7 @@ import bisect
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
@@ -37,13 +37,12 @@ from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
     end_offsets,
-    range_consumer,
     read_range,
     start_offsets,
     topic_id,
 )
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
-from eos_pipeline.core.contract import ErrorClass, oversized
+from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.failover.table_position import row_topic
@@ -59,7 +58,14 @@ from eos_pipeline.sinks.clickhouse_reports import (
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
-from eos_pipeline.sinks.prefetch import Prefetcher, Wanted
+from eos_pipeline.sinks.prefetch import (
+    Prefetcher,
+    Wanted,
+    batch_from,
+    first_read,
+    prefetcher,
+    successor,
+)
 from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
@@ -148,7 +154,7 @@ class ClickHousePartitionSync:
                 batch = ahead.read(tp, wanted)
                 if batch.range.end < target:
                     ahead.start(tp, self._batch_from(batch.range.end, target))
-                elif (then := self._next_in_order(tp)) is not None:
+                elif self._session and (then := successor(self._session[1], tp)):
                     ahead.guess(then, lambda then=then: self._first_read(then))
                 report.batches.append(self._process(lease, state, batch, tid))
                 report.end = batch.range.end
@@ -169,10 +175,7 @@ class ClickHousePartitionSync:
         """Runs inside share one Kafka consumer, and with ``spec.prefetch`` the last batch of a
         partition is inserted while the first one of the partition after it in ``order`` is
         read (a guess from its keeper record; see :mod:`eos_pipeline.sinks.prefetch`)."""
-        with (
-            range_consumer(self.kafka) as consumer,
-            closing(Prefetcher(self.kafka, consumer, enabled=self.spec.prefetch)) as ahead,
-        ):
+        with prefetcher(self.kafka, enabled=self.spec.prefetch) as ahead:
             self._session = (ahead, list(order))
             try:
                 yield
@@ -198,49 +201,25 @@ class ClickHousePartitionSync:
         return self._insert_step(batch, part)
 
     # ------------------------------------------------------------------------------- internals
-    @contextmanager
-    def _reader(self) -> Iterator[Prefetcher]:
+    def _reader(self) -> AbstractContextManager[Prefetcher]:
         """The reading session's prefetcher, or one for this run alone."""
         if self._session is not None:
-            yield self._session[0]
-            return
-        with (
-            range_consumer(self.kafka) as consumer,
-            closing(Prefetcher(self.kafka, consumer, enabled=self.spec.prefetch)) as ahead,
-        ):
-            yield ahead
+            return nullcontext(self._session[0])
+        return prefetcher(self.kafka, enabled=self.spec.prefetch)
 
     def _batch_from(self, begin: int, target: int) -> Wanted:
-        """The batch starting at ``begin`` of a run catching up to ``target``."""
-        end = min(target, begin + self.spec.max_records)
-        return Wanted(OffsetRange(begin, end), self.spec.max_bytes)
-
-    def _next_in_order(self, tp: TopicPartition) -> TopicPartition | None:
-        """The partition after ``tp`` in the reading session's order, if any."""
-        if self._session is None or not self.spec.prefetch:
-            return None
-        order = self._session[1]
-        at = order.index(tp) if tp in order else -1
-        return order[at + 1] if 0 <= at < len(order) - 1 else None
+        return batch_from(begin, target, self.spec.max_records, self.spec.max_bytes)
 
     def _first_read(self, tp: TopicPartition) -> Wanted | None:
-        """What :meth:`run` will read first for ``tp``, from its keeper record and Kafka's end
-        now (a guess: the run decides under its lease; a wrong guess is only dropped)."""
+        """What :meth:`run` will read first for ``tp`` (see ``prefetch.first_read``)."""
         key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
         stored = self.store.read(key)
-        record = stored.record if stored is not None else None
-        if record is not None and record.mark is not None and record.mark.pending:
-            return None  # a switch moved the position here: the run resolves that first
-        state = state_of(record)
-        if state is not None and state.phase is Phase.BEFORE:
-            return Wanted(state.range, None, exact=True)
-        if state is None and self.spec.reset == "latest":
-            return None  # the run pins the start at the end: nothing to read
-        target = end_offsets(self.kafka, tp.topic).get(tp.partition)
-        if target is None or (state is not None and state.range.end > target):
-            return None  # the run refuses this log
-        begin = self._next_start(tp, state, target)
-        return self._batch_from(begin, target) if begin < target else None
+        return first_read(
+            stored.record if stored is not None else None,
+            lambda: end_offsets(self.kafka, tp.topic).get(tp.partition),
+            lambda state, target: self._next_start(tp, state, target),
+            self.spec,
+        )
 
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
         """Kafka's id of ``tp.topic``, refusing a topic other than the one the position is from.
@@ -386,7 +365,7 @@ class ClickHousePartitionSync:
         offsets, keys = batch.offsets[lo:hi], batch.keys[lo:hi]
         values, stamps = batch.values[lo:hi], batch.timestamps_ms[lo:hi]
         dead = 0
-        over = self._oversized(keys, values)
+        over = oversized_positions(keys, values, self.spec.max_record_bytes)
         if over:
             limit = self.spec.max_record_bytes
             dead += self.dead_letters.send(
@@ -459,21 +438,6 @@ class ClickHousePartitionSync:
         """The source topic rows read from ``topic`` store: with clusters, ``<cluster>:<topic>``
         (the same name holds other records on each cluster; the check tells them apart)."""
         return topic if self.cluster is None else row_topic(self.cluster, topic)
-
-    def _oversized(self, keys: list[bytes | None], values: list[bytes | None]) -> list[int]:
-        """Positions of records above ``max_record_bytes``; a bulk bound first, then per record."""
-        limit = self.spec.max_record_bytes
-        if limit is None or not values:
-            return []
-        longest_value = max(map(len, filter(None, values)), default=0)
-        longest_key = max(map(len, filter(None, keys)), default=0)
-        if longest_value + longest_key <= limit:
-            return []
-        return [i for i, (k, v) in enumerate(zip(keys, values, strict=True)) if _size(k, v) > limit]
-
-
-def _size(key: bytes | None, value: bytes | None) -> int:
-    return len(key or b"") + len(value or b"")
 
 
 __all__ = [

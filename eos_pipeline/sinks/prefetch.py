@@ -14,13 +14,17 @@ that moment), so a batch read ahead holds exactly what a read at its turn would 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from eos_pipeline.adapters.kafka import KafkaBatch, KafkaSettings, read_range
+from eos_pipeline.adapters.kafka import KafkaBatch, KafkaSettings, range_consumer, read_range
+from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.keeper_record import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.sinks.clickhouse_reports import ClickHouseTableSpec, state_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,50 @@ class Wanted:
 
 #: A guess of what a partition's run will read first, made when it is about to be read.
 Guess = Callable[[], Wanted | None]
+
+
+@contextmanager
+def prefetcher(kafka: KafkaSettings, *, enabled: bool) -> Iterator[Prefetcher]:
+    """A prefetcher on a consumer of its own, both closed at the end (the prefetcher first)."""
+    with (
+        range_consumer(kafka) as consumer,
+        closing(Prefetcher(kafka, consumer, enabled=enabled)) as ahead,
+    ):
+        yield ahead
+
+
+def successor(order: Sequence[TopicPartition], tp: TopicPartition) -> TopicPartition | None:
+    """The partition after ``tp`` in ``order``, if any."""
+    at = order.index(tp) if tp in order else -1
+    return order[at + 1] if 0 <= at < len(order) - 1 else None
+
+
+def batch_from(begin: int, target: int, max_records: int, max_bytes: int | None) -> Wanted:
+    """The batch starting at ``begin`` of a run catching up to ``target``."""
+    return Wanted(OffsetRange(begin, min(target, begin + max_records)), max_bytes)
+
+
+def first_read(
+    record: KeeperRecord | None,
+    log_end: Callable[[], int | None],
+    next_start: Callable[[SinkState | None, int], int],
+    spec: ClickHouseTableSpec,
+) -> Wanted | None:
+    """What a partition's run will read first, from its keeper ``record`` and Kafka's end now
+    (a guess: the run decides under its lease; a wrong guess is only dropped). None where the
+    run reads nothing first or decides something else before reading."""
+    if record is not None and record.mark is not None and record.mark.pending:
+        return None  # a switch moved the position here: the run resolves that first
+    state = state_of(record)
+    if state is not None and state.phase is Phase.BEFORE:
+        return Wanted(state.range, None, exact=True)
+    if state is None and spec.reset == "latest":
+        return None  # the run pins the start at the end: nothing to read
+    target = log_end()
+    if target is None or (state is not None and state.range.end > target):
+        return None  # the run refuses this log
+    begin = next_start(state, target)
+    return batch_from(begin, target, spec.max_records, spec.max_bytes) if begin < target else None
 
 
 class Prefetcher:

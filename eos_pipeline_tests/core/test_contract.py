@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from eos_pipeline.core.contract import ErrorClass, compile_contract, is_required, judge, oversized
+from eos_pipeline.core.contract import (
+    ErrorClass,
+    compile_contract,
+    is_required,
+    judge,
+    oversized,
+    oversized_positions,
+)
 from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 
 ROW = "row"
@@ -194,3 +201,16 @@ def test_a_default_must_itself_fit_the_column() -> None:
         compile_contract(TableSchema((Column("x", "UInt8", default=300),)))
     ok = compile_contract(TableSchema((Column("x", "DateTime", default="1970-01-01 00:00:00"),)))
     assert ok.fields[0].default == datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def test_oversized_positions_count_key_and_value_together() -> None:
+    keys = [None, b"k" * 4, b"k", None]
+    values = [b"v" * 10, b"v" * 7, b"v" * 9, None]
+    assert oversized_positions(keys, values, 10) == [1]  # 4 + 7 > 10; 1 + 9 and 10 fit
+    assert oversized_positions(keys, values, 9) == [0, 1, 2]
+    assert oversized_positions(keys, values, None) == []
+    assert oversized_positions([], [], 0) == []
+    # The same verdict as the per-record rule, record by record.
+    assert oversized_positions(keys, values, 9) == [
+        i for i, (k, v) in enumerate(zip(keys, values, strict=True)) if oversized(k, v, 9)
+    ]
