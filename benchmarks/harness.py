@@ -147,7 +147,7 @@ def _fresh_kafka_clients(active: bool) -> Iterator[None]:
     with (
         mock.patch.object(kafka.admin, "shared_admin", kafka.admin_client),
         mock.patch.object(kafka.reader, "_gc_paused", contextlib.nullcontext),
-        mock.patch("eos_pipeline.sinks.clickhouse.range_consumer", no_shared_consumer),
+        mock.patch("eos_pipeline.sinks.prefetch.range_consumer", no_shared_consumer),
     ):
         yield
 
