@@ -8,12 +8,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-cluster lint bench stack-up stack-down stack-status fetch system clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml devtools/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
 	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "Java 17+ is needed (Kafka, ZooKeeper, Spark): install openjdk-17 or set JAVA_HOME" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./devtools
 	@touch $(STAMP)
 
 fetch: $(STAMP)
@@ -34,7 +34,7 @@ TEST_WORKERS ?= 2
 # The venv and jars, and the Debian packages, are set up side by side (network-bound, a minute each).
 test:
 	@$(MAKE) --no-print-directory -j2 fetch system
-	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
+	$(BIN)/ruff check eos_pipeline devtools eos_pipeline_tests benchmarks tools
 	$(BIN)/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 # The Hudi tests marked `spark_cluster` again, with the Connect server on a standalone master +
@@ -47,8 +47,8 @@ bench: fetch
 	$(BIN)/python -m benchmarks --spark --hudi --latency
 
 lint: $(STAMP)
-	$(BIN)/ruff check eos_pipeline eos_pipeline_tests benchmarks tools
-	$(BIN)/ruff format --check eos_pipeline eos_pipeline_tests benchmarks tools
+	$(BIN)/ruff check eos_pipeline devtools eos_pipeline_tests benchmarks tools
+	$(BIN)/ruff format --check eos_pipeline devtools eos_pipeline_tests benchmarks tools
 
 stack-up: fetch
 	$(BIN)/eos-pipeline stack up

@@ -241,8 +241,8 @@ def dagster_up(
     """``dagster dev`` on a fresh table of ``topic`` (pipelines file, instance, keeper watch and
     CPU sampler under ``work``); yields (instance, watch, cpu, log, when dagster dev was
     started) and stops all of it."""
-    from eos_pipeline.demo import start_dagster, stop_dagster
-    from eos_pipeline.stack.services import free_port
+    from eos_dev.demo import start_dagster, stop_dagster
+    from eos_dev.stack.services import free_port
 
     work.mkdir(parents=True, exist_ok=True)
     config = work / "pipelines.yaml"

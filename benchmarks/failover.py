@@ -38,6 +38,8 @@ from confluent_kafka import KafkaException
 from benchmarks.fingerprint_cost import _produce as produce_plain
 from benchmarks.fingerprint_cost import _round as fingerprint_round
 from benchmarks.local_stack import private_stack
+from eos_dev.stack.mirror import MirrorStack, mirror_config
+from eos_dev.stack.services import free_port
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverPipeline, switch
@@ -59,8 +61,6 @@ from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTab
 from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
 from eos_pipeline.sinks.hudi_spec import HudiTableSpec
-from eos_pipeline.stack.mirror import MirrorStack, mirror_config
-from eos_pipeline.stack.services import free_port
 
 PARTITIONS = 2
 SCHEMA = TableSchema.from_mapping({"id": "String"})

@@ -202,7 +202,7 @@ def dagster_env(work: Path, config: Path, interval: int) -> tuple[dict[str, str]
     fresh ``DAGSTER_HOME`` under ``work``) and its instance, upgraded as the demo does."""
     import dagster as dg
 
-    from eos_pipeline.demo import prepare_dagster_home
+    from eos_dev.demo import prepare_dagster_home
 
     home = prepare_dagster_home(work / "dagster_home")
     env = {
@@ -225,10 +225,10 @@ def keeper_store(config: Path) -> KeeperStateStore:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import dagster as dg
 
+    from eos_dev.demo import start_dagster, stop_dagster
+    from eos_dev.stack.services import free_port
     from eos_pipeline.defs.partitions import parse_partition_key, partitions_name
     from eos_pipeline.defs.sensors import SINK_TAG
-    from eos_pipeline.demo import start_dagster, stop_dagster
-    from eos_pipeline.stack.services import free_port
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -568,7 +568,7 @@ def every_offset_once(
         "hudi_path": None,
     }
     done = subprocess.run(
-        [sys.executable, "-m", "eos_pipeline.demo", json.dumps(request)],
+        [sys.executable, "-m", "eos_dev.demo", json.dumps(request)],
         capture_output=True,
         text=True,
         check=False,

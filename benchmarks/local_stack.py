@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
+from eos_dev.stack.services import Stack, StackConfig, free_port
 
 
 @contextlib.contextmanager

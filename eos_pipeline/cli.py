@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 from eos_pipeline.adapters.jvm_artifacts import ArtifactError, default_cache_dir, ensure_all
-from eos_pipeline.stack.mirror import MirrorCluster, MirrorConfig, MirrorStack
-from eos_pipeline.stack.services import ServiceStatus, Stack, StackConfig, StackError
 
 EPILOG = """\
 environment variables (flags win over them):
@@ -273,81 +271,18 @@ def _run_failover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stack_config(args: argparse.Namespace) -> StackConfig:
-    # `--spark` exists on `stack` and `demo`; the other Spark options on `stack` only.
-    return StackConfig.from_env(
-        state_dir=args.state_dir,
-        zookeeper_port=args.zookeeper_port,
-        kafka_port=args.kafka_port,
-        controller_port=args.controller_port,
-        spark=getattr(args, "spark", None),
-        spark_connect_port=getattr(args, "spark_connect_port", None),
-        spark_memory=getattr(args, "spark_memory", None),
-        spark_cores=getattr(args, "spark_cores", None),
-        spark_workers=getattr(args, "spark_workers", None),
-        spark_master_port=getattr(args, "spark_master_port", None),
-    )
-
-
-def _mirror_config(args: argparse.Namespace, main: StackConfig) -> MirrorConfig:
-    """The failover stack: the main Kafka as the first cluster, a second one started beside it."""
-    aliases = [a.strip() for a in args.aliases.split(",")]
-    if len(aliases) != 2:
-        raise StackError(f"--aliases needs two comma-separated aliases, got {args.aliases!r}")
-    return MirrorConfig(
-        state_dir=main.state_dir / "mirror",
-        host=main.host,
-        clusters=(
-            MirrorCluster(aliases[0], main.kafka_port, main.controller_port, managed=False),
-            MirrorCluster(aliases[1], args.mirror_kafka_port, args.mirror_controller_port),
-        ),
-        rest_port=args.mirror_rest_port,
-        cache_dir=main.cache_dir,
-    )
-
-
-def _mirror_services(mirror_dir: Path) -> list[ServiceStatus]:
-    """The failover stack's own processes, if one was started (the main Kafka is listed already)."""
-    if MirrorConfig.load(mirror_dir) is None:
-        return []
-    mirror = MirrorStack.from_state_dir(mirror_dir)
-    managed = {f"kafka-{c.alias}" for c in mirror.config.clusters if c.managed}
-    return [s for s in mirror.status() if s.name in managed or s.name == "mirrormaker"]
-
-
-def _run_stack(args: argparse.Namespace) -> int:
-    if args.action == "up" and args.spark is None and "EOS_SPARK" not in os.environ:
-        args.spark = True  # `stack up` brings the whole stack, Spark included, unless told
-    stack = Stack(_stack_config(args))
-    if args.action == "up":
-        # A bad failover option is refused before anything starts.
-        mirror_config = _mirror_config(args, stack.config) if args.mirror else None
-        stack.up()
-        print(f"zookeeper: {stack.config.zookeeper_hosts}")
-        print(f"kafka:     {stack.config.kafka_bootstrap}")
-        if stack.config.spark:
-            print(f"spark:     {stack.config.spark_connect_url}")
-        if mirror_config is not None:
-            mirror = MirrorStack(mirror_config)
-            mirror.up()
-            first, second = mirror.config.aliases
-            print(
-                f"clusters:  {first}={mirror.bootstrap(first)} {second}={mirror.bootstrap(second)}"
-            )
-            print(f"mm2:       {mirror.config.rest_url}  (T on {first} is {first}.T on {second})")
-        print(f"state:     {stack.config.state_dir}  (stop with: eos-pipeline stack down)")
-    elif args.action == "down":
-        mirror_dir = stack.config.state_dir / "mirror"
-        if MirrorConfig.load(mirror_dir) is not None:
-            # MirrorMaker 2 first: it holds clients of the main Kafka.
-            MirrorStack.from_state_dir(mirror_dir).down()
-        stack.down()
-        print("stack stopped")
-    else:
-        for service in stack.status() + _mirror_services(stack.config.state_dir / "mirror"):
-            state = f"running (pid {service.pid})" if service.running else "stopped"
-            print(f"{service.name:<16} {state:<22} {service.endpoint:<26} log: {service.log}")
-    return 0
+def _run_dev_tool(args: argparse.Namespace) -> int:
+    """`stack` and `demo` live in the checkout's dev tools (devtools/), not in the product."""
+    try:
+        from eos_dev.cli import run
+    except ImportError:
+        print(
+            f"error: `eos-pipeline {args.command}` needs the dev tools of a checkout: "
+            "pip install -e devtools (make demo / make test install them)",
+            file=sys.stderr,
+        )
+        return 1
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        if args.command == "stack":
-            return _run_stack(args)
+        if args.command in ("stack", "demo"):
+            return _run_dev_tool(args)
         if args.command == "fetch":
             from concurrent.futures import ThreadPoolExecutor
 
@@ -370,17 +305,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name}: {len(jars)} jars in {jars[0].parent}")
                 archive.result()  # Spark's JVMs start faster with it; None: they start as before
             return 0
-        if args.command == "demo":
-            from eos_pipeline.demo import run_demo
-
-            if args.spark is None and "EOS_SPARK" not in os.environ:
-                args.spark = True  # as `stack up`: runs are thin clients of its server
-            return run_demo(_stack_config(args), args)
         if args.command == "failover":
             return _run_failover(args)
         if args.command == "replay":
             return _run_replay(args)
-    except (StackError, ArtifactError) as exc:
+    except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 2  # pragma: no cover - argparse rejects unknown commands before this

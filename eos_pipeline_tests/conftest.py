@@ -23,9 +23,9 @@ from clickhouse_connect.driver.client import Client
 from dagster_pyspark import PySparkResource
 from pyspark.sql import SparkSession
 
+from eos_dev.stack.services import Stack, StackConfig, free_port
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 from eos_pipeline_tests.support.spark_server import SessionServer
 
 #: Every JVM a test starts lives minutes: the quick JIT tier and the serial collector spend far

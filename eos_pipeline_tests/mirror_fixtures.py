@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from eos_dev.stack.mirror import MirrorStack, mirror_config
+from eos_dev.stack.services import free_port, pid_alive
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.failover import FailoverPipeline
 from eos_pipeline.adapters.kafka import (
@@ -30,8 +32,6 @@ from eos_pipeline.core.failover import MirroredRecord, Window
 from eos_pipeline.core.failover.switch import ClusterSet
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
-from eos_pipeline.stack.mirror import MirrorStack, mirror_config
-from eos_pipeline.stack.services import free_port, pid_alive
 
 
 @pytest.fixture(scope="session")

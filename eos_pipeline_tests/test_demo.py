@@ -34,10 +34,10 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
+from eos_dev.demo import PIPELINE, count_in_child, progress, run_demo
+from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, idempotent_producer, produce_all
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.demo import PIPELINE, count_in_child, progress, run_demo
-from eos_pipeline.stack.services import StackConfig
 from eos_pipeline_tests.support import browser, postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -117,7 +117,7 @@ def test_zookeeper_lock_lets_one_creator_in_at_a_time(tmp_path: Path, zookeeper_
 
 
 def test_unreachable_zookeeper_names_itself() -> None:
-    from eos_pipeline.stack.services import free_port
+    from eos_dev.stack.services import free_port
 
     port = free_port()
     options = {

@@ -20,6 +20,7 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, ConnectionLoss, KazooException, NoAuthError
 
+from eos_dev.stack.services import free_port
 from eos_pipeline.adapters.keeper import (
     ConflictError,
     FencedError,
@@ -31,7 +32,6 @@ from eos_pipeline.adapters.keeper import (
     StateStore,
 )
 from eos_pipeline.core.keeper_record import CorruptRecordError, KeeperKey
-from eos_pipeline.stack.services import free_port
 from eos_pipeline_tests.support.memory_keeper import UnsafeInMemoryStateStore
 
 pytestmark = pytest.mark.integration

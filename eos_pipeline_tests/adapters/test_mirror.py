@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.mirror import (
     MirrorReadError,
@@ -27,7 +28,6 @@ from eos_pipeline.core.failover import (
     route,
 )
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import event_id, produce_events, wait_for_records
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from eos_dev.stack.config import StackConfig
+from eos_dev.stack.spark_connect import server_conf
 from eos_pipeline.adapters import spark_cds
 from eos_pipeline.adapters.jvm_artifacts import DEFAULT_CACHE_ENV
 from eos_pipeline.adapters.spark import spark_conf
-from eos_pipeline.stack.config import StackConfig
-from eos_pipeline.stack.spark_connect import server_conf
 
 #: A session started from the product's Spark settings, with ``-Xshare:on`` appended: the JVM
 #: refuses to start unless it maps the archive (the quiet default only drops it).

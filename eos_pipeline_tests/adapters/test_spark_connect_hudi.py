@@ -33,6 +33,8 @@ import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
+from eos_dev.stack.services import Stack, StackConfig
+from eos_dev.stack.spark_connect import CONNECT, server_version
 from eos_pipeline.adapters import hudi as hudi_adapter
 from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.dlq import DeadLetterWriter
@@ -55,8 +57,6 @@ from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.hudi_rows import computed_once
-from eos_pipeline.stack.services import Stack, StackConfig
-from eos_pipeline.stack.spark_connect import CONNECT, server_version
 from eos_pipeline_tests.support.spark_server import SessionServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from eos_dev.stack.services import free_port
 from eos_pipeline.adapters.spark_remote import (
     DEFAULT_RETRY_SECONDS,
     RETRY_SECONDS_ENV,
@@ -32,7 +33,6 @@ from eos_pipeline.adapters.spark_remote import (
     with_session_id,
     with_token,
 )
-from eos_pipeline.stack.services import free_port
 
 HUDI = "/c/hudi/hudi-spark3.5-bundle_2.12-1.2.0.jar"
 KAFKA = "/c/spark-kafka/spark-sql-kafka-0-10_2.12-3.5.7.jar"

@@ -17,6 +17,7 @@ from clickhouse_connect.driver.client import Client
 from dagster._core.definitions.partitions.context import partition_loading_context
 from pyspark.sql import SparkSession
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.failover import FailoverStates, switch
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
@@ -32,7 +33,6 @@ from eos_pipeline.defs.failover import failover_pipeline
 from eos_pipeline.defs.partitions import partition_key, partitions_name
 from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

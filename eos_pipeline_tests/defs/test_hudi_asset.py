@@ -20,6 +20,7 @@ from hudi import HudiTableBuilder
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.hudi import checkpoint_history
 from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
@@ -30,7 +31,6 @@ from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.metadata import ACTIVITY_KEYS, IDLE_CASE
 from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline.defs.sensors import HUDI_TABLE_TAG
-from eos_pipeline.stack.services import StackConfig
 
 from .conftest import Rig, pipeline_yaml
 

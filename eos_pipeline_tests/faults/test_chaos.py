@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from eos_pipeline.stack.services import StackConfig
+from eos_dev.stack.services import StackConfig
 from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed, run_child
 from eos_pipeline_tests.support.faults import CLICKHOUSE_STEPS, HUDI_STEPS, MID_HUDI_WRITE_STEP
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from eos_dev.stack.services import Stack, StackConfig, pid_alive, port_in_use
+from eos_dev.stack.spark_connect import CONNECT, start_spark
 from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
 from eos_pipeline.adapters.spark_remote import RETRY_SECONDS_ENV, STACK_COMMAND
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.stack.services import Stack, StackConfig, pid_alive, port_in_use
-from eos_pipeline.stack.spark_connect import CONNECT, start_spark
 from eos_pipeline_tests.faults.harness import Child, FaultRig, run_child
 from eos_pipeline_tests.faults.test_hudi_faults import HudiChild
 from eos_pipeline_tests.support.faults import MID_HUDI_WRITE_STEP

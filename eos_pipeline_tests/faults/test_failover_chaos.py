@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.faults.harness import chaos_seed, run_child, unique
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
 from eos_pipeline_tests.support.faults import CLICKHOUSE_STEPS

@@ -21,13 +21,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets, topic_id
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
-from eos_pipeline.stack.services import StackConfig
 from eos_pipeline_tests.faults.child import _read_hudi_offsets
 from eos_pipeline_tests.faults.harness import SCHEMA_MAPPING, Child, ChildResult, FaultRig
 from eos_pipeline_tests.support.faults import FAULT_ENV, hudi_fault

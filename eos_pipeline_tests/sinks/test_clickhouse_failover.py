@@ -22,6 +22,7 @@ import pytest
 import yaml
 from clickhouse_connect.driver.client import Client
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import (
@@ -43,7 +44,6 @@ from eos_pipeline.defs.failover import failover_job
 from eos_pipeline.defs.resources import KeeperResource
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.clusters import run_active_clickhouse
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from clickhouse_connect.driver.client import Client
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.failover import switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
@@ -17,7 +18,6 @@ from eos_pipeline.core.failover import FingerprintNotFound
 from eos_pipeline.core.keeper_record import KeeperKey, Mark
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clusters import run_active_clickhouse
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,
     produce_events,

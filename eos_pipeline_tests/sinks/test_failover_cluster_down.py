@@ -14,6 +14,7 @@ import time
 import pytest
 from clickhouse_connect.driver.client import Client
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.failover import switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
@@ -21,7 +22,6 @@ from eos_pipeline.adapters.sync_archive import SyncArchive
 from eos_pipeline.core.failover import Flow
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clusters import run_active_clickhouse
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,
     cluster_frozen,

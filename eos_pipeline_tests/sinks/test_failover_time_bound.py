@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 from clickhouse_connect.driver.client import Client
 
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverPipeline, switch
 from eos_pipeline.adapters.kafka import (
@@ -35,7 +36,6 @@ from eos_pipeline.core.failover.bounds import TIMESTAMP
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync
 from eos_pipeline.sinks.clusters import run_active_clickhouse
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import clickhouse_failover_rig, wait_for_records
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from eos_dev.stack.config import StackConfig
+from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import (
     FailoverPipeline,
@@ -38,8 +40,6 @@ from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.hudi import HudiReport, HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
-from eos_pipeline.stack.config import StackConfig
-from eos_pipeline.stack.mirror import MirrorStack
 from eos_pipeline_tests.mirror_fixtures import mirror_paused, produce_events, wait_for_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

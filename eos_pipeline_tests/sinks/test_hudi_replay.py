@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.dlq import DeadLetterWriter, dead_letter_offsets
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
@@ -32,7 +33,6 @@ from eos_pipeline.core.proof import compare
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.hudi_replay import REPLAY_METADATA_SUFFIX, HudiReplay
-from eos_pipeline.stack.services import StackConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from eos_pipeline.adapters.kafka import KafkaSettings, admin_client, create_topic
-from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.stack.mirror import (
+from eos_dev.stack.mirror import (
     MirrorCluster,
     MirrorConfig,
     MirrorStack,
     mirror_config,
     mm2_properties,
 )
-from eos_pipeline.stack.services import StackError, pid_alive
+from eos_dev.stack.services import StackError, pid_alive
+from eos_pipeline.adapters.kafka import KafkaSettings, admin_client, create_topic
+from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import event_id, produce_events, wait_for_records
 
 

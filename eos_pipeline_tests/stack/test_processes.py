@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from eos_pipeline.stack import processes
-from eos_pipeline.stack.processes import free_port, port_in_use
+from eos_dev.stack import processes
+from eos_dev.stack.processes import free_port, port_in_use
 
 
 def test_free_ports_are_below_the_ephemeral_range_and_bindable() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from eos_pipeline.stack import kafka_broker
-from eos_pipeline.stack.config import DEFAULT_JVM_OPTIONS
-from eos_pipeline.stack.services import (
+from eos_dev.stack import kafka_broker
+from eos_dev.stack.config import DEFAULT_JVM_OPTIONS
+from eos_dev.stack.services import (
     Stack,
     StackConfig,
     StackError,

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from eos_pipeline.adapters.jvm_artifacts import load_lock
-from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
-from eos_pipeline.cli import main
-from eos_pipeline.stack.services import Stack, StackConfig, StackError
-from eos_pipeline.stack.spark_connect import (
+from eos_dev.stack.services import Stack, StackConfig, StackError
+from eos_dev.stack.spark_connect import (
     CONNECT,
     CONNECT_SERVER_CLASS,
     MASTER,
     connect_command,
     spark_services,
 )
+from eos_pipeline.adapters.jvm_artifacts import load_lock
+from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
+from eos_pipeline.cli import main
 
 
 def _conf(command: list[str]) -> dict[str, str]:

@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from eos_pipeline.stack.processes import port_in_use
-from eos_pipeline.stack.services import Stack, StackConfig, find_java, free_port
+from eos_dev.stack.processes import port_in_use
+from eos_dev.stack.services import Stack, StackConfig, find_java, free_port
 
 
 class OwnStack:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from eos_pipeline.stack.services import free_port
+from eos_dev.stack.services import free_port
 
 USER = "eos"
 DATABASE = "dagster"

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eos_pipeline.stack.services import Stack, StackConfig, free_port, pid_alive
-from eos_pipeline.stack.spark_connect import launch_spark
+from eos_dev.stack.services import Stack, StackConfig, free_port, pid_alive
+from eos_dev.stack.spark_connect import launch_spark
 
 WORKERS = int(os.environ.get("EOS_TEST_SPARK_WORKERS", "0"))
 

@@ -2,7 +2,7 @@
 
 On request (``spark=True``, ``stack up --spark``) also a long-lived Spark: a Spark Connect server
 and, with ``spark_workers`` > 0, a standalone master and workers behind it (see
-:mod:`eos_pipeline.stack.spark_connect`).
+:mod:`eos_dev.stack.spark_connect`).
 
 Everything lives under one state directory (data, logs, pid files, the rendered configs), so
 ``stack down`` plus deleting that directory returns the machine to where it was. The processes run
@@ -13,9 +13,9 @@ protocol (ZooKeeper's ``srvr``, Kafka metadata through librdkafka), never by sle
 Tests use the same code on free ports and a temporary state directory.
 
 This module is the orchestration (pid files, start order, shutdown); the parts live beside it:
-:mod:`~eos_pipeline.stack.config` (what to run), :mod:`~eos_pipeline.stack.processes` (Java,
-ports, pids, readiness waits), :mod:`~eos_pipeline.stack.zookeeper` and
-:mod:`~eos_pipeline.stack.kafka_broker` (each service's config, probe and start).
+:mod:`~eos_dev.stack.config` (what to run), :mod:`~eos_dev.stack.processes` (Java,
+ports, pids, readiness waits), :mod:`~eos_dev.stack.zookeeper` and
+:mod:`~eos_dev.stack.kafka_broker` (each service's config, probe and start).
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
-from eos_pipeline.stack.config import ServiceStatus, StackConfig, StackError
-from eos_pipeline.stack.kafka_broker import kafka_ready, start_kafka
-from eos_pipeline.stack.processes import (
+from eos_dev.stack.config import ServiceStatus, StackConfig, StackError
+from eos_dev.stack.kafka_broker import kafka_ready, start_kafka
+from eos_dev.stack.processes import (
     MIN_JAVA,
     find_java,
     free_port,
     pid_alive,
     port_in_use,
 )
-from eos_pipeline.stack.zookeeper import start_zookeeper, zookeeper_ready
+from eos_dev.stack.zookeeper import start_zookeeper, zookeeper_ready
+from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 
 __all__ = [
     "MIN_JAVA",
@@ -87,14 +87,14 @@ class Stack:
 
     def _endpoint(self, name: str) -> str:
         if name.startswith("spark-"):
-            from eos_pipeline.stack.spark_connect import spark_endpoint
+            from eos_dev.stack.spark_connect import spark_endpoint
 
             return spark_endpoint(self.config, name)
         return self.config.zookeeper_hosts if name == "zookeeper" else self.config.kafka_bootstrap
 
     def services(self) -> list[str]:
         """Services in start order: the two base ones, then Spark's if asked for or running."""
-        from eos_pipeline.stack.spark_connect import spark_services
+        from eos_dev.stack.spark_connect import spark_services
 
         return [*self.SERVICES, *spark_services(self)]
 
@@ -119,7 +119,7 @@ class Stack:
         )
         spark_ready = None
         if self.config.spark:  # launched first: its JVM boots while ZooKeeper and Kafka start
-            from eos_pipeline.stack.spark_connect import launch_spark
+            from eos_dev.stack.spark_connect import launch_spark
 
             spark_ready = launch_spark(self, java)
         self._start_zookeeper(java)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eos_dev.stack.services import Stack, StackConfig, free_port
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -42,9 +43,8 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     produce_all,
 )
-from eos_pipeline.stack.services import Stack, StackConfig, free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "demo"
 
 
@@ -116,7 +116,7 @@ def count_hudi(table_path: str) -> dict[int, list[int]]:
 
 def count_in_child(request: dict[str, Any]) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "eos_pipeline.demo", json.dumps(request)],
+        [sys.executable, "-m", "eos_dev.demo", json.dumps(request)],
         capture_output=True,
         text=True,
         check=False,

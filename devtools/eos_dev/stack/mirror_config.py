@@ -1,6 +1,6 @@
 """The failover stack's configuration: two clusters, MirrorMaker 2's properties, its state file.
 
-Kept apart from the processes (:mod:`eos_pipeline.stack.mirror`) so the CLI and the tests can
+Kept apart from the processes (:mod:`eos_dev.stack.mirror`) so the CLI and the tests can
 build and read a configuration without starting anything.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eos_pipeline.stack.config import StackError
+from eos_dev.stack.config import StackError
 
 MIRROR_MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
 #: Topic produced on every cluster to prove that both flows replicate (no dot: MM2's default

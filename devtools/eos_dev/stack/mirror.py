@@ -5,7 +5,7 @@ default replication policy, so topic ``T`` of cluster A appears on B as ``A.T`` 
 as ``B.T``. Exactly-once source support is on for both target clusters (a replica holds each
 record once; see PLATFORM.md for why each property is set the way it is).
 
-The brokers reuse :class:`~eos_pipeline.stack.services.Stack` (same launch, pid files, readiness
+The brokers reuse :class:`~eos_dev.stack.services.Stack` (same launch, pid files, readiness
 and shutdown), each in its own state directory. One cluster may be an already running broker that
 this stack does not own (``eos-pipeline stack up --mirror`` mirrors the main stack's Kafka); it is
 then neither started nor stopped here. Readiness proves replication: a record produced on each
@@ -22,9 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eos_pipeline.stack.config import ServiceStatus, StackConfig, StackError
-from eos_pipeline.stack.kafka_broker import kafka_ready
-from eos_pipeline.stack.mirror_config import (
+from eos_dev.stack.config import ServiceStatus, StackConfig, StackError
+from eos_dev.stack.kafka_broker import kafka_ready
+from eos_dev.stack.mirror_config import (
     CONFIG_FILE,
     MIRROR_MAIN_CLASS,
     MM2_LOG4J2,
@@ -34,8 +34,8 @@ from eos_pipeline.stack.mirror_config import (
     mirror_config,
     mm2_properties,
 )
-from eos_pipeline.stack.processes import find_java, wait_ready
-from eos_pipeline.stack.services import Stack
+from eos_dev.stack.processes import find_java, wait_ready
+from eos_dev.stack.services import Stack
 
 
 class _KafkaOnly(Stack):

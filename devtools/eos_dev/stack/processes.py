@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eos_pipeline.stack.config import StackError
+from eos_dev.stack.config import StackError
 
 MIN_JAVA = 17
 

@@ -5,7 +5,7 @@ The PySpark wheel carries a whole Spark runtime but not ``sbin/start-*.sh``, so 
 is started with ``bin/spark-class`` or ``bin/spark-submit``. Those scripts ``exec`` the JVM: the
 recorded pid is the JVM itself, and its session (process group) holds everything it spawns
 (executors, Python workers), so ``stack down`` signals that group and leaves nothing. The
-Connect server itself is :mod:`eos_pipeline.stack.spark_connect`'s.
+Connect server itself is :mod:`eos_dev.stack.spark_connect`'s.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eos_pipeline.stack.config import StackConfig
-from eos_pipeline.stack.processes import wait_ready
+from eos_dev.stack.config import StackConfig
+from eos_dev.stack.processes import wait_ready
 
 if TYPE_CHECKING:
-    from eos_pipeline.stack.services import Stack
+    from eos_dev.stack.services import Stack
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

@@ -13,11 +13,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eos_pipeline.stack.config import StackConfig, StackError
-from eos_pipeline.stack.processes import wait_ready
+from eos_dev.stack.config import StackConfig, StackError
+from eos_dev.stack.processes import wait_ready
 
 if TYPE_CHECKING:
-    from eos_pipeline.stack.services import Stack
+    from eos_dev.stack.services import Stack
 
 
 def kafka_ready(bootstrap: str) -> bool:

@@ -6,7 +6,7 @@ it over ``sc://`` as thin clients. With ``spark_workers`` > 0 the server is the 
 standalone cluster (a master and N workers on this machine), which shows the product's jobs run
 on a distributed engine and not only inside one JVM.
 
-The JVMs are launched through PySpark's own scripts (:mod:`eos_pipeline.stack.spark_cluster`,
+The JVMs are launched through PySpark's own scripts (:mod:`eos_dev.stack.spark_cluster`,
 which also starts the standalone master and workers). The Connect server is ready when a query
 sent from an ``sc://`` client has run a Spark job and returned the right answer, not when a port
 opens.
@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
-from eos_pipeline.stack.config import StackConfig, StackError
-from eos_pipeline.stack.processes import log_tail, wait_ready
-from eos_pipeline.stack.spark_cluster import (
+from eos_dev.stack.config import StackConfig, StackError
+from eos_dev.stack.processes import log_tail, wait_ready
+from eos_dev.stack.spark_cluster import (
     MASTER,
     WORKER_PREFIX,
     launch,
@@ -41,9 +40,10 @@ from eos_pipeline.stack.spark_cluster import (
     start_worker,
     worker_names,
 )
+from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 
 if TYPE_CHECKING:
-    from eos_pipeline.stack.services import Stack
+    from eos_dev.stack.services import Stack
 
 CONNECT_BUNDLE = "spark-connect"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
