@@ -6,14 +6,17 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-cluster lint bench stack-up stack-down stack-status fetch system clean
+.PHONY: demo test test-cluster lint lock bench stack-up stack-down stack-status fetch system clean
 
-$(STAMP): pyproject.toml devtools/pyproject.toml
+# Python packages come from requirements.lock (every package pinned with its SHA-256 hashes, like
+# the jars); the product and the dev tools are then installed editable without resolving again.
+$(STAMP): pyproject.toml devtools/pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
 	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "Java 17+ is needed (Kafka, ZooKeeper, Spark): install openjdk-17 or set JAVA_HOME" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./devtools
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e . -e ./devtools
 	@touch $(STAMP)
 
 fetch: $(STAMP)
@@ -45,6 +48,14 @@ test-cluster: fetch
 # Benchmarks (benchmarks/README.md): starts its own stack on free ports, about 8 minutes.
 bench: fetch
 	$(BIN)/python -m benchmarks --spark --hudi --latency
+
+# Re-resolve requirements.lock after a pin in pyproject.toml changed (uv, in a venv of its own
+# under .cache/; the lock is for CPython 3.11 on x86_64 Linux, the machines this project runs on).
+UV_VERSION := 0.13.9
+lock:
+	@[ -x .cache/uv/bin/uv ] || { $(PYTHON) -m venv .cache/uv && .cache/uv/bin/pip install --quiet uv==$(UV_VERSION); }
+	.cache/uv/bin/uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --no-header -o requirements.lock
 
 lint: $(STAMP)
 	$(BIN)/ruff check eos_pipeline devtools eos_pipeline_tests benchmarks tools
