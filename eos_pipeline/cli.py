@@ -297,12 +297,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             from concurrent.futures import ThreadPoolExecutor
 
+            from eos_pipeline.adapters.spark import build_fencing_jar
             from eos_pipeline.adapters.spark_cds import ensure_archive
 
             with ThreadPoolExecutor(1) as pool:  # CPU-bound, beside the network-bound downloads
                 archive = pool.submit(ensure_archive, args.cache_dir, progress=print)
                 for name, jars in ensure_all(args.cache_dir, progress=print).items():
                     print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+                    for hudi in (j for j in jars if name == "hudi" and "hudi-spark" in j.name):
+                        print(f"fencing: {build_fencing_jar(hudi, args.cache_dir)}")
                 archive.result()  # Spark's JVMs start faster with it; None: they start as before
             return 0
         if args.command == "failover":

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from eos_pipeline.adapters.jvm_artifacts import ArtifactError
 from eos_pipeline.adapters.kafka.settings import RANGE_FETCH_WAIT_MS
 from eos_pipeline.adapters.spark_decode import (
     ERROR_CLASS_COLUMN,
@@ -85,15 +86,14 @@ class SparkKafkaError(RuntimeError):
 def default_jars() -> list[str]:
     """Local paths of the Hudi bundle, the Kafka connector and the fencing strategy.
 
-    The bundles are fetched on first use; the fencing strategy is compiled on first use (see
-    :func:`fencing_jar`) and left out, with a warning, where no ``javac`` is installed.
+    The bundles are fetched on first use; the fencing jar is built by ``eos-pipeline fetch``
+    and its absence refuses the run (:func:`fencing_jar`).
     """
     from eos_pipeline.adapters.jvm_artifacts import ensure_bundle
 
     jars = [p for name in ("hudi", "spark-kafka") for p in ensure_bundle(name)]
     hudi = [p for p in jars if "hudi-spark" in p.name]
-    fencing = fencing_jar(hudi[0]) if hudi else None
-    return [str(p) for p in jars] + ([str(fencing)] if fencing else [])
+    return [str(p) for p in jars] + [str(fencing_jar(h)) for h in hudi[:1]]
 
 
 #: Hudi conflict-resolution strategy (run under Hudi's commit lock with optimistic concurrency
@@ -107,7 +107,8 @@ FENCING_JAR_STEM = "eos-hudi-fencing"
 #: Spark plugin in the same jar: initializes Hudi's metadata payload class on the driver and
 #: every executor before any Hudi work (issue 17, see HudiClassInit.java).
 HUDI_CLASS_INIT_PLUGIN = "eos.hudi.HudiClassInit"
-#: Its Java source, shipped with the package and compiled on first use (:func:`fencing_jar`).
+#: Its Java source, shipped with the package and compiled by ``eos-pipeline fetch``
+#: (:func:`build_fencing_jar`).
 FENCING_SOURCE = Path(__file__).parent / "java" / "CheckpointFencingStrategy.java"
 
 
@@ -119,28 +120,50 @@ def _javac() -> str | None:
     return shutil.which("javac")
 
 
-def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
-    """The fencing strategy compiled against ``hudi_jar`` (cached by source digest), or None.
+class FencingJarError(ArtifactError):
+    """The fencing jar is missing or cannot be built: Hudi commits would not be fenced."""
 
-    Compiled here rather than fetched: it is project code, a few dozen lines, and must match the
-    Hudi bundle in use. Without a JDK the sink still checks the checkpoint before writing, but
-    that check is not atomic with the commit, so a warning says so.
-    """
+
+def _fencing_target(hudi_jar: Path, cache_dir: Path | None) -> tuple[Path, list[Path]]:
     from eos_pipeline.adapters.jvm_artifacts import default_cache_dir
 
     sources = sorted(FENCING_SOURCE.parent.glob("*.java"))
     java = "\0".join(p.read_text() for p in sources)
     digest = hashlib.sha256(f"{java}\0{hudi_jar.name}".encode()).hexdigest()[:16]
     target = (cache_dir or default_cache_dir()) / "eos-hudi" / f"{FENCING_JAR_STEM}-{digest}.jar"
+    return target, sources
+
+
+def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
+    """The fencing strategy built for ``hudi_jar`` by ``eos-pipeline fetch``.
+
+    Without it two writers racing on one table could both commit, so its absence refuses the
+    run instead of degrading it.
+    """
+    target, _ = _fencing_target(hudi_jar, cache_dir)
+    if not target.exists():
+        raise FencingJarError(
+            f"the Hudi fencing jar {target} is missing: run `eos-pipeline fetch` (it compiles "
+            "the project's fencing strategy with a JDK's javac) before any Hudi run"
+        )
+    return target
+
+
+def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
+    """Compile the fencing strategy against ``hudi_jar`` (cached by source digest).
+
+    Compiled rather than fetched: it is project code, a few dozen lines, and must match the
+    Hudi bundle in use.
+    """
+    target, sources = _fencing_target(hudi_jar, cache_dir)
     if target.exists():
         return target
     javac = _javac()
     if javac is None:
-        log.warning(
-            "javac not found: Hudi commits run without the checkpoint fencing strategy; two "
-            "writers racing on one table could both commit. Install a JDK to close that gap"
+        raise FencingJarError(
+            "javac not found: the Hudi fencing jar needs a JDK (17+); install one or set "
+            "JAVA_HOME, then run `eos-pipeline fetch` again"
         )
-        return None
     import pyspark
 
     spark_jars = Path(pyspark.__file__).parent / "jars" / "*"
@@ -170,7 +193,9 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path | None:
             check=False,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"compiling {FENCING_SOURCE.parent} failed:\n{done.stderr[-2000:]}")
+            raise FencingJarError(
+                f"compiling {FENCING_SOURCE.parent} failed:\n{done.stderr[-2000:]}"
+            )
         staged = Path(tmp, target.name)
         with zipfile.ZipFile(staged, "w") as jar:
             for path in sorted(classes.rglob("*.class")):
@@ -374,7 +399,9 @@ __all__ = [
     "KAFKA_SCHEMA",
     "SOURCE_COLUMNS",
     "TIMESTAMP_COLUMN",
+    "FencingJarError",
     "SparkKafkaError",
+    "build_fencing_jar",
     "decode_json",
     "default_jars",
     "fencing_jar",

@@ -153,8 +153,7 @@ def server_jars(
         *ensure_bundle("spark-kafka", cache, progress),
     ]
     hudi = [j for j in jars if "hudi-spark" in j.name]
-    fencing = fencing_jar(hudi[0], cache) if hudi else None
-    return jars + ([fencing] if fencing else [])
+    return jars + [fencing_jar(h, cache) for h in hudi[:1]]
 
 
 def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
