@@ -61,6 +61,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 from clickhouse_connect.driver.exceptions import OperationalError
+from clickhouse_connect.driver.httpclient import HttpClient
 
 from eos_pipeline.adapters.clickhouse.ddl import (
     DEFAULT_DEDUP_WINDOW,
@@ -79,11 +80,6 @@ from eos_pipeline.core.schema import (
     TableSchema,
     validate_identifiers,
 )
-
-try:  # the embedded engine's client class; absent if clickhouse-connect drops its chDB backend
-    from clickhouse_connect.driver._chdbclient import ChdbClient as _ChdbClient
-except ImportError:  # pragma: no cover
-    _ChdbClient = None
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +265,9 @@ class ClickHouseSink(SourceRangeQueries):
     @property
     def embedded(self) -> bool:
         """True on chDB, where ClickHouse can read a chunk's JSON from a local file."""
-        return _ChdbClient is not None and isinstance(self._client, _ChdbClient)
+        # clickhouse-connect's synchronous clients are the HTTP one and the embedded chDB one;
+        # the latter's class is private to the driver, so it is told apart by not being HTTP.
+        return not isinstance(self._client, HttpClient)
 
     def insert_json(
         self,
