@@ -141,13 +141,13 @@ def test_status_and_a_second_up_prove_replication_again(mirror_stack: MirrorStac
 def test_cli_status_lists_the_failover_stack_once_started(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eos_pipeline import cli
+    from eos_dev import cli as dev_cli
     from eos_pipeline.cli import main
 
     def must_not_start(self: object) -> None:
         raise AssertionError("a bad --aliases must be refused before anything starts")
 
-    monkeypatch.setattr(cli.Stack, "up", must_not_start)
+    monkeypatch.setattr(dev_cli.Stack, "up", must_not_start)
 
     state = tmp_path / "stack"
     mirror = MirrorConfig(
