@@ -195,11 +195,6 @@ def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | No
     return None
 
 
-def positions_from_ends(topic: str, ends: Mapping[int, int]) -> Checkpoint:
-    """Turn ``{partition: next_offset}`` (as Kafka reports it) into a checkpoint mapping."""
-    return {TopicPartition(topic, p): o for p, o in ends.items()}
-
-
 __all__ = [
     "CHECKPOINT_KEY_V1",
     "CHECKPOINT_KEY_V2",
@@ -210,6 +205,5 @@ __all__ = [
     "format_checkpoint",
     "merge_checkpoint",
     "parse_checkpoint",
-    "positions_from_ends",
     "validate_checkpoint",
 ]

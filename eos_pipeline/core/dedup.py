@@ -167,11 +167,6 @@ class Decision:
         """Whether the keeper is written at all (only steps write it)."""
         return bool(self.steps)
 
-    def raise_for_error(self) -> None:
-        """Raise :class:`OffsetRegressionError` if the batch must not be processed."""
-        if self.error is not None:
-            raise OffsetRegressionError(self.error)
-
 
 def _nonempty(start: int, end: int) -> OffsetRange | None:
     return OffsetRange(start, end) if end > start else None

@@ -21,7 +21,6 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.adapters.sync_archive import SyncArchive
 from eos_pipeline.core.failover import Flow
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,
     cluster_frozen,
@@ -29,6 +28,7 @@ from eos_pipeline_tests.mirror_fixtures import (
     two_cluster_topic,
     wait_for_records,
 )
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 pytestmark = pytest.mark.integration
 

@@ -52,9 +52,6 @@ class ReplicationPolicy:
         """MM2's offset-syncs topic of a flow, named after the flow's *other* cluster."""
         return f"mm2-offset-syncs{self.separator}{other_alias}{self.separator}internal"
 
-    def checkpoints_topic(self, source_alias: str) -> str:
-        return f"{source_alias}{self.separator}checkpoints{self.separator}internal"
-
 
 DEFAULT_POLICY = ReplicationPolicy()
 

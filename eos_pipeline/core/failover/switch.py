@@ -20,7 +20,7 @@ to any sink whose positions carry a :class:`~eos_pipeline.core.keeper_record.Mar
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eos_pipeline.core.failover.bounds import SYNCS, read_start
@@ -258,13 +258,6 @@ def move_position(
     )
 
 
-def settled_positions(
-    records: Iterable[tuple[PhysicalTopic, int, KeeperRecord]],
-) -> list[tuple[PhysicalTopic, int, KeeperRecord]]:
-    """The positions worth moving: those that hold a state (a bare epoch moves nothing)."""
-    return [(t, p, r) for t, p, r in records if r.has_state]
-
-
 __all__ = [
     "STEPS",
     "ActiveState",
@@ -277,5 +270,4 @@ __all__ = [
     "move",
     "move_position",
     "plan_switch",
-    "settled_positions",
 ]
