@@ -51,20 +51,13 @@ from eos_pipeline.core.checkpoint import (
     CheckpointError,
     validate_checkpoint,
 )
+from eos_pipeline.core.errors import HudiCommitError, HudiFencedError
 from eos_pipeline.core.offsets import TopicPartition
 
 if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
     from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
-
-
-class HudiCommitError(RuntimeError):
-    """A Hudi transaction could not be committed, or not as asked."""
-
-
-class HudiFencedError(HudiCommitError):
-    """Another writer moved the table's checkpoint after this transaction started: fenced."""
 
 
 class _Unchecked:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import TopicPartition
 
 #: Key HoodieStreamer 1.x writes for a Kafka source on a version >= 8 table.
@@ -35,8 +36,10 @@ _MAX_PARTITION = 2**31 - 1
 Checkpoint = dict[TopicPartition, int]
 
 
-class CheckpointError(ValueError):
+class CheckpointError(NeedsPerson, ValueError):
     """A checkpoint string or mapping is malformed or would lose or repeat records."""
+
+    code = "bad-checkpoint"
 
 
 def _topic_of(positions: Mapping[TopicPartition, int]) -> str:

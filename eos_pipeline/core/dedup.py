@@ -83,6 +83,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 __all__ = [
@@ -115,8 +116,10 @@ class Case(Enum):
     STRADDLE = "STRADDLE"
 
 
-class OffsetRegressionError(RuntimeError):
+class OffsetRegressionError(NeedsPerson, RuntimeError):
     """A batch lies entirely below the stored start: the reader was moved back by hand."""
+
+    code = "offset-regression"
 
 
 @dataclass(frozen=True, slots=True)

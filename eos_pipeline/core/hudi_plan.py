@@ -16,14 +16,19 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import Reset, checkpoint_state, start_offset
+from eos_pipeline.core.positions import Reset, check_same_log, checkpoint_state, start_offset
 
-__all__ = ["TransactionRanges", "TransactionRefused", "plan_ranges"]
+__all__ = ["PlanLogChanged", "TransactionRanges", "TransactionRefused", "plan_ranges"]
 
 
 class TransactionRefused(ValueError):
     """The next transaction cannot be planned without losing or repeating records."""
+
+
+class PlanLogChanged(LogChanged, TransactionRefused):
+    """The table's checkpoint is not from the log Kafka holds now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +71,13 @@ def plan_ranges(
         tp = TopicPartition(topic, p)
         state = checkpoint_state(stored.get(tp))
         start[tp] = start_offset(state, reset, end=ends[p], log_start=lows.get(p))
-    gone = sorted(tp.partition for tp in stored if tp.partition not in ends)
-    if gone:
-        raise TransactionRefused(
-            f"topic {topic!r} has {len(ends)} partitions but the table's checkpoint names "
-            f"partition(s) {gone}: the topic was deleted and recreated with fewer "
-            "partitions. Nothing was read; point the pipeline at a new table"
-        )
+    check_same_log(
+        table,
+        topic=topic,
+        stored_partitions=[tp.partition for tp in stored],
+        present=ends,
+        error=PlanLogChanged,
+    )
     chosen = sorted(ends) if partitions is None else sorted(set(partitions))
     unknown = [p for p in chosen if p not in ends]
     if unknown:
@@ -84,19 +89,14 @@ def plan_ranges(
     for p in chosen:
         tp = TopicPartition(topic, p)
         begin = start[tp]
-        if begin > ends[p]:
-            raise TransactionRefused(
-                f"{tp}: the table has read up to offset {begin} but Kafka's log ends at "
-                f"{ends[p]}: the topic was recreated or truncated. Nothing was read; the "
-                "offsets of the new log would not match the table's"
-            )
-        if begin < lows[p]:
-            raise TransactionRefused(
-                f"{tp}: offsets [{begin}, {lows[p]}) were deleted from Kafka (retention "
-                "or compaction) before this table read them. Nothing was read. Raise the "
-                "topic's retention, or accept the loss explicitly by committing a moved "
-                "checkpoint"
-            )
+        check_same_log(
+            f"{table}: {tp}",
+            topic=topic,
+            position=begin,
+            log_end=ends[p],
+            log_start=lows[p],
+            error=PlanLogChanged,
+        )
         end = min(ends[p], begin + max_records)
         if until is not None and p in until:
             end = max(begin, min(end, until[p]))

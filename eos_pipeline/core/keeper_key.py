@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import TopicPartition
 
 __all__ = [
@@ -33,8 +34,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class InvalidKeyError(ValueError):
+class InvalidKeyError(NeedsPerson, ValueError):
     """A pipeline, sink, topic, partition or root cannot be used as a znode path part."""
+
+    code = "invalid-key"
 
 
 def validate_name(field_name: str, value: object) -> str:

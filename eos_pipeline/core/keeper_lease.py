@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.keeper_record import (
     PHASES,
     KeeperError,
@@ -26,12 +27,16 @@ from eos_pipeline.core.keeper_record import (
 WriteOutcome = Literal["landed", "resend", "lost"]
 
 
-class FencedError(KeeperError):
+class FencedError(NeedsPerson, KeeperError):
     """A newer writer took the partition: this lease may never move the state again."""
 
+    code = "fenced"
 
-class ConflictError(KeeperError):
+
+class ConflictError(NeedsPerson, KeeperError):
     """The znode changed in a way this writer did not expect, so nothing was written."""
+
+    code = "keeper-conflict"
 
 
 @dataclass

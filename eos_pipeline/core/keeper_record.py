@@ -54,6 +54,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eos_pipeline.core.dedup import Phase
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.keeper_key import (
     DEFAULT_ROOT,
     InvalidKeyError,
@@ -86,8 +87,10 @@ class KeeperError(RuntimeError):
     """Base class of the keeper's errors."""
 
 
-class CorruptRecordError(KeeperError):
+class CorruptRecordError(NeedsPerson, KeeperError):
     """A znode holds something that is not a valid keeper record."""
+
+    code = "corrupt-record"
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"corrupt keeper record at {path}: {reason}")

@@ -47,10 +47,11 @@ from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
+from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.failover.table_position import row_topic
 from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import needs_log_start, start_offset
+from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
 from eos_pipeline.core.tokens import dedup_token
 from eos_pipeline.sinks.clickhouse_reports import (
     BatchReport,
@@ -63,6 +64,10 @@ from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
 from eos_pipeline.sinks.resume import resolve_pending
 
 log = logging.getLogger(__name__)
+
+
+class PositionLogChanged(LogChanged, KafkaReadError):
+    """The keeper's position is not from the log Kafka holds now; nothing was read or written."""
 
 
 class ClickHousePartitionSync:
@@ -183,45 +188,30 @@ class ClickHousePartitionSync:
         return range_consumer(self.kafka)
 
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
-        """Kafka's id of ``tp.topic``, refusing a topic other than the one the position is from.
-
-        A topic deleted and recreated under the same name has a new id. Once its new log has
-        grown past the stored position, offsets cannot show the swap; the stored id can. A record
-        written before ids were stored has none: it is accepted and gets one with its next write.
-        """
+        """Kafka's id of ``tp.topic``, refusing a position read from another topic of that name
+        (``core.positions.check_same_log``); a record stored before ids were kept has none and
+        gets one with its next write."""
         tid = topic_id(self.kafka, tp.topic)
         stored = record.topic_id if record is not None else None
-        if stored is not None and stored != tid:
-            raise KafkaReadError(
-                f"{tp}: the keeper's position was read from topic id {stored}, but topic "
-                f"{tp.topic!r} now has id {tid}: the topic was deleted and recreated. Nothing was "
-                "read or written. Point the pipeline at a new table, or reset this partition's "
-                "keeper record deliberately"
-            )
+        check_same_log(
+            str(tp), topic=tp.topic, stored_topic_id=stored, topic_id=tid, error=PositionLogChanged
+        )
         return tid
 
     def _log_end(self, tp: TopicPartition, state: SinkState | None) -> int:
-        """Kafka's last stable offset of ``tp``, refusing a log that is behind the stored state.
-
-        A stored position never runs ahead of the log it was read from, so a log ending before
-        it is a different log: the topic was deleted and recreated (or truncated). Going on
-        would skip the new log's first offsets silently, or mix two logs' offsets in one table.
-        """
+        """Kafka's last stable offset of ``tp``, refusing a log that is not the stored state's
+        (a partition gone, a log ending before it: ``core.positions.check_same_log``)."""
         ends = end_offsets(self.kafka, tp.topic)
-        if tp.partition not in ends:
-            raise KafkaReadError(
-                f"{tp}: topic {tp.topic!r} has only {len(ends)} partitions now; it was recreated "
-                "with fewer. Nothing was read or written"
-            )
-        end = ends[tp.partition]
-        if state is not None and state.range.end > end:
-            raise KafkaReadError(
-                f"{tp}: the keeper says offsets up to {state.range.end} were taken ({state}), "
-                f"but Kafka's log ends at {end}: the topic was deleted and recreated (or "
-                "truncated). Nothing was read or written. Point the pipeline at a new table or "
-                "reset this partition's keeper record deliberately"
-            )
-        return end
+        check_same_log(
+            str(tp),
+            topic=tp.topic,
+            stored_partitions=[tp.partition],
+            present=ends,
+            position=state.range.end if state is not None else None,
+            log_end=ends.get(tp.partition),
+            error=PositionLogChanged,
+        )
+        return ends[tp.partition]
 
     def _next_start(self, tp: TopicPartition, state: SinkState | None, target: int) -> int:
         """``core.positions.start_offset``, asking Kafka for the log start only if needed."""
@@ -405,6 +395,7 @@ __all__ = [
     "BatchReport",
     "ClickHousePartitionSync",
     "ClickHouseTableSpec",
+    "PositionLogChanged",
     "SyncReport",
     "state_of",
 ]

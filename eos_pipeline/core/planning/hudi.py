@@ -31,7 +31,7 @@ from eos_pipeline.core.retries import (
     DEFAULT_BACKOFF,
     Backoff,
     Failures,
-    judge,
+    decide_retry,
 )
 
 # ------------------------------------------------------------------------------- Hudi
@@ -123,7 +123,7 @@ def plan_hudi(
     # the checkpoint can be long (one entry per partition): the tag holds a digest of it
     start = "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
     failed = failures.get((ANY_PARTITION, start))
-    verdict = judge(
+    verdict = decide_retry(
         f"Hudi table {table}",
         start,
         failed,
