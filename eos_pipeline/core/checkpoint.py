@@ -27,6 +27,14 @@ from eos_pipeline.core.offsets import TopicPartition
 CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
 #: Historical key (HoodieStreamer before 1.0, and tables of version < 8); read as a fallback.
 CHECKPOINT_KEY_V1 = "deltastreamer.checkpoint.key"
+#: Kafka's topic id is stored next to the checkpoint under ``<checkpoint key>`` + this suffix:
+#: the datasource copies into the commit metadata only options starting with ONE prefix (the
+#: checkpoint key), and HoodieStreamer reads its key exactly, so the extra key is invisible to it.
+TOPIC_ID_SUFFIX = ".eos.kafka.topic.id"
+#: A pipeline with several clusters stores its cluster position (which cluster, every physical
+#: topic, the mark of the last record written) under ``<checkpoint key>`` + this suffix, as JSON
+#: (:class:`eos_pipeline.core.failover.table_position.TablePosition`).
+CLUSTER_POSITION_SUFFIX = ".eos.cluster.position"
 
 _DIGITS = re.compile(r"^[0-9]+$")
 # Same bound as Kafka's own offsets (a signed 64-bit long), so a parsed value always fits Java.
@@ -201,6 +209,8 @@ def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | No
 __all__ = [
     "CHECKPOINT_KEY_V1",
     "CHECKPOINT_KEY_V2",
+    "CLUSTER_POSITION_SUFFIX",
+    "TOPIC_ID_SUFFIX",
     "Checkpoint",
     "CheckpointError",
     "checkpoint_from_metadata",

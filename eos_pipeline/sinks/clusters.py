@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
+from eos_pipeline.adapters.failover import (
+    FailoverPipeline,
+    FailoverStates,
+    partitions_of,
+    record_syncs,
+)
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.sync_archive import record_syncs
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hooks import FaultHook, no_fault

@@ -33,7 +33,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
+from eos_pipeline.adapters.failover import (
+    FailoverPipeline,
+    FailoverStates,
+    partitions_of,
+    record_syncs,
+    refresh,
+)
 from eos_pipeline.adapters.hudi import CommitInfo, latest_commit
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
@@ -44,7 +50,6 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import TimeFloors, first_offset
-from eos_pipeline.adapters.sync_archive import record_syncs, refresh
 from eos_pipeline.core.failover import SyncHistory
 from eos_pipeline.core.failover.table_position import (
     TablePosition,

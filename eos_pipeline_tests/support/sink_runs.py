@@ -10,10 +10,9 @@
 from __future__ import annotations
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of
+from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of, record_syncs
 from eos_pipeline.adapters.kafka import read_range
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.sync_archive import record_syncs
 from eos_pipeline.core.dedup import OffsetRegressionError, decide
 from eos_pipeline.core.failover.errors import ResumeError
 from eos_pipeline.core.keeper_record import KeeperKey

@@ -30,11 +30,9 @@ from eos_pipeline.core.failover.naming import (
     Flow,
     PhysicalTopic,
     ReplicationPolicy,
-    Route,
     physical_topics,
-    route,
 )
-from eos_pipeline.core.failover.syncs import SyncHistory, Window
+from eos_pipeline.core.failover.syncs import Route, SyncHistory, Window, route
 from eos_pipeline.core.keeper_record import KeeperRecord, Mark, validate_cluster
 
 STATE_VERSION = 1

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.failover.errors import FailoverError
-from eos_pipeline.core.failover.naming import Flow, PhysicalTopic, physical_topics, route
+from eos_pipeline.core.failover.naming import Flow, PhysicalTopic, physical_topics
 from eos_pipeline.core.failover.switch import ClusterSet, Move, move_position
-from eos_pipeline.core.failover.syncs import SyncHistory
+from eos_pipeline.core.failover.syncs import SyncHistory, route
 from eos_pipeline.core.keeper_record import Mark, validate_cluster
 from eos_pipeline.core.offsets import TopicPartition
 
