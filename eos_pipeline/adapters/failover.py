@@ -69,7 +69,7 @@ from eos_pipeline.core.failover.switch import (
     plan_switch,
 )
 from eos_pipeline.core.failover.table_position import carry_over, flows_needed, stored_position
-from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
+from eos_pipeline.core.keeper import KeeperKey, KeeperRecord
 from eos_pipeline.core.offsets import TopicPartition
 
 log = logging.getLogger(__name__)

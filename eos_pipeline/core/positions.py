@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.errors import LogChanged
-from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange
 
 __all__ = [
@@ -58,7 +58,7 @@ def sink_state(record: KeeperRecord | None) -> SinkState | None:
     """The position a keeper record holds; None for no record, or a record without state yet.
 
     A record can exist only to hold the epoch of the writer that took the partition (see
-    :mod:`eos_pipeline.core.keeper_record`): that is "nothing stored" too.
+    :mod:`eos_pipeline.core.keeper`): that is "nothing stored" too.
     """
     if record is None or not record.has_state:
         return None

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 # The core's typed errors, imported so that their names are known to fault_of_class here.
-from eos_pipeline.core import checkpoint, dedup, hudi_plan, keeper_lease, keeper_record, replay  # noqa: F401
+from eos_pipeline.core import checkpoint, dedup, keeper, replay  # noqa: F401
 from eos_pipeline.core.errors import Fault, fault_of_class
 
 __all__ = [

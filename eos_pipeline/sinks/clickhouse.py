@@ -49,7 +49,7 @@ from eos_pipeline.core.decode import add_source_columns, decode_json, decode_jso
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.failover.table_position import row_topic
-from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, Mark
+from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
 from eos_pipeline.core.tokens import dedup_token

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 

@@ -59,7 +59,7 @@ from eos_pipeline.core.failover.table_position import (
     stored_position,
     streamer_checkpoint,
 )
-from eos_pipeline.core.keeper_record import Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import check_same_log, checkpoint_state, start_offset
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault

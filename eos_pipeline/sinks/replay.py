@@ -35,7 +35,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.keeper import KeeperStateStore, Lease, default_writer_id
 from eos_pipeline.adapters.replay_journal import ReplayJournal
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.positions import check_same_log, sink_state
 from eos_pipeline.core.replay import (

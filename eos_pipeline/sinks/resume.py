@@ -26,7 +26,7 @@ from eos_pipeline.core.failover import (
     Window,
     resume_after,
 )
-from eos_pipeline.core.keeper_record import Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)

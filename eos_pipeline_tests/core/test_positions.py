@@ -9,7 +9,7 @@ import pytest
 
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.errors import Fault, LogChanged
-from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.positions import (
     NEW,

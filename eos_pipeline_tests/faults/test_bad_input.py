@@ -25,7 +25,7 @@ import pytest
 from eos_pipeline.adapters.dlq import DLQ_MAX_VALUE_BYTES
 from eos_pipeline.adapters.kafka import idempotent_producer
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline_tests.faults.harness import FaultRig
 from eos_pipeline_tests.support.sink_runs import run_range

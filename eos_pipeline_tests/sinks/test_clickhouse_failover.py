@@ -36,7 +36,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
 from eos_pipeline.core.failover import FingerprintNotFound, ResumeError
 from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
-from eos_pipeline.core.keeper_record import KeeperKey, Mark
+from eos_pipeline.core.keeper import KeeperKey, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.defs.config import load_config

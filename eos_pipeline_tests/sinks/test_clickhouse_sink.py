@@ -26,7 +26,7 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import FencedError
 from eos_pipeline.core.dedup import OffsetRegressionError
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.clickhouse import (
     ClickHousePartitionSync,

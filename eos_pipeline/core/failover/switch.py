@@ -14,7 +14,7 @@ safe to run again after a crash at any point:
 4. ``activate``: make the new cluster active and clear the switch in flight, in one write.
 
 Pure: no I/O; the adapter ``eos_pipeline.adapters.failover`` reads and writes. The rules apply
-to any sink whose positions carry a :class:`~eos_pipeline.core.keeper_record.Mark`.
+to any sink whose positions carry a :class:`~eos_pipeline.core.keeper.Mark`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from eos_pipeline.core.failover.naming import (
     physical_topics,
 )
 from eos_pipeline.core.failover.syncs import Route, SyncHistory, Window, route
-from eos_pipeline.core.keeper_record import KeeperRecord, Mark, validate_cluster
+from eos_pipeline.core.keeper import KeeperRecord, Mark, validate_cluster
 
 STATE_VERSION = 1
 STEPS = ("begin", "fence", "positions", "activate")
