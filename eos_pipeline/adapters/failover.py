@@ -4,7 +4,7 @@
 it can before the first write (unknown alias, flows MM2 does not replicate, a switch in flight, a
 write in flight, and for every position whose window is bounded, that the last written record's
 copy is really there; for a pipeline's Hudi table, that its position can move:
-:mod:`eos_pipeline.adapters.failover_hudi`), then records the switch in flight, fences the old
+:func:`check_hudi_table`), then records the switch in flight, fences the old
 cluster's positions, stores the translated positions with their pending marks, and makes the new
 cluster active. A crash anywhere leaves a state from which a rerun ends exactly as an
 uninterrupted switch would.
