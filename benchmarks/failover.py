@@ -58,9 +58,9 @@ from eos_pipeline.core.failover.switch import ClusterSet
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
 from eos_pipeline.sinks.hudi_spec import HudiTableSpec
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 PARTITIONS = 2
 SCHEMA = TableSchema.from_mapping({"id": "String"})

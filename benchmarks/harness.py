@@ -129,7 +129,6 @@ def timed() -> Iterator[Timer]:
 
 FRESH_CLIENTS = "exactly-once, new Kafka clients per call (before)"
 NATIVE_PARSER = "exactly-once, ClickHouse parses the JSON (clickhouse.json_parser: auto)"
-READ_AHEAD = "exactly-once, ClickHouse parses, read-ahead (next batch read during the insert)"
 
 
 @contextlib.contextmanager
@@ -147,7 +146,7 @@ def _fresh_kafka_clients(active: bool) -> Iterator[None]:
     with (
         mock.patch.object(kafka.admin, "shared_admin", kafka.admin_client),
         mock.patch.object(kafka.reader, "_gc_paused", contextlib.nullcontext),
-        mock.patch("eos_pipeline.sinks.prefetch.range_consumer", no_shared_consumer),
+        mock.patch("eos_pipeline.sinks.clickhouse.range_consumer", no_shared_consumer),
     ):
         yield
 
@@ -475,7 +474,6 @@ class Bench:
         batch: int,
         store: TimedStore,
         json_parser: str = "arrow",
-        prefetch: bool = False,
     ) -> Any:
         assert self.sink is not None
         pipeline = f"bench-{table}"
@@ -486,7 +484,6 @@ class Bench:
             schema=SCHEMA,
             max_records=batch,
             json_parser=json_parser,  # type: ignore[arg-type]
-            prefetch=prefetch,
         )
         dlq = DeadLetterWriter(self.kafka, f"{topic.name}.dlq", pipeline)
         return ClickHousePartitionSync(
@@ -505,13 +502,12 @@ class Bench:
         keep: bool = False,
         profile: Path | None = None,
         json_parser: str = "arrow",
-        prefetch: bool = False,
     ) -> tuple[Figure, TimedStore, Any]:
         table = self.fresh_table(f"eos_{topic.partitions}_{batch}" + ("_ref" if keep else ""))
         store = self.store()
         # The per-record decoder is the reference: neither bulk parser may answer before it.
         parser = "arrow" if reference_decoder else json_parser
-        sync = self.sync(topic, table, batch, store, parser, prefetch)
+        sync = self.sync(topic, table, batch, store, parser)
         patch = (
             mock.patch("eos_pipeline.sinks.clickhouse.decode_json_arrow", lambda *_a: None)
             if reference_decoder
@@ -528,7 +524,7 @@ class Bench:
         counting = mock.patch.object(sync.sink, "insert_json", counted)
         with patch, counting, _fresh_kafka_clients(fresh_clients), profiled(profile), timed() as t:
             tps = [TopicPartition(topic.name, p) for p in topic.ends]
-            with sync.reading(tps):  # as the product's runs: the partitions in one session
+            with sync.reading():  # as the product's runs: the partitions in one session
                 for tp in tps:
                     sync.run(tp)
         self.verify(name, table, topic)
@@ -545,7 +541,6 @@ class Bench:
                     "batch": batch,
                     "partitions": topic.partitions,
                     "json_parser": parser,
-                    "read_ahead": prefetch,
                     "chunks_parsed_by_clickhouse": native_chunks[0],
                 },
             )
@@ -784,9 +779,6 @@ def _measure(bench: Bench, opts: Options, started: float) -> dict[str, Any]:
         )
         # The same with ClickHouse parsing the JSON where it gives the contract's verdict.
         bench.eos(main, opts.batch, NATIVE_PARSER, raw, json_parser="auto")
-        # The same reading the next batch (of the partition, or the next partition's first)
-        # while one is inserted.
-        bench.eos(main, opts.batch, READ_AHEAD, NATIVE_PARSER, json_parser="auto", prefetch=True)
         # The same with Kafka clients as before they were reused: a new admin client per offset
         # lookup, a new consumer per batch, the collector running while a batch is consumed.
         bench.eos(main, opts.batch, FRESH_CLIENTS, eos_name, fresh_clients=True)
@@ -912,14 +904,6 @@ def _headline(bench: Bench, eos: Figure, naive: Figure, raw: str) -> dict[str, A
             "arrow_vs_raw_read": round(arrow.records_per_s / raw_fig.records_per_s, 3),
             "target_mb_per_cpu_s": 200,
         }
-    ahead = by_name.get(READ_AHEAD)
-    if ahead is not None and native is not None:  # both parse with ClickHouse
-        out["read_ahead_speedup_wall"] = round(ahead.records_per_s / native.records_per_s, 3)
-        out["read_ahead_cpu_ratio"] = round(
-            (ahead.mb_per_cpu_s or 0) / (native.mb_per_cpu_s or 1), 3
-        )
-        out["read_ahead_vs_raw_read"] = round(ahead.records_per_s / raw_fig.records_per_s, 3)
-        out["read_ahead_mb_per_cpu_s"] = round(ahead.mb_per_cpu_s or 0.0, 1)
     fresh = by_name.get(FRESH_CLIENTS)
     if fresh is not None:
         out["speedup_vs_fresh_kafka_clients"] = round(eos.records_per_s / fresh.records_per_s, 3)

@@ -4,28 +4,52 @@
 it can before the first write (unknown alias, flows MM2 does not replicate, a switch in flight, a
 write in flight, and for every position whose window is bounded, that the last written record's
 copy is really there; for a pipeline's Hudi table, that its position can move:
-:mod:`eos_pipeline.adapters.failover_hudi`), then records the switch in flight, fences the old
+:func:`check_hudi_table`), then records the switch in flight, fences the old
 cluster's positions, stores the translated positions with their pending marks, and makes the new
 cluster active. A crash anywhere leaves a state from which a rerun ends exactly as an
 uninterrupted switch would.
 
 The pipeline's active cluster lives at ``<root>/<pipeline>/@failover`` (``@`` keeps it apart
 from sink names); positions at ``<root>/<pipeline>/<sink>/@<cluster>/<topic>/<partition>``.
+
+It also keeps MirrorMaker 2's offset syncs in the keeper (:class:`SyncArchive`), for a switch away
+from a cluster that is down: MM2 writes a flow's syncs to a compacted topic on the flow's source
+cluster (its default ``offset-syncs.topic.location``), which a switch away from that cluster
+cannot read, and compaction keeps only the latest sync per partition. Every sink run on the
+active cluster folds the syncs written since the last copy into it (:func:`record_syncs`), and
+every switch does too when it can read the topic, each stored trimmed to the latest :data:`KEEP`
+syncs per partition at ``<root>/<pipeline>/@syncs/<source>.<target>``. When the topic cannot be
+read the switch uses the copy: as conservative as the topic (the fingerprint makes the resume
+exact), only the re-read may be longer.
+
+And it looks at a pipeline's Hudi table before anything changes (:func:`check_hudi_table`): the
+table moves itself on its first run on the new cluster (:mod:`eos_pipeline.sinks.hudi_clusters`);
+the switch refuses up front what that run could not do, as for keeper positions. Read without a
+JVM (the table's timeline via hudi-rs).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import MirrorReaders, TimeFloors, first_offset, read_window
+from eos_pipeline.adapters.mirror import (
+    MirrorReadError,
+    MirrorReaders,
+    TimeFloors,
+    first_offset,
+    read_offset_syncs,
+    read_window,
+)
 from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.failover import (
     Flow,
@@ -44,7 +68,8 @@ from eos_pipeline.core.failover.switch import (
     move,
     plan_switch,
 )
-from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord
+from eos_pipeline.core.failover.table_position import carry_over, flows_needed, stored_position
+from eos_pipeline.core.keeper import KeeperKey, KeeperRecord
 from eos_pipeline.core.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -159,7 +184,6 @@ def _histories(
     readers: MirrorReaders | None = None,
 ) -> dict[Flow, SyncHistory]:
     """Each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable."""
-    from eos_pipeline.adapters.sync_archive import refresh
 
     def reader(flow: Flow) -> Consumer | None:
         holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
@@ -261,8 +285,6 @@ def _switch(
         f"{m.route.target}[{m.partition}]": describe_start(m) for _, m in moves if m.mark
     }
     if fp.hudi_table is not None:
-        from eos_pipeline.adapters.failover_hudi import check_hudi_table
-
         report.checked.update(
             check_hudi_table(
                 fp, fp.hudi_table, target, store, starts=report.starts, readers=readers
@@ -310,13 +332,184 @@ def partitions_of(settings: KafkaSettings, topic: str) -> int:
         return 0
 
 
+# ------------------------------------------------------------------------- the kept offset syncs
+
+
+#: Syncs kept per partition: MM2 syncs at most every ``offset.lag.max`` records, so this covers
+#: the last KEEP * offset.lag.max records of each partition at least.
+KEEP = 64
+#: How long a switch waits for the syncs topic when a stored copy can stand in for it.
+SHORT_TIMEOUT = 10.0
+
+
+class SyncArchive:
+    """The stored copies of one pipeline's sync histories, one znode per flow."""
+
+    def __init__(self, store: KeeperStateStore, pipeline: str) -> None:
+        self.store = store
+        self.pipeline = pipeline
+
+    def path(self, flow: Flow) -> str:
+        # '.' is not allowed in a cluster alias, so the two aliases read back unambiguously
+        return f"{self.store.settings.root}/{self.pipeline}/@syncs/{flow.source}.{flow.target}"
+
+    def load(self, flow: Flow) -> SyncHistory | None:
+        try:
+            data, _ = self.store.client.get(self.path(flow))
+        except NoNodeError:
+            return None
+        try:
+            history = SyncHistory.from_dict(json.loads(data.decode()))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FailoverError(
+                f"corrupt stored offset syncs at {self.path(flow)}: {exc}"
+            ) from None
+        if history.flow != flow:
+            raise FailoverError(f"{self.path(flow)} holds the syncs of {history.flow}, not {flow}")
+        return history
+
+    def save(self, history: SyncHistory) -> None:
+        """Store ``history`` trimmed (last writer wins: every copy is a prefix of the topic)."""
+        data = json.dumps(history.trimmed(KEEP).to_dict(), separators=(",", ":")).encode()
+        path = self.path(history.flow)
+        try:
+            self.store.client.set(path, data)
+        except NoNodeError:
+            try:
+                self.store.client.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.store.client.set(path, data)
+
+
+def refresh(
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    flow: Flow,
+    *,
+    timeout: float | None = None,
+    consumer: Consumer | None = None,
+) -> SyncHistory:
+    """The flow's syncs: the stored copy plus what the topic holds since, stored again.
+
+    When the topic cannot be read (its cluster is down) the stored copy is returned alone, with
+    a warning; without a stored copy the read's error is raised. ``consumer``: one reaching the
+    syncs' cluster, reused (``adapters.mirror.MirrorReaders``).
+    """
+    archive = SyncArchive(store, fp.name)
+    stored = archive.load(flow)
+    holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
+    wait = timeout if timeout is not None else (SHORT_TIMEOUT if stored is not None else 30.0)
+    before = None if stored is None else (stored.source_position, len(stored))
+    try:
+        history = read_offset_syncs(
+            fp.settings[holder],
+            flow,
+            stored,
+            location=fp.offset_syncs_location,
+            policy=fp.clusters.policy,
+            timeout=wait,
+            consumer=consumer,
+        )
+    except (KafkaException, MirrorReadError) as exc:
+        if stored is None:
+            raise
+        log.warning(
+            "%s: offset syncs of %s unreadable on %s (%s); using the %d stored syncs up to "
+            "position %d of the syncs topic",
+            fp.name,
+            flow,
+            holder,
+            exc,
+            len(stored),
+            stored.source_position,
+        )
+        return stored
+    if (history.source_position, len(history)) != before:
+        archive.save(history)
+    return history
+
+
+def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> int:
+    """At a sink run on ``active``: fold in the syncs held there (what a switch away from it
+    would need if it went down). Returns how many flows were stored; a flow whose syncs cannot
+    be read now (MM2 has copied nothing on it yet) is left for the next run."""
+    stored = 0
+    for flow in sorted(fp.clusters.flows):
+        if flow.offset_syncs_cluster(fp.offset_syncs_location) != active:
+            continue
+        try:
+            refresh(store, fp, flow, timeout=SHORT_TIMEOUT)
+            stored += 1
+        except (KafkaException, MirrorReadError) as exc:
+            # never a reason to stop the sink: the copy is refreshed again on the next run
+            log.info("%s: offset syncs of %s not kept this time (%s)", fp.name, flow, exc)
+    return stored
+
+
+# ------------------------------------------------------------------- the switch and a Hudi table
+
+
+def check_hudi_table(
+    fp: FailoverPipeline,
+    table_path: str,
+    target: str,
+    store: KeeperStateStore,
+    *,
+    starts: dict[str, dict[str, object]] | None = None,
+    readers: MirrorReaders | None = None,
+) -> dict[str, tuple[int, int]]:
+    """Refuse (``SwitchRefused``, core errors) if the table's position cannot move to
+    ``target``; per moved partition, records read to check its mark and how many precede it.
+    ``starts`` gets where each marked partition's re-read will start, and by which bound."""
+    commit = hudi_timeline.latest_commit(table_path)
+    if commit is None:
+        return {}
+    stored = stored_position(commit.cluster_position, commit.checkpoint, fp.initial)
+    if stored.cluster == target:
+        return {}
+    topics = fp.topics[:1]  # one Hudi table follows the pipeline's first topic
+    flows = flows_needed(stored, target, fp.clusters, topics) & set(fp.clusters.flows)
+    histories = _histories(store, fp, flows, readers)
+    on_target = None if readers is None else readers.get(fp.settings[target])
+    admin = None if readers is None else readers.admin(fp.settings[target])
+
+    def floor(tp: TopicPartition) -> int:
+        try:
+            return first_offset(fp.settings[target], tp, consumer=on_target)
+        except Exception as exc:  # the replica topic may not exist yet
+            raise SwitchRefused(
+                f"Hudi table {table_path}: {target}:{tp} cannot be read ({exc}); is MirrorMaker "
+                f"2 replicating to {target!r}?"
+            ) from None
+
+    time_floor = TimeFloors(fp.settings[target], admin=admin)
+    _, moves = carry_over(stored, target, fp.clusters, topics, histories, floor, time_floor)
+    checked = {}
+    for m in moves:
+        if m.mark is not None and starts is not None:
+            starts[f"hudi {m.route.target}[{m.partition}]"] = describe_start(m)
+        if m.mark is None or m.mark.window_end is None:
+            continue
+        tp = TopicPartition(m.route.target.topic, m.partition)
+        window = Window(m.position, m.mark.window_end)
+        records = read_window(fp.settings[target], tp, window, consumer=on_target, admin=admin)
+        point = resume_after(tp, m.mark.fingerprint, records, window)
+        checked[f"hudi {m.route.target}[{m.partition}]"] = (len(records), point.skipped)
+    return checked
+
+
 __all__ = [
+    "KEEP",
     "FailoverPipeline",
     "FailoverStates",
     "SwitchHook",
     "SwitchInProgress",
     "SwitchReport",
+    "SyncArchive",
+    "check_hudi_table",
     "describe_start",
     "partitions_of",
+    "record_syncs",
+    "refresh",
     "switch",
 ]

@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pyspark.sql import DataFrame, SparkSession
 
+from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.hudi_create import table_creation_lock
 from eos_pipeline.adapters.hudi_options import (
     CLUSTER_POSITION_SUFFIX,
@@ -40,6 +40,7 @@ from eos_pipeline.adapters.hudi_options import (
     WriteSettings,
     hudi_write_options,
 )
+from eos_pipeline.adapters.hudi_timeline import CommitInfo
 from eos_pipeline.adapters.spark import (
     FENCING_JAR_STEM,
 )
@@ -51,20 +52,13 @@ from eos_pipeline.core.checkpoint import (
     CheckpointError,
     validate_checkpoint,
 )
+from eos_pipeline.core.errors import HudiCommitError, HudiFencedError
 from eos_pipeline.core.offsets import TopicPartition
 
 if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
     from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
-
-
-class HudiCommitError(RuntimeError):
-    """A Hudi transaction could not be committed, or not as asked."""
-
-
-class HudiFencedError(HudiCommitError):
-    """Another writer moved the table's checkpoint after this transaction started: fenced."""
 
 
 class _Unchecked:
@@ -74,35 +68,6 @@ class _Unchecked:
 
 #: Sentinel for :func:`write_transaction`'s ``expected_previous``: do not compare.
 UNCHECKED: Final = _Unchecked()
-
-
-@dataclass(frozen=True)
-class CommitInfo:
-    """A completed Hudi commit that carries a Kafka checkpoint."""
-
-    instant_time: str  # when the commit was requested: Hudi's name for the instant
-    completion_time: str | None
-    action: str  # commit, or deltacommit for log-file writes to a Merge-on-Read table
-    checkpoint: Checkpoint
-    extra_metadata: Mapping[str, str]
-
-    @property
-    def topic_id(self) -> str | None:
-        """Kafka's id of the topic the checkpoint is for; None if the writer did not record it."""
-        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
-            value = self.extra_metadata.get(key + TOPIC_ID_SUFFIX)
-            if value:
-                return value
-        return None
-
-    @property
-    def cluster_position(self) -> str | None:
-        """The cluster position a clustered pipeline stored (JSON); None for other tables."""
-        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
-            value = self.extra_metadata.get(key + CLUSTER_POSITION_SUFFIX)
-            if value:
-                return value
-        return None
 
 
 def write_transaction(
@@ -308,15 +273,11 @@ def completed_commits(
     spark: SparkSession | None, table_path: str
 ) -> list[tuple[str, str | None, str]]:
     """``(instant_time, completion_time, action)`` of the completed commits, newest first."""
-    from eos_pipeline.adapters import hudi_timeline
-
     return hudi_timeline.completed_commits(table_path)
 
 
 def checkpoint_history(spark: SparkSession | None, table_path: str) -> list[CommitInfo]:
     """Every completed commit that carries a checkpoint, newest first (the table's audit trail)."""
-    from eos_pipeline.adapters import hudi_timeline
-
     return hudi_timeline.checkpoint_history(table_path)
 
 
@@ -326,8 +287,6 @@ def latest_commit(spark: SparkSession | None, table_path: str) -> CommitInfo | N
     Like HoodieStreamer, commits without a checkpoint (Merge-on-Read compactions, clustering)
     are passed over: they move files, not the source position.
     """
-    from eos_pipeline.adapters import hudi_timeline
-
     return hudi_timeline.latest_commit(table_path)
 
 

@@ -14,6 +14,8 @@ from eos_pipeline.adapters.spark import (
 from eos_pipeline.core.checkpoint import (
     CHECKPOINT_KEY_V1,
     CHECKPOINT_KEY_V2,
+    CLUSTER_POSITION_SUFFIX,
+    TOPIC_ID_SUFFIX,
     checkpoint_metadata,
 )
 from eos_pipeline.core.offsets import TopicPartition
@@ -30,14 +32,6 @@ DEFAULT_ORDERING_FIELD: Final = SOURCE_COLUMNS["offset"]
 COMMIT_META_PREFIX_OPTION: Final = "hoodie.datasource.write.commitmeta.key.prefix"
 _WRITE_TABLE_VERSION_OPTION: Final = "hoodie.write.table.version"
 
-#: Kafka's topic id is stored next to the checkpoint under ``<checkpoint key>`` + this suffix:
-#: the datasource copies into the commit metadata only options starting with ONE prefix (the
-#: checkpoint key), and HoodieStreamer reads its key exactly, so the extra key is invisible to it.
-TOPIC_ID_SUFFIX: Final = ".eos.kafka.topic.id"
-#: A pipeline with several clusters stores its cluster position (which cluster, every physical
-#: topic, the mark of the last record written) under ``<checkpoint key>`` + this suffix, as JSON
-#: (:class:`eos_pipeline.core.failover.table_position.TablePosition`).
-CLUSTER_POSITION_SUFFIX: Final = ".eos.cluster.position"
 
 #: Multi-writer safety is Hudi's own optimistic concurrency control: a commit happens under a
 #: lock, after a conflict check (ours adds the checkpoint fence, see ``adapters.spark``), and a

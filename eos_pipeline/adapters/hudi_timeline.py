@@ -28,12 +28,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from eos_pipeline.core.checkpoint import Checkpoint, checkpoint_from_metadata
-
-if TYPE_CHECKING:
-    from eos_pipeline.adapters.hudi import CommitInfo
+from eos_pipeline.core.checkpoint import (
+    CHECKPOINT_KEY_V1,
+    CHECKPOINT_KEY_V2,
+    CLUSTER_POSITION_SUFFIX,
+    TOPIC_ID_SUFFIX,
+    Checkpoint,
+    checkpoint_from_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,35 @@ T = TypeVar("T")
 
 class HudiTimelineError(RuntimeError):
     """The timeline of a Hudi table could not be read."""
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A completed Hudi commit that carries a Kafka checkpoint."""
+
+    instant_time: str  # when the commit was requested: Hudi's name for the instant
+    completion_time: str | None
+    action: str  # commit, or deltacommit for log-file writes to a Merge-on-Read table
+    checkpoint: Checkpoint
+    extra_metadata: Mapping[str, str]
+
+    @property
+    def topic_id(self) -> str | None:
+        """Kafka's id of the topic the checkpoint is for; None if the writer did not record it."""
+        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+            value = self.extra_metadata.get(key + TOPIC_ID_SUFFIX)
+            if value:
+                return value
+        return None
+
+    @property
+    def cluster_position(self) -> str | None:
+        """The cluster position a clustered pipeline stored (JSON); None for other tables."""
+        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
+            value = self.extra_metadata.get(key + CLUSTER_POSITION_SUFFIX)
+            if value:
+                return value
+        return None
 
 
 @dataclass(frozen=True)
@@ -170,7 +203,6 @@ def extra_metadata(timeline: Any, instant: Instant, table_path: str = "") -> dic
 
 
 def _commit_info(timeline: Any, instant: Instant, table_path: str) -> CommitInfo | None:
-    from eos_pipeline.adapters.hudi import CommitInfo
 
     metadata = extra_metadata(timeline, instant, table_path)
     found: Checkpoint | None = checkpoint_from_metadata(metadata)

@@ -38,7 +38,7 @@ from eos_pipeline.core.failover import (
     decode_offset_sync,
     resume_after,
 )
-from eos_pipeline.core.marks import Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import TopicPartition
 
 log = logging.getLogger(__name__)

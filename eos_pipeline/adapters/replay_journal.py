@@ -12,7 +12,7 @@ from __future__ import annotations
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters.keeper import ConflictError, KeeperStateStore
-from eos_pipeline.core.keeper_record import validate_name, validate_topic
+from eos_pipeline.core.keeper import validate_name, validate_topic
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.replay import JournalEntry
 

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from eos_pipeline.adapters.jvm_artifacts import ArtifactError
@@ -360,16 +359,6 @@ def read_kafka_ranges(
     return spark.read.format("kafka").options(**options).load().select(*KAFKA_COLUMNS)
 
 
-def with_source_columns(df: DataFrame) -> DataFrame:
-    """Kafka rows with their coordinates renamed for a sink (``_topic``, ``_partition``...)."""
-    return df.select(
-        *(F.col(src).alias(dst) for src, dst in SOURCE_COLUMNS.items()),
-        F.col("timestamp").alias(TIMESTAMP_COLUMN),
-        "key",
-        "value",
-    )
-
-
 # An exception line of a Python traceback (the executor's Python worker): no dotted module path.
 _PY_ERROR = re.compile(r"^\s*((?!Py4J)[A-Za-z_]\w*(?:Error|Exception): .+)$", re.MULTILINE)
 _JAVA_CAUSE = re.compile(r"^\s*Caused by: ([\w.$]+: .+)$", re.MULTILINE)
@@ -413,5 +402,4 @@ __all__ = [
     "spark_type",
     "split_tagged",
     "tag_json",
-    "with_source_columns",
 ]

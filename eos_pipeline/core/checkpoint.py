@@ -20,12 +20,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import TopicPartition
 
 #: Key HoodieStreamer 1.x writes for a Kafka source on a version >= 8 table.
 CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
 #: Historical key (HoodieStreamer before 1.0, and tables of version < 8); read as a fallback.
 CHECKPOINT_KEY_V1 = "deltastreamer.checkpoint.key"
+#: Kafka's topic id is stored next to the checkpoint under ``<checkpoint key>`` + this suffix:
+#: the datasource copies into the commit metadata only options starting with ONE prefix (the
+#: checkpoint key), and HoodieStreamer reads its key exactly, so the extra key is invisible to it.
+TOPIC_ID_SUFFIX = ".eos.kafka.topic.id"
+#: A pipeline with several clusters stores its cluster position (which cluster, every physical
+#: topic, the mark of the last record written) under ``<checkpoint key>`` + this suffix, as JSON
+#: (:class:`eos_pipeline.core.failover.table_position.TablePosition`).
+CLUSTER_POSITION_SUFFIX = ".eos.cluster.position"
 
 _DIGITS = re.compile(r"^[0-9]+$")
 # Same bound as Kafka's own offsets (a signed 64-bit long), so a parsed value always fits Java.
@@ -35,8 +44,10 @@ _MAX_PARTITION = 2**31 - 1
 Checkpoint = dict[TopicPartition, int]
 
 
-class CheckpointError(ValueError):
+class CheckpointError(NeedsPerson, ValueError):
     """A checkpoint string or mapping is malformed or would lose or repeat records."""
+
+    code = "bad-checkpoint"
 
 
 def _topic_of(positions: Mapping[TopicPartition, int]) -> str:
@@ -195,14 +206,11 @@ def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | No
     return None
 
 
-def positions_from_ends(topic: str, ends: Mapping[int, int]) -> Checkpoint:
-    """Turn ``{partition: next_offset}`` (as Kafka reports it) into a checkpoint mapping."""
-    return {TopicPartition(topic, p): o for p, o in ends.items()}
-
-
 __all__ = [
     "CHECKPOINT_KEY_V1",
     "CHECKPOINT_KEY_V2",
+    "CLUSTER_POSITION_SUFFIX",
+    "TOPIC_ID_SUFFIX",
     "Checkpoint",
     "CheckpointError",
     "checkpoint_from_metadata",
@@ -210,6 +218,5 @@ __all__ = [
     "format_checkpoint",
     "merge_checkpoint",
     "parse_checkpoint",
-    "positions_from_ends",
     "validate_checkpoint",
 ]

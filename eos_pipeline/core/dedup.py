@@ -83,6 +83,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 __all__ = [
@@ -115,8 +116,10 @@ class Case(Enum):
     STRADDLE = "STRADDLE"
 
 
-class OffsetRegressionError(RuntimeError):
+class OffsetRegressionError(NeedsPerson, RuntimeError):
     """A batch lies entirely below the stored start: the reader was moved back by hand."""
+
+    code = "offset-regression"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +169,6 @@ class Decision:
     def writes_state(self) -> bool:
         """Whether the keeper is written at all (only steps write it)."""
         return bool(self.steps)
-
-    def raise_for_error(self) -> None:
-        """Raise :class:`OffsetRegressionError` if the batch must not be processed."""
-        if self.error is not None:
-            raise OffsetRegressionError(self.error)
 
 
 def _nonempty(start: int, end: int) -> OffsetRange | None:

@@ -45,8 +45,8 @@ import numpy as np
 
 from eos_pipeline.core.contract import compile_contract, unwrap
 from eos_pipeline.core.decode import json_lines, lines_framed, unpaired_surrogate
-from eos_pipeline.core.scalar_values import INT_RANGES
 from eos_pipeline.core.schema import SourceColumns, TableSchema
+from eos_pipeline.core.values import INT_RANGES
 
 # A backslash escape JSON does not have; ``\\u`` must be followed by four hex digits.
 _BAD_ESCAPE = re.compile(rb'\\(?:[^"\\/bfnrtu]|u(?![0-9a-fA-F]{4}))')

@@ -23,12 +23,13 @@ so (one Kafka request the callers make lazily).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.errors import LogChanged
+from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "PartitionLag",
     "Reset",
     "Standing",
+    "check_same_log",
     "checkpoint_state",
     "committed",
     "committed_low",
@@ -56,7 +58,7 @@ def sink_state(record: KeeperRecord | None) -> SinkState | None:
     """The position a keeper record holds; None for no record, or a record without state yet.
 
     A record can exist only to hold the epoch of the writer that took the partition (see
-    :mod:`eos_pipeline.core.keeper_record`): that is "nothing stored" too.
+    :mod:`eos_pipeline.core.keeper`): that is "nothing stored" too.
     """
     if record is None or not record.has_state:
         return None
@@ -195,3 +197,65 @@ def partition_lags(
             lags[sink] = lag(offset, ends[p])
         rows.append(PartitionLag(p, max(0, ends[p] - starts.get(p, 0)), ends[p], lags))
     return rows
+
+
+def check_same_log(
+    where: str,
+    *,
+    topic: str,
+    stored_topic_id: str | None = None,
+    topic_id: str | None = None,
+    stored_partitions: Iterable[Any] = (),
+    present: Container[Any] = (),
+    position: int | None = None,
+    log_end: int | None = None,
+    log_start: int | None = None,
+    error: type[LogChanged] = LogChanged,
+) -> None:
+    """Refuse a stored position that is not from the log Kafka holds now; ``error`` (a
+    :class:`LogChanged`) names the first fact that shows it. Each fact is checked when given.
+
+    A position counts records of one log. Four facts tell that the log it counted is gone, and
+    going on would skip records or mix two logs' offsets in one table:
+
+    1. ``topic-recreated``: a topic deleted and recreated under the same name has a new id
+       (``stored_topic_id`` vs ``topic_id``; a position stored before ids were kept has none
+       and passes). Once the new log has grown past the position, offsets cannot show it.
+    2. ``partition-gone``: the position names a partition (``stored_partitions``) the topic does
+       not have now (not in ``present``): recreated with fewer partitions.
+    3. ``log-behind``: a position never runs ahead of the log it was read from, so a log ending
+       (``log_end``) before ``position`` is another log (recreated, or truncated).
+    4. ``retention``: records below the log start (``log_start``) were deleted; starting at a
+       ``position`` below it would skip them silently.
+    """
+    if stored_topic_id is not None and topic_id is not None and stored_topic_id != topic_id:
+        raise error(
+            f"{where}: the stored position was read from topic id {stored_topic_id}, but topic "
+            f"{topic!r} now has id {topic_id}: the topic was deleted and recreated. Nothing was "
+            "read or written; point the pipeline at a new table, or reset the position "
+            "deliberately",
+            "topic-recreated",
+        )
+    gone = sorted(p for p in stored_partitions if p not in present)
+    if gone:
+        raise error(
+            f"{where}: the stored position names partition(s) {gone}, which topic {topic!r} "
+            "does not have now: the topic was deleted and recreated with fewer partitions. "
+            "Nothing was read or written; point the pipeline at a new table",
+            "partition-gone",
+        )
+    if position is not None and log_end is not None and position > log_end:
+        raise error(
+            f"{where}: read up to offset {position} but Kafka's log ends at {log_end}: the "
+            "topic was deleted and recreated (or truncated). Nothing was read or written; the "
+            "offsets of the new log would not match the stored ones. Point the pipeline at a "
+            "new table, or reset the position deliberately",
+            "log-behind",
+        )
+    if position is not None and log_start is not None and position < log_start:
+        raise error(
+            f"{where}: offsets [{position}, {log_start}) were deleted from Kafka (retention or "
+            "compaction) before they were read. Nothing was read or written. Raise the topic's "
+            "retention, or accept the loss explicitly by moving the position",
+            "retention",
+        )

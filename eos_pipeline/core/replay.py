@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.tokens import dedup_token
 
@@ -61,6 +62,10 @@ MARKER_HEADERS = ("eos.replay.sink", "eos.replay.start", "eos.replay.end")
 
 class ReplayRefused(ValueError):
     """The replay would not keep the tables exact, or cannot run now; nothing was written."""
+
+
+class ReplayLogChanged(LogChanged, ReplayRefused):
+    """The partition's position is not from the log Kafka holds now; nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,14 +26,22 @@ plans after it: it succeeds. Only a writer that keeps landing commits without mo
 checkpoint (a table service such as clustering run by another tool, whose commit conflicts
 under Hudi's optimistic concurrency) or a second deployment racing this one fences run after
 run from the same state: those are given up on after ``retry.max_attempts`` and named.
+
+How an error's fault is found (:func:`diagnose`): by its type (:mod:`eos_pipeline.core.errors`,
+by class name, as errors reach the sensors from another process), else by a library's class
+name, else by Kafka's error code, and only for errors no type tells apart, by their words.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
+
+# The core's typed errors, imported so that their names are known to fault_of_class here.
+from eos_pipeline.core import checkpoint, dedup, keeper, replay  # noqa: F401
+from eos_pipeline.core.errors import Fault, fault_of_class
 
 __all__ = [
     "DEFAULT_BACKOFF",
@@ -42,19 +50,11 @@ __all__ = [
     "FailureFacts",
     "Failures",
     "Fault",
-    "Verdict",
+    "RetryDecision",
+    "decide_retry",
     "diagnose",
     "given_up_message",
-    "judge",
 ]
-
-
-class Fault(StrEnum):
-    TRANSIENT = "transient"
-    NEEDS_PERSON = "needs a person"
-    UNKNOWN = "unknown"
-    #: Another writer committed first (a Hudi fence): retried a bounded number of times.
-    RACE = "fenced by another writer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,29 +77,64 @@ class Diagnosis:
     cause: str
 
 
-#: Error classes no retry can fix: configuration, credentials, a fenced writer, a keeper
-#: record or checkpoint that does not fit the log.
-_PERSON_CLASSES = frozenset(
-    {
-        "ConfigError",
-        "MissingSecretError",
-        "SchemaError",
-        "ValidationError",
-        "DagsterInvalidConfigError",
-        "KeeperAuthError",
-        "NoAuthError",
-        "AuthFailedError",
-        "FencedError",
-        "ConflictError",
-        "CorruptRecordError",
-        "InvalidKeyError",
-        "OffsetRegressionError",
-        "CheckpointError",
-    }
-)
-#: Words of messages no retry can fix (checked before the transient ones: a read refused
-#: because offsets were deleted by retention is a Kafka error too).
-_PERSON_WORDS = (
+#: Errors of classes outside the typed hierarchy (:mod:`eos_pipeline.core.errors`): libraries'
+#: own (kazoo, Dagster, pydantic, urllib3, clickhouse-connect) and those of modules that have not
+#: joined it yet (config, schema, keeper settings). Their class name is the fact.
+_OTHER_CLASSES: dict[str, Fault] = {
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "MissingSecretError",
+            "SchemaError",
+            "ValidationError",
+            "DagsterInvalidConfigError",
+            "KeeperAuthError",
+            "NoAuthError",
+            "AuthFailedError",
+        ),
+        Fault.NEEDS_PERSON,
+    ),
+    **dict.fromkeys(
+        (
+            "KeeperUnavailableError",
+            "ConnectionLoss",
+            "SessionExpiredError",
+            "ConnectionClosedError",
+            "OperationTimeoutError",
+            "KazooTimeoutError",
+            "ConnectionError",
+            "ConnectionRefusedError",
+            "ConnectionResetError",
+            "TimeoutError",
+            "NewConnectionError",
+            "MaxRetryError",
+            "OperationalError",
+        ),
+        Fault.TRANSIENT,
+    ),
+}
+#: librdkafka's error codes (``KafkaError{code=_TRANSPORT,...}``, ``Broker: Offset out of
+#: range``): a Kafka error's class says nothing, its code does.
+_KAFKA_CODES: dict[str, Fault] = {
+    "OFFSET_OUT_OF_RANGE": Fault.NEEDS_PERSON,
+    "TOPIC_AUTHORIZATION_FAILED": Fault.NEEDS_PERSON,
+    "SASL_AUTHENTICATION_FAILED": Fault.NEEDS_PERSON,
+    "_AUTHENTICATION": Fault.NEEDS_PERSON,
+    "_TRANSPORT": Fault.TRANSIENT,
+    "_ALL_BROKERS_DOWN": Fault.TRANSIENT,
+    "_TIMED_OUT": Fault.TRANSIENT,
+    "REQUEST_TIMED_OUT": Fault.TRANSIENT,
+    "COORDINATOR_LOAD_IN_PROGRESS": Fault.TRANSIENT,
+    "LEADER_NOT_AVAILABLE": Fault.TRANSIENT,
+    "NOT_LEADER_FOR_PARTITION": Fault.TRANSIENT,
+    "NOT_LEADER_OR_FOLLOWER": Fault.TRANSIENT,
+}
+_KAFKA_CODE = re.compile(r"\bcode=(\w+)|Broker: (Offset out of range)")
+#: Last resort, for errors no type or code tells apart: those of modules not typed yet (the
+#: Kafka adapter's ``KafkaReadError``, Spark's), and runs recorded before the product's errors
+#: were typed (the sensors read old runs' errors too). Person words are checked first: a read
+#: refused because offsets were deleted by retention is a Kafka error too.
+_UNTYPED_PERSON_WORDS = (
     "deleted by retention",
     "no longer in the log",
     "recreated",
@@ -115,31 +150,7 @@ _PERSON_WORDS = (
     "names no host",
     "must not carry",
 )
-#: Error classes of a writer that lost a race for the table's commit (see the module docstring).
-_RACE_CLASSES = frozenset({"HudiFencedError"})
-_RACE_HINT = (
-    "another writer keeps committing to this table: a zombie write (an earlier run's, still "
-    "executing on the Spark Connect server) ends by itself and moves the checkpoint; a second "
-    "deployment, HoodieStreamer or a table service writing the same table needs a person"
-)
-_TRANSIENT_CLASSES = frozenset(
-    {
-        "KeeperUnavailableError",
-        "ConnectionLoss",
-        "SessionExpiredError",
-        "ConnectionClosedError",
-        "OperationTimeoutError",
-        "KazooTimeoutError",
-        "ConnectionError",
-        "ConnectionRefusedError",
-        "ConnectionResetError",
-        "TimeoutError",
-        "NewConnectionError",
-        "MaxRetryError",
-        "OperationalError",
-    }
-)
-_TRANSIENT_WORDS = (
+_UNTYPED_TRANSIENT_WORDS = (
     "_transport",
     "all_brokers_down",
     "broker transport failure",
@@ -155,6 +166,11 @@ _TRANSIENT_WORDS = (
     "coordinator load in progress",
     "leader_not_available",
     "not_leader",
+)
+_RACE_HINT = (
+    "another writer keeps committing to this table: a zombie write (an earlier run's, still "
+    "executing on the Spark Connect server) ends by itself and moves the checkpoint; a second "
+    "deployment, HoodieStreamer or a table service writing the same table needs a person"
 )
 #: Dagster's reasons for a run that ended without its step failing: the process died.
 _DEAD_PROCESS_REASONS = frozenset({"UNEXPECTED_TERMINATION", "RUN_WORKER_RESTART", "START_TIMEOUT"})
@@ -182,17 +198,34 @@ def _matches(words: Iterable[str], text: str) -> bool:
     return any(word in lowered for word in words)
 
 
+def _fault(cls: str, message: str) -> Fault | None:
+    """One error's fault: its type, else its class's, else its Kafka code, else (untyped) its
+    words; None when nothing tells."""
+    found = fault_of_class(cls) or _OTHER_CLASSES.get(cls)
+    if found is not None and found is not Fault.UNKNOWN:
+        return found
+    for match in _KAFKA_CODE.finditer(message):
+        code = (match.group(1) or match.group(2) or "").upper().replace(" ", "_")
+        if code in _KAFKA_CODES:
+            return _KAFKA_CODES[code]
+    if _matches(_UNTYPED_PERSON_WORDS, message):
+        return Fault.NEEDS_PERSON
+    if _matches(_UNTYPED_TRANSIENT_WORDS, message):
+        return Fault.TRANSIENT
+    return None
+
+
 def diagnose(facts: FailureFacts) -> Diagnosis:
-    """Why one run failed, and which kind of fault that is (see the module docstring)."""
-    for cls, message in reversed(facts.errors):  # its message says "fenced": checked first
-        if cls in _RACE_CLASSES:
-            return Diagnosis(Fault.RACE, _said(cls, message))
-    for cls, message in reversed(facts.errors):  # the innermost cause names the fault best
-        if cls in _PERSON_CLASSES or _matches(_PERSON_WORDS, message):
-            return Diagnosis(Fault.NEEDS_PERSON, _said(cls, message))
-    for cls, message in reversed(facts.errors):
-        if cls in _TRANSIENT_CLASSES or _matches(_TRANSIENT_WORDS, message):
-            return Diagnosis(Fault.TRANSIENT, _said(cls, message))
+    """Why one run failed, and which kind of fault that is (see the module docstring).
+
+    Over the error chain, innermost cause first (it names the fault best): a race anywhere
+    wins (a fenced commit also says "fenced"), then a fault for a person, then a transient one.
+    """
+    faults = [(_fault(cls, message), cls, message) for cls, message in reversed(facts.errors)]
+    for wanted in (Fault.RACE, Fault.NEEDS_PERSON, Fault.TRANSIENT):
+        for fault, cls, message in faults:
+            if fault is wanted:
+                return Diagnosis(fault, _said(cls, message))
     if facts.errors:
         cls, message = facts.errors[-1]
         return Diagnosis(Fault.UNKNOWN, _said(cls, message))
@@ -248,7 +281,7 @@ def given_up_message(what: str, state: str, failed: Failures, attempts: int) -> 
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class RetryDecision:
     """Whether to ask for a run now; if not, why (``waiting``: asked again later; else: stop)."""
 
     run: bool
@@ -256,10 +289,10 @@ class Verdict:
     waiting: bool = False
 
 
-RUN = Verdict(run=True)
+RUN = RetryDecision(run=True)
 
 
-def judge(
+def decide_retry(
     what: str,
     start: str,
     failed: Failures | None,
@@ -268,7 +301,7 @@ def judge(
     backoff: Backoff,
     now: float | None,
     shown_start: str | None = None,
-) -> Verdict:
+) -> RetryDecision:
     """What to do about ``what`` (a partition, a table) after the ``failed`` runs that started
     from ``start`` (``shown_start``: the same, as a person reads it).
 
@@ -279,7 +312,7 @@ def judge(
     found = failed.diagnosis or Diagnosis(Fault.UNKNOWN, "no failure recorded")
     state = shown_start or start
     if found.fault is Fault.NEEDS_PERSON:
-        return Verdict(
+        return RetryDecision(
             run=False,
             message=(
                 f"{what}: stopped, this needs a person: {found.cause} (run "
@@ -288,12 +321,12 @@ def judge(
             ),
         )
     if found.fault in (Fault.UNKNOWN, Fault.RACE) and failed.count >= max_attempts:
-        return Verdict(run=False, message=given_up_message(what, state, failed, max_attempts))
+        return RetryDecision(run=False, message=given_up_message(what, state, failed, max_attempts))
     if now is not None and failed.last_failed_at is not None:
         remaining = failed.last_failed_at + backoff.delay(failed.count) - now
         if remaining > 0:
             n = failed.count
-            return Verdict(
+            return RetryDecision(
                 run=False,
                 waiting=True,
                 message=(

@@ -1,38 +1,322 @@
 """Value rules of the decoder contract: which JSON token fits which column type, and as what.
 
 One converter per supported ClickHouse type turns a parsed JSON value into its canonical Python
-value or raises :class:`Reject` with the reason (the scalar ones are in
-:mod:`core.scalar_values`, the containers here); :mod:`core.contract` applies them per record.
-Types the two sinks cannot store alike are refused up front with a :class:`SchemaError` naming a
-type to use instead. Pure: no I/O.
+value or raises :class:`Reject` with the reason: first the type strings taken apart (a name, its
+top-level arguments, the ``Nullable``/``LowCardinality`` wrappers peeled off), then one converter
+per scalar type (numbers, text, UUIDs, addresses, dates and date-times with their ranges,
+ISO-8601 forms and time zones), then the containers built from them. :mod:`core.contract`
+applies them per record. Types the two sinks cannot store alike are refused up front with a
+:class:`SchemaError` naming a type to use instead. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import decimal
+import functools
+import json
+import math
+import re
+import struct
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any, Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from eos_pipeline.core.scalar_values import (
-    DATE_RANGES,
-    INT_RANGES,
-    Converter,
-    Reject,
-    bool_value,
-    date_value,
-    datetime_value,
-    decimal_value,
-    fixed_string_value,
-    float_value,
-    int_value,
-    ip_value,
-    kind_of,
-    mismatch,
-    string_value,
-    uuid_value,
-)
 from eos_pipeline.core.schema import SchemaError
-from eos_pipeline.core.type_names import split_type, unwrap
 
-__all__ = ["TOKENS", "Converter", "Reject", "converter", "kind_of", "unwrap"]
+
+@dataclass(frozen=True, slots=True)
+class ParsedType:
+    """A parsed canonical ClickHouse type: its name, arguments and whether null is allowed."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+def split_type(ch_type: str) -> ParsedType:
+    """``Name(arg, arg)`` split at its top-level commas (nested parentheses kept whole)."""
+    name, _, rest = ch_type.partition("(")
+    if not rest:
+        return ParsedType(name, ())
+    parts, depth, current = [], 0, ""
+    for ch in rest[:-1]:
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        current += ch
+    parts.append(current.strip())
+    return ParsedType(name, tuple(parts))
+
+
+def unwrap(ch_type: str) -> tuple[str, bool]:
+    """``ch_type`` without ``LowCardinality``/``Nullable`` wrappers, and whether it was Nullable."""
+    nullable = False
+    while True:
+        parsed = split_type(ch_type)
+        if parsed.name == "LowCardinality":
+            ch_type = parsed.args[0]
+        elif parsed.name == "Nullable":
+            ch_type, nullable = parsed.args[0], True
+        else:
+            return ch_type, nullable
+
+
+class Reject(Exception):
+    """A value does not fit its column (internal: becomes a ``TypeMismatch``)."""
+
+
+INT_RANGES: Final = {
+    f"{sign}Int{bits}": (0, (1 << bits) - 1) if sign else (-(1 << bits - 1), (1 << bits - 1) - 1)
+    for sign in ("", "U")
+    for bits in (8, 16, 32, 64)
+}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+DATE_RANGES: Final = {
+    "Date": (date(1970, 1, 1), date(2149, 6, 6)),
+    "Date32": (date(1900, 1, 1), date(2299, 12, 31)),
+}
+_DATETIME_RANGE: Final = (_EPOCH, datetime(2106, 2, 7, 6, 28, 15, tzinfo=UTC))
+_DATETIME64_RANGE: Final = (
+    datetime(1900, 1, 1, tzinfo=UTC),
+    datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+)
+_ISO: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})"
+    r"(?:[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})?)?"
+)
+_DATE: Final = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_DECIMAL_TEXT: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_UUID: Final = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_FLOAT32: Final = struct.Struct("<f")
+_WIDE: Final = decimal.Context(prec=200)  # quantize without the default 28-digit limit
+
+
+def kind_of(value: Any) -> str:
+    """The JSON token kind of a parsed value, for messages."""
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        Decimal: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def mismatch(value: Any, type_name: str, why: str = "") -> Reject:
+    detail = f" ({why})" if why else ""
+    return Reject(f"{kind_of(value)} {_show(value)} does not fit {type_name}{detail}")
+
+
+Converter = Callable[[Any], Any]
+
+
+def int_value(type_name: str) -> Converter:
+    low, high = INT_RANGES[type_name]
+
+    def convert(value: Any) -> Any:
+        if type(value) is not int:
+            raise mismatch(value, type_name, "needs a JSON integer")
+        if not low <= value <= high:
+            raise mismatch(value, type_name, f"out of range [{low}, {high}]")
+        return value
+
+    return convert
+
+
+def float_value(type_name: str) -> Converter:
+    single = type_name == "Float32"
+
+    def convert(value: Any) -> Any:
+        kind = type(value)
+        if kind is bool or kind not in (int, float, Decimal):
+            raise mismatch(value, type_name, "needs a JSON number")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.copysign(math.inf, value)  # an integer beyond any double
+        if single and math.isfinite(number):
+            try:
+                number = _FLOAT32.unpack(_FLOAT32.pack(number))[0]
+            except OverflowError:
+                number = math.copysign(math.inf, number)
+        return number
+
+    return convert
+
+
+def decimal_value(type_name: str, precision: int, scale: int) -> Converter:
+    quantum = Decimal(1).scaleb(-scale)
+    limit = Decimal(10) ** (precision - scale)
+
+    def convert(value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            if not _DECIMAL_TEXT.fullmatch(value):
+                raise mismatch(value, type_name, "not a decimal number")
+            number = Decimal(value)
+        elif kind is int or kind is Decimal:
+            number = Decimal(value)
+        elif kind is float:  # NaN or Infinity: JSON floats otherwise arrive as Decimal
+            raise mismatch(value, type_name, "not a finite number")
+        else:
+            raise mismatch(value, type_name, "needs a JSON number or decimal string")
+        if not number.is_finite():
+            raise mismatch(value, type_name, "not a finite number")
+        try:
+            exact = number.quantize(quantum, context=_WIDE)
+        except (InvalidOperation, decimal.Overflow):
+            raise mismatch(value, type_name, "out of range") from None
+        if exact != number:
+            raise mismatch(value, type_name, f"more than {scale} digits after the point")
+        if exact.copy_abs() >= limit:  # copy_abs: no rounding to the 28-digit context
+            raise mismatch(value, type_name, "out of range")
+        return exact
+
+    return convert
+
+
+def bool_value(value: Any) -> Any:
+    if type(value) is not bool:
+        raise mismatch(value, "Bool", "needs true or false")
+    return value
+
+
+def _text(value: Any, type_name: str) -> str:
+    if type(value) is not str:
+        raise mismatch(value, type_name, "needs a JSON string")
+    return value
+
+
+def string_value(type_name: str) -> Converter:
+    return lambda value: _text(value, type_name)
+
+
+def fixed_string_value(type_name: str, length: int) -> Converter:
+    def convert(value: Any) -> Any:
+        text = _text(value, type_name)
+        if len(text.encode("utf-8")) > length:
+            raise mismatch(value, type_name, f"longer than {length} bytes")
+        return text
+
+    return convert
+
+
+def uuid_value(value: Any) -> Any:
+    text = _text(value, "UUID")
+    if not _UUID.fullmatch(text):
+        raise mismatch(value, "UUID", "not in 8-4-4-4-12 hex form")
+    return str(uuid.UUID(text))
+
+
+def ip_value(type_name: str) -> Converter:
+    parse = IPv4Address if type_name == "IPv4" else IPv6Address
+
+    def convert(value: Any) -> Any:
+        text = _text(value, type_name)
+        try:
+            return str(parse(text))
+        except ValueError:
+            raise mismatch(value, type_name, "not an address") from None
+
+    return convert
+
+
+def date_value(type_name: str) -> Converter:
+    low, high = DATE_RANGES[type_name]
+
+    def convert(value: Any) -> Any:
+        match = _DATE.fullmatch(_text(value, type_name))
+        try:
+            day = date(*map(int, match.groups())) if match else None
+        except ValueError:
+            day = None
+        if day is None:
+            raise mismatch(value, type_name, "not a YYYY-MM-DD date")
+        if not low <= day <= high:
+            raise mismatch(value, type_name, f"out of range [{low}, {high}]")
+        return day
+
+    return convert
+
+
+def _zone(type_name: str, tz: str | None) -> Any:
+    if tz is None:
+        return UTC
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SchemaError(f"{type_name}: unknown time zone {tz!r}") from None
+
+
+def datetime_value(type_name: str, precision: int, tz: str | None) -> Converter:
+    zone = _zone(type_name, tz)
+    wide = type_name.startswith("DateTime64")
+    low, high = _DATETIME64_RANGE if wide else _DATETIME_RANGE
+    cut = 10 ** (6 - precision)  # microseconds per unit of the column's precision
+
+    def convert(value: Any) -> Any:
+        if type(value) is int:
+            try:
+                moment = _EPOCH + timedelta(seconds=value)
+            except OverflowError:
+                raise mismatch(value, type_name, "out of range") from None
+        else:
+            match = _ISO.fullmatch(_text(value, type_name)) if type(value) is str else None
+            if match is None:
+                raise mismatch(value, type_name, "needs epoch seconds or an ISO-8601 string")
+            year, month, day, hour, minute, second, fraction, offset = match.groups()
+            micros = int((fraction or "0")[:6].ljust(6, "0"))
+            if offset is None:
+                zone_here: Any = zone
+            elif offset == "Z":
+                zone_here = UTC
+            else:
+                sign = 1 if offset[0] == "+" else -1
+                hours, minutes = int(offset[1:3]), int(offset[4:6])
+                if hours > 23 or minutes > 59:
+                    raise mismatch(value, type_name, "bad UTC offset")
+                zone_here = _fixed_zone(sign * (hours * 60 + minutes))
+            try:
+                local = datetime(
+                    int(year),
+                    int(month),
+                    int(day),
+                    int(hour or 0),
+                    int(minute or 0),
+                    int(second or 0),
+                    micros,
+                    tzinfo=zone_here,
+                )
+                moment = local.astimezone(UTC)
+            except (ValueError, OverflowError):
+                raise mismatch(value, type_name, "not a valid date and time") from None
+        moment = moment.replace(microsecond=moment.microsecond - moment.microsecond % cut)
+        if not low <= moment <= high:
+            raise mismatch(value, type_name, f"out of range [{low:%Y-%m-%d}, {high:%Y-%m-%d}]")
+        return moment
+
+    return convert
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_zone(minutes: int) -> Any:
+    from datetime import timezone
+
+    return timezone(timedelta(minutes=minutes))
+
 
 TOKENS: Final[dict[str, str]] = {
     "Int8..Int64, UInt8..UInt64": 'a JSON integer within the type\'s range (not 1.0, not "1")',
@@ -169,3 +453,28 @@ def _map(type_name: str, value_rule: Converter, value_nullable: bool) -> Convert
         return out
 
     return convert
+
+
+__all__ = [
+    "DATE_RANGES",
+    "INT_RANGES",
+    "TOKENS",
+    "Converter",
+    "ParsedType",
+    "Reject",
+    "bool_value",
+    "converter",
+    "date_value",
+    "datetime_value",
+    "decimal_value",
+    "fixed_string_value",
+    "float_value",
+    "int_value",
+    "ip_value",
+    "kind_of",
+    "mismatch",
+    "split_type",
+    "string_value",
+    "unwrap",
+    "uuid_value",
+]

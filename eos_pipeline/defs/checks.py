@@ -15,7 +15,7 @@ import dagster as dg
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.replay_journal import ReplayJournal
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, sink_state
 from eos_pipeline.core.proof import (

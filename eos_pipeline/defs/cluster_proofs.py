@@ -30,7 +30,7 @@ from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.failover.identity_proof import HeldRecord, IdentityProof, prove_by_identity
 from eos_pipeline.core.failover.table_position import row_topic
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, sink_state
 from eos_pipeline.defs.assets import CLICKHOUSE_SINK

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.failover.switch import ClusterSet
 from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
-from eos_pipeline.core.keeper_record import validate_root, validate_topic
+from eos_pipeline.core.keeper import validate_root, validate_topic
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
 #: Values of ``spark.remote`` meaning "no server: Spark in the run's own process".

@@ -36,8 +36,7 @@ def catch_up(
             planned.append((key, reads(parse_partition_key(key))))
         except Exception as exc:  # handled in its turn, below
             planned.append((key, exc))
-    every = [tp for _, tps in planned if not isinstance(tps, Exception) for tp in tps]
-    with sync.reading(every):  # the next partition is read while one is inserted
+    with sync.reading():  # one Kafka consumer for every partition of the run
         for key, tps in planned:
             try:
                 if isinstance(tps, Exception):

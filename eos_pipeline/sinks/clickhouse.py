@@ -26,9 +26,10 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
+from typing import Any
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
@@ -37,6 +38,7 @@ from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
     end_offsets,
+    range_consumer,
     read_range,
     start_offsets,
     topic_id,
@@ -45,10 +47,11 @@ from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
+from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.failover.table_position import row_topic
-from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, Mark
+from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import needs_log_start, start_offset
+from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
 from eos_pipeline.core.tokens import dedup_token
 from eos_pipeline.sinks.clickhouse_reports import (
     BatchReport,
@@ -58,17 +61,13 @@ from eos_pipeline.sinks.clickhouse_reports import (
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
-from eos_pipeline.sinks.prefetch import (
-    Prefetcher,
-    Wanted,
-    batch_from,
-    first_read,
-    prefetcher,
-    successor,
-)
-from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
+from eos_pipeline.sinks.resume import resolve_pending
 
 log = logging.getLogger(__name__)
+
+
+class PositionLogChanged(LogChanged, KafkaReadError):
+    """The keeper's position is not from the log Kafka holds now; nothing was read or written."""
 
 
 class ClickHousePartitionSync:
@@ -97,8 +96,8 @@ class ClickHousePartitionSync:
         self.dead_letters = dead_letters
         self.writer = writer or default_writer_id()
         self.fault = fault
-        #: The prefetcher and partition order of a :meth:`reading` session, while one is open.
-        self._session: tuple[Prefetcher, list[TopicPartition]] | None = None
+        #: The Kafka consumer of a :meth:`reading` session, while one is open.
+        self._consumer: Any = None
         check_json_parser(spec, sink)
 
     # ------------------------------------------------------------------------------- entry points
@@ -138,24 +137,20 @@ class ClickHousePartitionSync:
             state or "nothing",
             target,
         )
-        # One consumer for the run's batches: the next batch continues from what it fetched
-        # (with spec.prefetch read ahead while this one is inserted; see sinks.prefetch).
-        with self._reader() as ahead:
+        # One consumer for the run's batches: the next batch continues from what it fetched.
+        with self._reader() as consumer:
             while True:
                 state = state_of(lease.record)
                 if state is not None and state.phase is Phase.BEFORE:
                     # Recover first: re-read exactly the range that was in flight.
-                    wanted = Wanted(state.range, None, exact=True)
+                    wanted, max_bytes = state.range, None
                 else:
                     begin = self._next_start(tp, state, target)
                     if begin >= target:
                         break
-                    wanted = self._batch_from(begin, target)
-                batch = ahead.read(tp, wanted)
-                if batch.range.end < target:
-                    ahead.start(tp, self._batch_from(batch.range.end, target))
-                elif self._session and (then := successor(self._session[1], tp)):
-                    ahead.guess(then, lambda then=then: self._first_read(then))
+                    wanted = OffsetRange(begin, min(target, begin + self.spec.max_records))
+                    max_bytes = self.spec.max_bytes
+                batch = read_range(self.kafka, tp, wanted, max_bytes=max_bytes, consumer=consumer)
                 report.batches.append(self._process(lease, state, batch, tid))
                 report.end = batch.range.end
         final = state_of(lease.record)
@@ -171,29 +166,14 @@ class ClickHousePartitionSync:
         return report
 
     @contextmanager
-    def reading(self, order: Sequence[TopicPartition]) -> Iterator[None]:
-        """Runs inside share one Kafka consumer, and with ``spec.prefetch`` the last batch of a
-        partition is inserted while the first one of the partition after it in ``order`` is
-        read (a guess from its keeper record; see :mod:`eos_pipeline.sinks.prefetch`)."""
-        with prefetcher(self.kafka, enabled=self.spec.prefetch) as ahead:
-            self._session = (ahead, list(order))
+    def reading(self) -> Iterator[None]:
+        """Runs inside share one Kafka consumer (a run of several partitions opens one)."""
+        with range_consumer(self.kafka) as consumer:
+            self._consumer = consumer
             try:
                 yield
             finally:
-                self._session = None
-
-    def run_range(self, tp: TopicPartition, wanted: OffsetRange) -> BatchReport:
-        """Process one explicit range (a backfill or a replay); already-written data is skipped."""
-        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
-        # Decide on bounds before touching anything: a range below the stored start is refused
-        # without a read from Kafka, an insert, or a keeper write (not even the epoch bump).
-        stored = self.store.read(key)
-        refuse_pending(tp, stored.record if stored else None)
-        decide(state_of(stored.record if stored else None), wanted, tp).raise_for_error()
-        lease = self.store.acquire(key, writer=self.writer)
-        tid = self._same_topic(tp, lease.record)
-        batch = read_range(self.kafka, tp, wanted)
-        return self._process(lease, state_of(lease.record), batch, tid)
+                self._consumer = None
 
     def insert_rows(self, batch: KafkaBatch, part: OffsetRange) -> tuple[int, int]:
         """Insert ``part`` of ``batch`` under this sync's token name, no keeper write (a replay's
@@ -201,66 +181,37 @@ class ClickHousePartitionSync:
         return self._insert_step(batch, part)
 
     # ------------------------------------------------------------------------------- internals
-    def _reader(self) -> AbstractContextManager[Prefetcher]:
-        """The reading session's prefetcher, or one for this run alone."""
-        if self._session is not None:
-            return nullcontext(self._session[0])
-        return prefetcher(self.kafka, enabled=self.spec.prefetch)
-
-    def _batch_from(self, begin: int, target: int) -> Wanted:
-        return batch_from(begin, target, self.spec.max_records, self.spec.max_bytes)
-
-    def _first_read(self, tp: TopicPartition) -> Wanted | None:
-        """What :meth:`run` will read first for ``tp`` (see ``prefetch.first_read``)."""
-        key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
-        stored = self.store.read(key)
-        return first_read(
-            stored.record if stored is not None else None,
-            lambda: end_offsets(self.kafka, tp.topic).get(tp.partition),
-            lambda state, target: self._next_start(tp, state, target),
-            self.spec,
-        )
+    def _reader(self) -> AbstractContextManager[Any]:
+        """The reading session's consumer, or one for this run alone."""
+        if self._consumer is not None:
+            return nullcontext(self._consumer)
+        return range_consumer(self.kafka)
 
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
-        """Kafka's id of ``tp.topic``, refusing a topic other than the one the position is from.
-
-        A topic deleted and recreated under the same name has a new id. Once its new log has
-        grown past the stored position, offsets cannot show the swap; the stored id can. A record
-        written before ids were stored has none: it is accepted and gets one with its next write.
-        """
+        """Kafka's id of ``tp.topic``, refusing a position read from another topic of that name
+        (``core.positions.check_same_log``); a record stored before ids were kept has none and
+        gets one with its next write."""
         tid = topic_id(self.kafka, tp.topic)
         stored = record.topic_id if record is not None else None
-        if stored is not None and stored != tid:
-            raise KafkaReadError(
-                f"{tp}: the keeper's position was read from topic id {stored}, but topic "
-                f"{tp.topic!r} now has id {tid}: the topic was deleted and recreated. Nothing was "
-                "read or written. Point the pipeline at a new table, or reset this partition's "
-                "keeper record deliberately"
-            )
+        check_same_log(
+            str(tp), topic=tp.topic, stored_topic_id=stored, topic_id=tid, error=PositionLogChanged
+        )
         return tid
 
     def _log_end(self, tp: TopicPartition, state: SinkState | None) -> int:
-        """Kafka's last stable offset of ``tp``, refusing a log that is behind the stored state.
-
-        A stored position never runs ahead of the log it was read from, so a log ending before
-        it is a different log: the topic was deleted and recreated (or truncated). Going on
-        would skip the new log's first offsets silently, or mix two logs' offsets in one table.
-        """
+        """Kafka's last stable offset of ``tp``, refusing a log that is not the stored state's
+        (a partition gone, a log ending before it: ``core.positions.check_same_log``)."""
         ends = end_offsets(self.kafka, tp.topic)
-        if tp.partition not in ends:
-            raise KafkaReadError(
-                f"{tp}: topic {tp.topic!r} has only {len(ends)} partitions now; it was recreated "
-                "with fewer. Nothing was read or written"
-            )
-        end = ends[tp.partition]
-        if state is not None and state.range.end > end:
-            raise KafkaReadError(
-                f"{tp}: the keeper says offsets up to {state.range.end} were taken ({state}), "
-                f"but Kafka's log ends at {end}: the topic was deleted and recreated (or "
-                "truncated). Nothing was read or written. Point the pipeline at a new table or "
-                "reset this partition's keeper record deliberately"
-            )
-        return end
+        check_same_log(
+            str(tp),
+            topic=tp.topic,
+            stored_partitions=[tp.partition],
+            present=ends,
+            position=state.range.end if state is not None else None,
+            log_end=ends.get(tp.partition),
+            error=PositionLogChanged,
+        )
+        return ends[tp.partition]
 
     def _next_start(self, tp: TopicPartition, state: SinkState | None, target: int) -> int:
         """``core.positions.start_offset``, asking Kafka for the log start only if needed."""
@@ -444,6 +395,7 @@ __all__ = [
     "BatchReport",
     "ClickHousePartitionSync",
     "ClickHouseTableSpec",
+    "PositionLogChanged",
     "SyncReport",
     "state_of",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 
@@ -30,12 +30,6 @@ class ClickHouseTableSpec:
     #: them where :func:`eos_pipeline.core.native_json.native_plan` vouches for the schema and
     #: the sink is chDB, ``native`` requires that, ``arrow`` never lets it.
     json_parser: Literal["auto", "native", "arrow"] = "auto"
-    #: Read the next batch from Kafka while the current one is inserted: the partition's next
-    #: one, or, inside :meth:`ClickHousePartitionSync.reading`, the next partition's first. Off:
-    #: no gain measured on chDB, whose insert needs the GIL for about half its time (a busy
-    #: Python thread doubles it), so the read thread only competes with it; see
-    #: benchmarks/README.md.
-    prefetch: bool = False
 
 
 @dataclass

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
+from eos_pipeline.adapters.failover import (
+    FailoverPipeline,
+    FailoverStates,
+    partitions_of,
+    record_syncs,
+)
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.sync_archive import record_syncs
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, SyncReport
+from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 
 
@@ -58,25 +62,4 @@ def physical_partitions(
     ]
 
 
-def run_active_clickhouse(
-    fp: FailoverPipeline,
-    spec: ClickHouseTableSpec,
-    store: KeeperStateStore,
-    sink: ClickHouseSink,
-    dead_letter_topic: str,
-    *,
-    fault: FaultHook = no_fault,
-) -> list[SyncReport]:
-    """Catch every partition of the active cluster's physical topics up; one report each."""
-    sync = active_sync(fp, spec, store, sink, dead_letter_topic, fault=fault)
-    assert sync.cluster is not None
-    reports = []
-    for topic in fp.topics:
-        for physical in fp.clusters.topics(topic, sync.cluster):
-            for partition in range(partitions_of(sync.kafka, physical.topic)):
-                reports.append(sync.run(TopicPartition(physical.topic, partition)))
-    record_syncs(store, fp, sync.cluster)
-    return reports
-
-
-__all__ = ["active_sync", "physical_partitions", "run_active_clickhouse"]
+__all__ = ["active_sync", "physical_partitions"]

@@ -8,7 +8,7 @@ One transaction is one Hudi commit, and the commit is the only place the positio
    per chosen partition, capped by the batch limit. Partitions the table has never seen start
    from the reset policy. Offsets the table still needs but Kafka no longer holds (retention, a
    recreated topic) stop the plan with an error instead of being skipped (the rule:
-   :mod:`eos_pipeline.core.hudi_plan`);
+   :mod:`eos_pipeline.core.planning.hudi`);
 2. read exactly those ranges with Spark's Kafka source, decode with the declared schema, send
    the records that do not decode to the dead-letter topic;
 3. write the good rows in one Hudi write whose commit metadata carries the next offset of
@@ -42,14 +42,16 @@ from eos_pipeline.adapters.hudi import CommitInfo, Operation, latest_commit, wri
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets, topic_id
 from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_json
 from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.hudi_operation import (
     AUTO_STEADY_OPERATION,
     WriteOperation,
     planned_records,
     transaction_operation,
 )
-from eos_pipeline.core.hudi_plan import TransactionRefused, plan_ranges
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning.hudi import TransactionRefused, plan_ranges
+from eos_pipeline.core.positions import check_same_log
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
 from eos_pipeline.sinks.hudi_rows import (
     computed_once,
@@ -58,7 +60,13 @@ from eos_pipeline.sinks.hudi_rows import (
     sink_write_options,
     table_rows,
 )
-from eos_pipeline.sinks.hudi_spec import HudiPlan, HudiReport, HudiSinkError, HudiTableSpec
+from eos_pipeline.sinks.hudi_spec import (
+    HudiLogChanged,
+    HudiPlan,
+    HudiReport,
+    HudiSinkError,
+    HudiTableSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +106,13 @@ class HudiTableSync:
         spec, topic = self.spec, self.spec.topic
         previous = latest_commit(self.spark, spec.table_path)
         current_id = topic_id(self.kafka, topic)
-        stored_id = previous.topic_id if previous else None
-        if stored_id is not None and stored_id != current_id:
-            raise HudiSinkError(
-                f"{spec.table_path}: the table's checkpoint is for topic {topic!r} with "
-                f"id {stored_id}, but {topic!r} now has id {current_id}: the topic was deleted "
-                "and recreated, and its offsets are not the ones the checkpoint counts. Nothing "
-                "was read; point the pipeline at a new table, or move the checkpoint explicitly"
-            )
+        check_same_log(
+            spec.table_path,
+            topic=topic,
+            stored_topic_id=previous.topic_id if previous else None,
+            topic_id=current_id,
+            error=HudiLogChanged,
+        )
         ends = end_offsets(self.kafka, topic)
         lows = start_offsets(self.kafka, topic)
         try:
@@ -120,6 +127,8 @@ class HudiTableSync:
                 partitions=partitions,
                 until=until,
             )
+        except LogChanged as exc:
+            raise HudiLogChanged(str(exc), exc.reason) from None
         except TransactionRefused as exc:
             raise HudiSinkError(str(exc)) from None
         return HudiPlan(

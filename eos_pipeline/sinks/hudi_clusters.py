@@ -33,7 +33,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, partitions_of
+from eos_pipeline.adapters.failover import (
+    FailoverPipeline,
+    FailoverStates,
+    partitions_of,
+    record_syncs,
+    refresh,
+)
 from eos_pipeline.adapters.hudi import CommitInfo, latest_commit
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
@@ -44,7 +50,6 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import TimeFloors, first_offset
-from eos_pipeline.adapters.sync_archive import record_syncs, refresh
 from eos_pipeline.core.failover import SyncHistory
 from eos_pipeline.core.failover.table_position import (
     TablePosition,
@@ -54,9 +59,9 @@ from eos_pipeline.core.failover.table_position import (
     stored_position,
     streamer_checkpoint,
 )
-from eos_pipeline.core.keeper_record import Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import checkpoint_state, start_offset
+from eos_pipeline.core.positions import check_same_log, checkpoint_state, start_offset
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
 from eos_pipeline.sinks.hudi import (
     HudiPlan,
@@ -65,6 +70,7 @@ from eos_pipeline.sinks.hudi import (
     HudiTableSpec,
     HudiTableSync,
 )
+from eos_pipeline.sinks.hudi_spec import HudiLogChanged
 from eos_pipeline.sinks.resume import locate_copy
 
 log = logging.getLogger(__name__)
@@ -207,12 +213,13 @@ class ClusterHudiSync(HudiTableSync):
                     ends[TopicPartition(physical.topic, p)] = e
                 for p, low in start_offsets(kafka, physical.topic).items():
                     lows[TopicPartition(physical.topic, p)] = low
-        gone = sorted(tp for tp in position.positions if tp not in ends)
-        if gone:
-            raise HudiSinkError(
-                f"{spec.table_path}: the table holds positions for {gone} on {active!r}, which "
-                "do not exist there: a topic was deleted or recreated. Nothing was read"
-            )
+        check_same_log(
+            f"{spec.table_path} on {active!r}",
+            topic=topic,
+            stored_partitions=position.positions,
+            present=ends,
+            error=HudiLogChanged,
+        )
         reread = skipped = 0
         for tp, mark in sorted(position.pending.items()):
             start = position.positions[tp]
@@ -247,12 +254,14 @@ class ClusterHudiSync(HudiTableSync):
         for tp, begin in sorted(start_at.items()):
             if chosen is not None and tp.partition not in chosen:
                 continue
-            if begin > ends[tp] or begin < lows[tp]:
-                raise HudiSinkError(
-                    f"{active}:{tp}: the table stands at offset {begin} but Kafka holds "
-                    f"[{lows[tp]}, {ends[tp]}): records were deleted or the topic recreated. "
-                    "Nothing was read"
-                )
+            check_same_log(
+                f"{active}:{tp}",
+                topic=tp.topic,
+                position=begin,
+                log_end=ends[tp],
+                log_start=lows[tp],
+                error=HudiLogChanged,
+            )
             end = min(ends[tp], begin + spec.max_records_per_partition)
             if until is not None and tp.topic == topic and tp.partition in until:
                 end = max(begin, min(end, until[tp.partition]))

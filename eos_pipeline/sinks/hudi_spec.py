@@ -17,6 +17,7 @@ from eos_pipeline.adapters.hudi import (
     TableType,
 )
 from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.hudi_operation import (
     DEFAULT_BULK_INSERT_MIN_RECORDS,
     ConfiguredOperation,
@@ -28,6 +29,10 @@ from eos_pipeline.core.schema import TableSchema
 
 class HudiSinkError(RuntimeError):
     """A transaction cannot be planned or committed without losing or repeating records."""
+
+
+class HudiLogChanged(LogChanged, HudiSinkError):
+    """The table's position is not from the log Kafka holds now; nothing was read."""
 
 
 @dataclass(frozen=True)

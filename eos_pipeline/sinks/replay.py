@@ -35,15 +35,15 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.keeper import KeeperStateStore, Lease, default_writer_id
 from eos_pipeline.adapters.replay_journal import ReplayJournal
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.positions import sink_state
+from eos_pipeline.core.positions import check_same_log, sink_state
 from eos_pipeline.core.replay import (
     DONE,
     RUNNING,
     JournalEntry,
+    ReplayLogChanged,
     ReplayPlan,
-    ReplayRefused,
     plan_replay,
 )
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
@@ -119,12 +119,13 @@ class ClickHouseReplay:
         lease = self.store.acquire(self._key(tp), writer=self.writer)
         # The state may have moved since the dry run: plan again under the lease, same range.
         current = self._plan(tp, plan.range.start, plan.range.end, sink_state(lease.record))
-        stored_id, now_id = lease.record.topic_id, topic_id(self.kafka, tp.topic)
-        if stored_id is not None and stored_id != now_id:
-            raise ReplayRefused(
-                f"{tp}: the position was read from topic id {stored_id}, the topic now has id "
-                f"{now_id} (deleted and recreated): its offsets are other records. Nothing done"
-            )
+        check_same_log(
+            str(tp),
+            topic=tp.topic,
+            stored_topic_id=lease.record.topic_id,
+            topic_id=topic_id(self.kafka, tp.topic),
+            error=ReplayLogChanged,
+        )
         report = ReplayReport(current, epoch=lease.epoch)
         _, version = self.journal.read(tp)
         version = self.journal.write(tp, JournalEntry(current.range, RUNNING, lease.epoch), version)

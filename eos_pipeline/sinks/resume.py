@@ -23,23 +23,13 @@ from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.failover import (
     MirroredRecord,
     ReplicaPending,
-    ResumeError,
     Window,
     resume_after,
 )
-from eos_pipeline.core.keeper_record import KeeperRecord, Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)
-
-
-def refuse_pending(tp: TopicPartition, record: KeeperRecord | None) -> None:
-    """A range run (backfill, replay) must not start before a switch's mark is resolved."""
-    if record is not None and record.mark is not None and record.mark.pending:
-        raise ResumeError(
-            f"{tp}: a switch moved this partition here and the sink has not found the last "
-            "record written before it yet; run the partition (not a range) first"
-        )
 
 
 def locate_copy(

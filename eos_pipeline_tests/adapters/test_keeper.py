@@ -31,7 +31,7 @@ from eos_pipeline.adapters.keeper import (
     Lease,
     StateStore,
 )
-from eos_pipeline.core.keeper_record import CorruptRecordError, KeeperKey
+from eos_pipeline.core.keeper import CorruptRecordError, KeeperKey
 from eos_pipeline_tests.support.memory_keeper import UnsafeInMemoryStateStore
 
 pytestmark = pytest.mark.integration

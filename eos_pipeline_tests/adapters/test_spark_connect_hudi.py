@@ -51,12 +51,13 @@ from eos_pipeline.adapters.kafka import (
     produce_all,
     topic_id,
 )
-from eos_pipeline.adapters.spark import read_kafka_ranges, with_source_columns
+from eos_pipeline.adapters.spark import read_kafka_ranges
 from eos_pipeline.adapters.spark_remote import stable_session_id, with_session_id
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.hudi_rows import computed_once
+from eos_pipeline_tests.support.spark_rows import with_source_columns
 from eos_pipeline_tests.support.spark_server import SessionServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

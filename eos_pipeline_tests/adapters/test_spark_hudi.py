@@ -42,7 +42,6 @@ from eos_pipeline.adapters.spark import (
     read_kafka_ranges,
     spark_conf,
     spark_failure,
-    with_source_columns,
 )
 from eos_pipeline.core.checkpoint import (
     CHECKPOINT_KEY_V1,
@@ -53,6 +52,7 @@ from eos_pipeline.core.checkpoint import (
 from eos_pipeline.core.decode import decode_json as core_decode_json
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import Column, TableSchema
+from eos_pipeline_tests.support.spark_rows import with_source_columns
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

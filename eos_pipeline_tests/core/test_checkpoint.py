@@ -13,7 +13,6 @@ from eos_pipeline.core.checkpoint import (
     format_checkpoint,
     merge_checkpoint,
     parse_checkpoint,
-    positions_from_ends,
     validate_checkpoint,
 )
 from eos_pipeline.core.offsets import TopicPartition
@@ -129,7 +128,7 @@ def test_merge_refuses_other_topic_or_empty_transaction() -> None:
 
 
 def test_metadata_written_under_v2_and_read_back() -> None:
-    positions = positions_from_ends("orders", {0: 5, 1: 6})
+    positions = {TopicPartition("orders", 0): 5, TopicPartition("orders", 1): 6}
     extra = checkpoint_metadata(positions)
     assert extra == {CHECKPOINT_KEY_V2: "orders,0:5,1:6"}
     assert checkpoint_from_metadata(extra) == positions
@@ -148,7 +147,7 @@ def test_metadata_key_follows_the_table_version_as_hudi_streamer_does(
     table_version: int | None, key: str
 ) -> None:
     # Version-6 tables (Hudi 0.14/0.15) carry V1, the only key a 0.x streamer reads.
-    positions = positions_from_ends("orders", {0: 5})
+    positions = {TopicPartition("orders", 0): 5}
     assert checkpoint_metadata(positions, table_version=table_version) == {key: "orders,0:5"}
 
 

@@ -19,7 +19,7 @@ from eos_pipeline.core.failover.bounds import SYNCS, TIMESTAMP, read_start
 from eos_pipeline.core.failover.switch import ClusterSet, move
 from eos_pipeline.core.failover.syncs import Window
 from eos_pipeline.core.failover.table_position import TablePosition, carry_over
-from eos_pipeline.core.keeper_record import Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.core.test_failover_properties import TP, Mirror, mirrors
 from eos_pipeline_tests.core.test_failover_switch import FP, LOCAL_A, _history, _record

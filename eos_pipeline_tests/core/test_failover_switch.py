@@ -17,7 +17,7 @@ from eos_pipeline.core.failover.switch import (
     move,
     plan_switch,
 )
-from eos_pipeline.core.keeper_record import KeeperRecord, Mark
+from eos_pipeline.core.keeper import KeeperRecord, Mark
 
 AB = ClusterSet.both_ways(("A", "B"))
 FP = "0123456789abcdef0123456789abcdef"

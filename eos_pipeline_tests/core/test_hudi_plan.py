@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eos_pipeline.core.hudi_plan import TransactionRefused, plan_ranges
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning.hudi import TransactionRefused, plan_ranges
 
 T = "events"
 

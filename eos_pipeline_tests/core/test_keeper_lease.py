@@ -7,14 +7,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from eos_pipeline.core.keeper_lease import (
+from eos_pipeline.core.keeper import (
     ConflictError,
     FencedError,
+    KeeperKey,
+    KeeperRecord,
     Lease,
+    VersionedRecord,
     refusal,
     write_outcome,
 )
-from eos_pipeline.core.keeper_record import KeeperKey, KeeperRecord, VersionedRecord
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 KEY = KeeperKey("orders", "clickhouse", "events", 3)

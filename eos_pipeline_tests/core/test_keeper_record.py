@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from eos_pipeline.core.keeper_record import (
+from eos_pipeline.core.keeper import (
     CorruptRecordError,
     InvalidKeyError,
     KeeperKey,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from eos_pipeline.core.keeper_record import (
+from eos_pipeline.core.keeper import (
     CorruptRecordError,
     InvalidKeyError,
     KeeperKey,

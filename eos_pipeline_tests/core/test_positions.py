@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.keeper_record import KeeperRecord
+from eos_pipeline.core.errors import Fault, LogChanged
+from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.positions import (
     NEW,
     Standing,
+    check_same_log,
     checkpoint_state,
     committed,
     committed_low,
@@ -133,3 +136,37 @@ def test_partition_lags_count_from_the_stored_position_else_from_the_reset_start
         {"clickhouse": 0, "hudi": 0},
         {"clickhouse": 0, "hudi": 0},
     ]
+
+
+@pytest.mark.parametrize(
+    ("facts", "reason"),
+    [
+        ({"stored_topic_id": "old", "topic_id": "new"}, "topic-recreated"),
+        ({"stored_partitions": [0, 3], "present": {0: 5, 1: 5}}, "partition-gone"),
+        ({"position": 9, "log_end": 5}, "log-behind"),
+        ({"position": 2, "log_start": 5, "log_end": 9}, "retention"),
+    ],
+)
+def test_a_position_from_another_log_is_refused_naming_the_fact(
+    facts: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(LogChanged) as refused:
+        check_same_log("t", topic="orders", **facts)
+    assert refused.value.reason == reason and refused.value.fault is Fault.NEEDS_PERSON
+    assert str(refused.value).startswith("t: ") and "Nothing was read or written" in str(
+        refused.value
+    )
+
+
+def test_a_position_from_this_log_passes() -> None:
+    check_same_log(
+        "t",
+        topic="orders",
+        stored_topic_id=None,  # stored before ids were kept
+        topic_id="id",
+        stored_partitions=[0],
+        present={0: 9},
+        position=5,
+        log_end=9,
+        log_start=5,
+    )

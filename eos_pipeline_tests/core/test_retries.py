@@ -21,9 +21,9 @@ from eos_pipeline.core.retries import (
     FailureFacts,
     Failures,
     Fault,
+    decide_retry,
     diagnose,
     given_up_message,
-    judge,
 )
 
 KILLED = FailureFacts(
@@ -121,10 +121,12 @@ UNKNOWN = Diagnosis(Fault.UNKNOWN, "ValueError: odd")
 
 
 def verdict(failed: Failures | None, now: float | None = 100.0, attempts: int = 3):  # type: ignore[no-untyped-def]
-    return judge("p0 (s)", "AFTER:4", failed, max_attempts=attempts, backoff=Backoff(), now=now)
+    return decide_retry(
+        "p0 (s)", "AFTER:4", failed, max_attempts=attempts, backoff=Backoff(), now=now
+    )
 
 
-def test_judge_transient_waits_out_the_backoff_then_runs_and_never_gives_up() -> None:
+def test_decide_retry_transient_waits_out_the_backoff_then_runs_and_never_gives_up() -> None:
     assert verdict(None).run
     waiting = verdict(Failures(3, "r3", 95.0, TRANSIENT))  # 8 s after 3 failures: 3 s left
     assert not waiting.run and waiting.waiting
@@ -142,7 +144,7 @@ def test_judge_transient_waits_out_the_backoff_then_runs_and_never_gives_up() ->
     assert verdict(Failures(3, "r3", None, TRANSIENT)).run
 
 
-def test_judge_a_person_fault_stops_at_once_naming_the_cause() -> None:
+def test_decide_retry_a_person_fault_stops_at_once_naming_the_cause() -> None:
     stop = verdict(Failures(1, "r1", 0.0, PERSON))
     assert not stop.run and not stop.waiting
     assert stop.message is not None
@@ -150,7 +152,7 @@ def test_judge_a_person_fault_stops_at_once_naming_the_cause() -> None:
     assert "r1" in stop.message and "AFTER:4" in stop.message
 
 
-def test_judge_an_unknown_fault_is_retried_up_to_max_attempts() -> None:
+def test_decide_retry_an_unknown_fault_is_retried_up_to_max_attempts() -> None:
     assert verdict(Failures(2, "r2", 0.0, UNKNOWN)).run
     assert verdict(Failures(2, "r2", 99.0, UNKNOWN)).waiting
     stop = verdict(Failures(3, "r3", 0.0, UNKNOWN))
@@ -241,7 +243,7 @@ def test_a_fenced_hudi_writer_lost_a_race_it_is_not_a_person_fault() -> None:
     assert diagnose(step(("FencedError", "fenced: epoch 7 > 6"))).fault is Fault.NEEDS_PERSON
 
 
-def test_judge_a_race_backs_off_growing_then_gives_up_naming_the_cause() -> None:
+def test_decide_retry_a_race_backs_off_growing_then_gives_up_naming_the_cause() -> None:
     race = diagnose(FENCED)
     # the backoff grows with the failures from one state, capped like every other
     assert verdict(Failures(1, "r1", 99.0, race)).message == (
@@ -285,3 +287,23 @@ def test_hudi_plan_after_a_zombie_commit_runs_at_once_else_retries_then_stops() 
     stopped = plan(1, thrice, 1000.0)
     assert stopped.runs == () and stopped.given_up == (stopped.skip_reason,)
     assert "HudiFencedError" in str(stopped.skip_reason) and "zombie" in str(stopped.skip_reason)
+
+
+@pytest.mark.parametrize(
+    ("cls", "fault"),
+    [
+        ("LogChanged", Fault.NEEDS_PERSON),
+        ("PlanLogChanged", Fault.NEEDS_PERSON),
+        ("ReplayLogChanged", Fault.NEEDS_PERSON),
+        ("OffsetRegressionError", Fault.NEEDS_PERSON),
+        ("HudiFencedError", Fault.RACE),
+    ],
+)
+def test_a_typed_error_is_told_by_its_class_not_its_words(cls: str, fault: Fault) -> None:
+    found = diagnose(step((cls, "a message with no telling word")))
+    assert found.fault is fault
+
+
+def test_a_kafka_error_is_told_by_its_code() -> None:
+    facts = step(("KafkaException", "KafkaError{code=NOT_LEADER_OR_FOLLOWER,val=6}"))
+    assert diagnose(facts).fault is Fault.TRANSIENT

@@ -15,7 +15,7 @@ from eos_pipeline.core.failover.table_position import (
     split_row_topic,
     streamer_checkpoint,
 )
-from eos_pipeline.core.keeper_record import Mark
+from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import TopicPartition
 
 AB = ClusterSet.both_ways(("A", "B"))

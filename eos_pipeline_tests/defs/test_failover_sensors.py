@@ -31,9 +31,9 @@ from eos_pipeline.defs.cluster_proofs import hudi_identity_proofs
 from eos_pipeline.defs.config import parse_config
 from eos_pipeline.defs.failover import failover_pipeline
 from eos_pipeline.defs.partitions import partition_key, partitions_name
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -14,7 +14,7 @@ from dagster._core.definitions.partitions.context import partition_loading_conte
 from eos_pipeline.adapters.kafka import admin_client
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.defs.assets import clickhouse_key
 from eos_pipeline.defs.builder import build_definitions

@@ -3,7 +3,7 @@
 * ``switch``: :func:`eos_pipeline.adapters.failover.switch` to ``to``; the armed step
   (``EOS_FAULT_STEP``) may be one of its boundaries (``switch_after_begin``...);
 * ``cluster-clickhouse``: one ClickHouse run on the active cluster, over its physical topics
-  (:func:`eos_pipeline.sinks.clusters.run_active_clickhouse`), armed at a sink step;
+  (:func:`eos_pipeline_tests.support.sink_runs.run_active_clickhouse`), armed at a sink step;
 * ``cluster-ids``: ``{event id: rows}`` of the table (read in a process of its own: chDB
   allows one data path per process).
 
@@ -59,7 +59,7 @@ def _sink(job: dict[str, Any]) -> tuple[Any, Any]:
 def _cluster_clickhouse(
     job: dict[str, Any], fault: Callable[[str], None], emit: Callable[[Any], None]
 ) -> None:
-    from eos_pipeline.sinks.clusters import run_active_clickhouse
+    from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
     sink, spec = _sink(job)
     with _store(job) as store:

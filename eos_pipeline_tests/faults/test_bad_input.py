@@ -25,9 +25,10 @@ import pytest
 from eos_pipeline.adapters.dlq import DLQ_MAX_VALUE_BYTES
 from eos_pipeline.adapters.kafka import idempotent_producer
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline_tests.faults.harness import FaultRig
+from eos_pipeline_tests.support.sink_runs import run_range
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def test_contained_batch_while_before_goes_to_dlq_and_the_range_is_recovered(
     with rig.keeper() as store:
         lease = store.acquire(KeeperKey.of(rig.pipeline, "clickhouse", tp), writer="crashed")
         store.write(lease, 0, 20, Phase.BEFORE.value)  # what a kill at after_keeper_before leaves
-        replay = rig.sync(store).run_range(tp, OffsetRange(5, 10))
+        replay = run_range(rig.sync(store), tp, OffsetRange(5, 10))
         assert replay.case == "CONTAINED" and replay.dead_letters == 5 and replay.rows_sent == 0
         letters = rig.dead_letter_records()
         assert sorted(letters) == [(0, o) for o in range(5, 10)]

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from eos_pipeline.adapters.clickhouse import ClickHouseSink, ClickHouseSinkError
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore, KeeperUnavailableError
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.faults.harness import FaultRig
 from eos_pipeline_tests.support.own_stack import OwnStack

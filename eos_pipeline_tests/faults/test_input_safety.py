@@ -15,7 +15,7 @@ from clickhouse_connect.driver.client import Client
 from eos_pipeline.adapters.clickhouse import ClickHouseSink, ClickHouseSinkError, parse_url
 from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, end_offsets
 from eos_pipeline.adapters.keeper import KeeperSettings
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline_tests.faults.harness import FaultRig

@@ -24,7 +24,7 @@ from eos_pipeline.adapters.kafka import (
     start_offsets,
     topic_id,
 )
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.faults.harness import FaultRig, Produced
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.faults.harness import FaultRig, run_child
 from eos_pipeline_tests.support.faults import CLICKHOUSE_STEPS, MID_INSERT_STEP

@@ -36,15 +36,15 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
 from eos_pipeline.core.failover import FingerprintNotFound, ResumeError
 from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
-from eos_pipeline.core.keeper_record import KeeperKey, Mark
+from eos_pipeline.core.keeper import KeeperKey, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.defs.config import load_config
 from eos_pipeline.defs.failover import failover_job
 from eos_pipeline.defs.resources import KeeperResource
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse, run_range
 
 pytestmark = pytest.mark.integration
 
@@ -241,7 +241,7 @@ def test_failover_while_mirrormaker_is_behind_the_sink(setup, mirror_stack: Mirr
             spec, b, store, sink, DeadLetterWriter(b, dlq, fp.name), cluster="B"
         )
         with pytest.raises(ResumeError, match="run the partition"):
-            on_b.run_range(replica[0], OffsetRange(0, 10))  # a backfill would write copies
+            run_range(on_b, replica[0], OffsetRange(0, 10))  # a backfill would write copies
         produce_events(b, topic, 2, 50, prefix="b")
         reports = run_active_clickhouse(fp, spec, store, sink, dlq)
         for r in reports:

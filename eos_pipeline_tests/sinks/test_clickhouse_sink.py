@@ -10,7 +10,6 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass, field
 
 import pytest
@@ -23,24 +22,23 @@ from eos_pipeline.adapters.kafka import (
     end_offsets,
     idempotent_producer,
     produce_all,
-    range_consumer,
     read_range,
 )
 from eos_pipeline.adapters.keeper import FencedError
 from eos_pipeline.core.dedup import OffsetRegressionError
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.clickhouse import (
     ClickHousePartitionSync,
     ClickHouseTableSpec,
 )
-from eos_pipeline.sinks.prefetch import Prefetcher, Wanted
 from eos_pipeline_tests.sinks.clickhouse_stage import (
     SCHEMA,
     ClickHouseStage,
     InjectedCrash,
     clickhouse_stage,
 )
+from eos_pipeline_tests.support.sink_runs import run_range
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +134,7 @@ def test_replaying_the_same_range_three_times_leaves_each_offset_once(rig: Rig) 
     produce_events(rig, per_partition=25)
     tp = TopicPartition(rig.topic, 1)
     sync = rig.sync()
-    cases = [sync.run_range(tp, OffsetRange(0, 25)).case for _ in range(3)]
+    cases = [run_range(sync, tp, OffsetRange(0, 25)).case for _ in range(3)]
     assert cases == ["FIRST", "SAME", "SAME"]
     assert rig.table_offsets(1) == {o: 1 for o in range(25)}
     rig.assert_exactly_once(1)
@@ -216,7 +214,7 @@ def test_batch_entirely_below_stored_start_fails_and_writes_nothing(rig: Rig) ->
     rows_before = rig.table_offsets(1)
 
     with pytest.raises(OffsetRegressionError) as err:
-        rig.sync().run_range(tp, OffsetRange(0, 10))
+        run_range(rig.sync(), tp, OffsetRange(0, 10))
     message = str(err.value)
     assert str(tp) in message and "[0, 10)" in message and "[20, 30)" in message
     after = rig.store.read(key)
@@ -320,51 +318,26 @@ def test_a_step_one_json_parser_wrote_is_dropped_when_the_other_retries_it(
     assert len(native_calls) == 1  # ClickHouse parsed exactly one of the two attempts
 
 
-def test_the_next_batch_is_read_ahead_and_steps_keep_their_order(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_batches_keep_their_order_of_steps(rig: Rig) -> None:
     produce_events(rig, per_partition=40)
     tp = TopicPartition(rig.topic, 0)
-    counts: list[tuple[int, int]] = []
-    real_read = Prefetcher.read
-
-    def spy(self: Prefetcher, tp: TopicPartition, wanted: Wanted) -> object:
-        batch = real_read(self, tp, wanted)
-        counts.append((self.used, self.dropped))
-        return batch
-
-    monkeypatch.setattr(Prefetcher, "read", spy)
     steps: list[str] = []
-    report = rig.sync(fault=steps.append, max_records=15, prefetch=True).run(tp)
-    assert report.end == 40 and counts == [(0, 0), (1, 0), (2, 0)]  # batches 2 and 3 read ahead
+    report = rig.sync(fault=steps.append, max_records=15).run(tp)
+    assert report.end == 40
     order = ["before_keeper_before", "after_keeper_before", "after_insert", "after_keeper_after"]
     assert steps == order * 3
     rig.assert_exactly_once(0)
-    # Off (the default): every batch is read at its turn, with the same result.
-    counts.clear()
     assert rig.sync(max_records=15).run(TopicPartition(rig.topic, 1)).end == 40
-    assert counts == [(0, 0)] * 3
     rig.assert_exactly_once(1)
 
 
-def test_a_run_of_several_partitions_reads_the_next_partition_while_one_is_inserted(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+def test_a_run_of_several_partitions_on_one_consumer_decides_each_from_the_keeper(
+    rig: Rig,
 ) -> None:
     produce_events(rig, per_partition=40)
     tps = [TopicPartition(rig.topic, p) for p in range(3)]
-    seen: list[tuple[int, int, int]] = []  # (partition, used, dropped) after each read
-    real_read = Prefetcher.read
-
-    def spy(self: Prefetcher, tp: TopicPartition, wanted: Wanted) -> object:
-        batch = real_read(self, tp, wanted)
-        if self.enabled:  # not the other writer's reads
-            seen.append((tp.partition, self.used, self.dropped))
-        return batch
-
-    monkeypatch.setattr(Prefetcher, "read", spy)
-    sync = rig.sync(max_records=15, prefetch=True)
-    # Another writer takes partition 1 to offset 20 while partition 0's last batch is inserted,
-    # after the read-ahead of partition 1 may have guessed from its old (empty) record.
+    sync = rig.sync(max_records=15)
+    # Another writer takes partition 1 to offset 20 while partition 0's last batch is inserted.
     other = rig.sync(max_records=15)
 
     inserts: list[str] = []
@@ -376,37 +349,9 @@ def test_a_run_of_several_partitions_reads_the_next_partition_while_one_is_inser
                 other.run(tps[1], until=20)
 
     sync.fault = interfere
-    with sync.reading(tps):
+    with sync.reading():
         reports = [sync.run(tp) for tp in tps]
     assert [r.end for r in reports] == [40, 40, 40]
-    assert reports[1].start == 20  # the run decided from the keeper, not from the guess
+    assert reports[1].start == 20  # the run decided from the keeper
     for p in range(3):
         rig.assert_exactly_once(p)
-    assert [p for p, _, _ in seen] == [0, 0, 0, 1, 1, 2, 2, 2]
-    # Every read after the first had one read ahead, used or dropped ...
-    assert [used + dropped for _, used, dropped in seen] == list(range(8))
-    # ... dropped only if partition 1's guess came before the other writer's run ...
-    assert seen[-1][2] <= 1
-    # ... and partition 2's first batch was read while partition 1's last one was inserted.
-    assert seen[5][1] == seen[4][1] + 1
-
-
-def test_a_read_ahead_serves_an_equal_range_or_the_start_of_a_longer_one(rig: Rig) -> None:
-    produce_events(rig, per_partition=30, partitions=1)
-    tp = TopicPartition(rig.topic, 0)
-    with range_consumer(rig.kafka) as consumer, closing(Prefetcher(rig.kafka, consumer)) as ahead:
-        # The end moved on since the guess: the batch read ahead is the start of the range.
-        ahead.start(tp, Wanted(OffsetRange(0, 10), 1 << 20))
-        batch = ahead.read(tp, Wanted(OffsetRange(0, 25), 1 << 20))
-        assert (batch.range, batch.offsets, ahead.used) == (OffsetRange(0, 10), list(range(10)), 1)
-        # A recovery re-reads exactly its stored range: a shorter read-ahead is dropped.
-        ahead.start(tp, Wanted(OffsetRange(10, 15), None))
-        batch = ahead.read(tp, Wanted(OffsetRange(10, 20), None, exact=True))
-        assert (batch.range, ahead.used, ahead.dropped) == (OffsetRange(10, 20), 1, 1)
-        # Another partition, another start or another byte limit: dropped, read at its turn.
-        ahead.start(tp, Wanted(OffsetRange(20, 25), 1 << 20))
-        batch = ahead.read(tp, Wanted(OffsetRange(21, 30), 1 << 20))
-        assert (batch.offsets, ahead.dropped) == (list(range(21, 30)), 2)
-        ahead.start(tp, Wanted(OffsetRange(20, 25), 1 << 20))
-        assert ahead.read(tp, Wanted(OffsetRange(20, 30), 1 << 10)).range.start == 20
-        assert ahead.dropped == 3

@@ -15,15 +15,15 @@ from eos_pipeline.adapters.failover import switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.failover import FingerprintNotFound
-from eos_pipeline.core.keeper_record import KeeperKey, Mark
+from eos_pipeline.core.keeper import KeeperKey, Mark
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,
     produce_events,
     two_cluster_topic,
     wait_for_records,
 )
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Failover while cluster A does not answer: the switch translates from the kept offset syncs.
 
 MM2 keeps the syncs of flow A->B on A, so with A down the switch cannot read them there. The
-sink runs on A kept a copy in the keeper (:mod:`eos_pipeline.adapters.sync_archive`); the
+sink runs on A kept a copy in the keeper (:mod:`eos_pipeline.adapters.failover`); the
 switch falls back to it, and the sink on B resumes exactly (every record once, the re-read
 within ``offset.lag.max`` + 1). A is made unresponsive with SIGSTOP, as a hung broker is: its
 port accepts connections that never get an answer.
@@ -15,13 +15,11 @@ import pytest
 from clickhouse_connect.driver.client import Client
 
 from eos_dev.stack.mirror import MirrorStack
-from eos_pipeline.adapters.failover import switch
+from eos_pipeline.adapters.failover import SyncArchive, switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.adapters.sync_archive import SyncArchive
 from eos_pipeline.core.failover import Flow
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,
     cluster_frozen,
@@ -29,6 +27,7 @@ from eos_pipeline_tests.mirror_fixtures import (
     two_cluster_topic,
     wait_for_records,
 )
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 pytestmark = pytest.mark.integration
 

@@ -35,8 +35,8 @@ from eos_pipeline.core.failover import Flow, SyncHistory
 from eos_pipeline.core.failover.bounds import TIMESTAMP
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync
-from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline_tests.mirror_fixtures import clickhouse_failover_rig, wait_for_records
+from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """A dict-backed keeper store for unit tests of code around the keeper.
 
 It shares the ZooKeeper store's rules through the same pure helpers
-(:mod:`eos_pipeline.core.keeper_lease`): same record format, version CAS, epoch fencing, same
+(:mod:`eos_pipeline.core.keeper`): same record format, version CAS, epoch fencing, same
 errors.
 """
 
@@ -11,17 +11,19 @@ from collections.abc import Callable
 from datetime import datetime
 
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.core.keeper_lease import Lease, refusal, write_outcome
-from eos_pipeline.core.keeper_record import (
+from eos_pipeline.core.keeper import (
     DEFAULT_ROOT,
     KeeperKey,
     KeeperRecord,
+    Lease,
     Mark,
     VersionedRecord,
     new_lease_id,
+    refusal,
     topic_path,
     utc_now,
     validate_root,
+    write_outcome,
 )
 
 

@@ -2,7 +2,7 @@
 
 ``settings`` says how to reach the keeper and what a store offers (:class:`StateStore`);
 ``store`` is the ZooKeeper store through kazoo. The lease rules it applies are pure, in
-:mod:`eos_pipeline.core.keeper_lease`.
+:mod:`eos_pipeline.core.keeper`.
 
 Layout
 ------
@@ -11,7 +11,7 @@ One persistent znode per (pipeline, sink, topic, partition)::
     <root>/<pipeline>/<sink>/<topic>/<partition>      root defaults to /eos_pipeline
 
 The hosts string may carry a chroot (``zk1:2181,zk2:2181/team-a``); the store creates the chroot
-node when it is missing. The value is the JSON record of :mod:`eos_pipeline.core.keeper_record`
+node when it is missing. The value is the JSON record of :mod:`eos_pipeline.core.keeper`
 (position, phase, epoch, writer, timestamp). Parent znodes are empty.
 
 Compare-and-set and fencing
@@ -57,7 +57,7 @@ from eos_pipeline.adapters.keeper.settings import (
     default_writer_id,
 )
 from eos_pipeline.adapters.keeper.store import KeeperStateStore
-from eos_pipeline.core.keeper_lease import ConflictError, FencedError, Lease
+from eos_pipeline.core.keeper import ConflictError, FencedError, Lease
 
 __all__ = [
     "ConflictError",

@@ -10,11 +10,11 @@ from typing import Protocol
 
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from eos_pipeline.core.keeper_lease import Lease
-from eos_pipeline.core.keeper_record import (
+from eos_pipeline.core.keeper import (
     DEFAULT_ROOT,
     KeeperError,
     KeeperKey,
+    Lease,
     Mark,
     VersionedRecord,
     validate_root,

@@ -31,16 +31,19 @@ from eos_pipeline.adapters.keeper.settings import (
     KeeperUnavailableError,
     default_writer_id,
 )
-from eos_pipeline.core.keeper_lease import ConflictError, Lease, refusal, write_outcome
-from eos_pipeline.core.keeper_record import (
+from eos_pipeline.core.keeper import (
+    ConflictError,
     KeeperKey,
     KeeperRecord,
+    Lease,
     Mark,
     VersionedRecord,
     new_lease_id,
     parse_partition_child,
+    refusal,
     topic_path,
     utc_now,
+    write_outcome,
 )
 
 log = logging.getLogger(__name__)

@@ -47,17 +47,17 @@ from eos_pipeline.core.failover.naming import (
     Flow,
     PhysicalTopic,
     ReplicationPolicy,
-    Route,
     physical_topics,
-    route,
 )
 from eos_pipeline.core.failover.syncs import (
     OffsetSync,
+    Route,
     SyncHistory,
     Translation,
     Window,
     decode_offset_sync,
     encode_offset_sync,
+    route,
 )
 
 __all__ = [

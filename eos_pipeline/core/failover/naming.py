@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
 from eos_pipeline.core.failover.errors import FailoverError
 from eos_pipeline.core.offsets import TopicPartition
-
-if TYPE_CHECKING:  # annotations only: the syncs module needs Flow from here
-    from eos_pipeline.core.failover.syncs import SyncHistory, Translation, Window
 
 # --------------------------------------------------------------------------------------- naming
 
@@ -51,9 +47,6 @@ class ReplicationPolicy:
     def offset_syncs_topic(self, other_alias: str) -> str:
         """MM2's offset-syncs topic of a flow, named after the flow's *other* cluster."""
         return f"mm2-offset-syncs{self.separator}{other_alias}{self.separator}internal"
-
-    def checkpoints_topic(self, source_alias: str) -> str:
-        return f"{source_alias}{self.separator}checkpoints{self.separator}internal"
 
 
 DEFAULT_POLICY = ReplicationPolicy()
@@ -108,7 +101,7 @@ class PhysicalTopic:
         return f"{self.cluster}:{self.topic}"
 
 
-def _check_aliases(clusters: Sequence[str], policy: ReplicationPolicy) -> None:
+def check_aliases(clusters: Sequence[str], policy: ReplicationPolicy) -> None:
     if len(clusters) < 2 or len(set(clusters)) != len(clusters):
         raise FailoverError(f"a failover pipeline needs two or more distinct clusters: {clusters}")
     for alias in clusters:
@@ -130,7 +123,7 @@ def physical_topics(
     on B, ``T`` and ``A.T``. MM2 never copies a topic back to where it came from, so these are
     all, and no record appears in two of them.
     """
-    _check_aliases(clusters, policy)
+    check_aliases(clusters, policy)
     if active not in clusters:
         raise FailoverError(f"unknown cluster {active!r}: the pipeline's clusters are {clusters}")
     TopicPartition(pipeline_topic, 0)  # validates the name
@@ -145,84 +138,3 @@ def physical_topics(
             remote = policy.remote_topic(other, pipeline_topic)
             found.append(PhysicalTopic(active, remote, other, pipeline_topic))
     return tuple(found)
-
-
-@dataclass(frozen=True)
-class Route:
-    """How a position on one physical topic maps onto another cluster, and through which syncs.
-
-    ``forward``: ``source`` holds the originals, ``target`` their copies (flow source->target).
-    ``inverse``: ``source`` holds copies whose originals are ``target`` (the same flow reversed).
-    The syncs are keyed by the original topic's name, which is the pipeline topic.
-    """
-
-    source: PhysicalTopic
-    target: PhysicalTopic
-    flow: Flow
-    direction: Literal["forward", "inverse"]
-
-    def key(self, partition: int) -> TopicPartition:
-        return TopicPartition(self.source.pipeline_topic, partition)
-
-    def translate(
-        self, history: SyncHistory, partition: int, position: int, floor: int = 0
-    ) -> Translation:
-        """The position on ``target`` for ``position`` on ``source`` (never ahead).
-
-        ``floor`` is the first offset of the target partition, used when no sync precedes.
-        """
-        self._check(history)
-        tp = self.key(partition)
-        if self.direction == "forward":
-            return history.forward(tp, position, floor)
-        return history.inverse(tp, position, floor)
-
-    def window(self, history: SyncHistory, partition: int, offset: int, floor: int = 0) -> Window:
-        """Where on ``target`` the counterpart of the record at ``offset`` of ``source`` lies."""
-        self._check(history)
-        tp = self.key(partition)
-        if self.direction == "forward":
-            return history.replica_window(tp, offset, floor)
-        return history.origin_window(tp, offset, floor)
-
-    def _check(self, history: SyncHistory) -> None:
-        if history.flow != self.flow:
-            raise FailoverError(
-                f"route {self.source} -> {self.target} translates with the syncs of flow "
-                f"{self.flow}, got a history of flow {history.flow}"
-            )
-
-
-def route(
-    physical: PhysicalTopic,
-    to_cluster: str,
-    clusters: Sequence[str],
-    policy: ReplicationPolicy = DEFAULT_POLICY,
-) -> Route:
-    """The route of ``physical`` to ``to_cluster`` (a position there, and the flow to use).
-
-    Records written on cluster C and read there from ``T`` are on another cluster D as ``C.T``
-    (forward through flow C->D); records read on C from ``D.T`` came from D's ``T`` (inverse
-    through flow D->C). A replica of a third cluster's topic has no direct syncs to D: refused.
-    """
-    _check_aliases(clusters, policy)
-    if to_cluster not in clusters:
-        raise FailoverError(
-            f"unknown cluster {to_cluster!r}: the pipeline's clusters are {clusters}"
-        )
-    if to_cluster == physical.cluster:
-        raise FailoverError(f"{physical} is already on cluster {to_cluster!r}: nothing to route")
-    base = physical.pipeline_topic
-    if physical.is_local:
-        target = PhysicalTopic(
-            to_cluster, policy.remote_topic(physical.cluster, base), physical.cluster, base
-        )
-        return Route(physical, target, Flow(physical.cluster, to_cluster), "forward")
-    if physical.origin == to_cluster:
-        target = PhysicalTopic(to_cluster, base, to_cluster, base)
-        return Route(physical, target, Flow(to_cluster, physical.cluster), "inverse")
-    raise FailoverError(
-        f"{physical} holds records of cluster {physical.origin!r}, which MM2 does not copy "
-        f"between {physical.cluster!r} and {to_cluster!r} directly; translate through "
-        f"{physical.origin!r} instead"
-    )

@@ -14,13 +14,13 @@ safe to run again after a crash at any point:
 4. ``activate``: make the new cluster active and clear the switch in flight, in one write.
 
 Pure: no I/O; the adapter ``eos_pipeline.adapters.failover`` reads and writes. The rules apply
-to any sink whose positions carry a :class:`~eos_pipeline.core.keeper_record.Mark`.
+to any sink whose positions carry a :class:`~eos_pipeline.core.keeper.Mark`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eos_pipeline.core.failover.bounds import SYNCS, read_start
@@ -30,12 +30,10 @@ from eos_pipeline.core.failover.naming import (
     Flow,
     PhysicalTopic,
     ReplicationPolicy,
-    Route,
     physical_topics,
-    route,
 )
-from eos_pipeline.core.failover.syncs import SyncHistory, Window
-from eos_pipeline.core.keeper_record import KeeperRecord, Mark, validate_cluster
+from eos_pipeline.core.failover.syncs import Route, SyncHistory, Window, route
+from eos_pipeline.core.keeper import KeeperRecord, Mark, validate_cluster
 
 STATE_VERSION = 1
 STEPS = ("begin", "fence", "positions", "activate")
@@ -258,13 +256,6 @@ def move_position(
     )
 
 
-def settled_positions(
-    records: Iterable[tuple[PhysicalTopic, int, KeeperRecord]],
-) -> list[tuple[PhysicalTopic, int, KeeperRecord]]:
-    """The positions worth moving: those that hold a state (a bare epoch moves nothing)."""
-    return [(t, p, r) for t, p, r in records if r.has_state]
-
-
 __all__ = [
     "STEPS",
     "ActiveState",
@@ -277,5 +268,4 @@ __all__ = [
     "move",
     "move_position",
     "plan_switch",
-    "settled_positions",
 ]

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from eos_pipeline.core.failover.errors import FailoverError, OffsetSyncDecodeError
-from eos_pipeline.core.failover.naming import Flow
+from eos_pipeline.core.failover.naming import (
+    DEFAULT_POLICY,
+    Flow,
+    PhysicalTopic,
+    ReplicationPolicy,
+    check_aliases,
+)
 from eos_pipeline.core.offsets import TopicPartition
 
 # --------------------------------------------------------------------------------------- syncs
@@ -274,3 +280,84 @@ class SyncHistory:
         """Where the original of downstream record ``downstream_offset`` lies upstream."""
         entry = self._entry(tp)
         return _bracket(entry.downs, entry.ups, downstream_offset, floor)
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a position on one physical topic maps onto another cluster, and through which syncs.
+
+    ``forward``: ``source`` holds the originals, ``target`` their copies (flow source->target).
+    ``inverse``: ``source`` holds copies whose originals are ``target`` (the same flow reversed).
+    The syncs are keyed by the original topic's name, which is the pipeline topic.
+    """
+
+    source: PhysicalTopic
+    target: PhysicalTopic
+    flow: Flow
+    direction: Literal["forward", "inverse"]
+
+    def key(self, partition: int) -> TopicPartition:
+        return TopicPartition(self.source.pipeline_topic, partition)
+
+    def translate(
+        self, history: SyncHistory, partition: int, position: int, floor: int = 0
+    ) -> Translation:
+        """The position on ``target`` for ``position`` on ``source`` (never ahead).
+
+        ``floor`` is the first offset of the target partition, used when no sync precedes.
+        """
+        self._check(history)
+        tp = self.key(partition)
+        if self.direction == "forward":
+            return history.forward(tp, position, floor)
+        return history.inverse(tp, position, floor)
+
+    def window(self, history: SyncHistory, partition: int, offset: int, floor: int = 0) -> Window:
+        """Where on ``target`` the counterpart of the record at ``offset`` of ``source`` lies."""
+        self._check(history)
+        tp = self.key(partition)
+        if self.direction == "forward":
+            return history.replica_window(tp, offset, floor)
+        return history.origin_window(tp, offset, floor)
+
+    def _check(self, history: SyncHistory) -> None:
+        if history.flow != self.flow:
+            raise FailoverError(
+                f"route {self.source} -> {self.target} translates with the syncs of flow "
+                f"{self.flow}, got a history of flow {history.flow}"
+            )
+
+
+def route(
+    physical: PhysicalTopic,
+    to_cluster: str,
+    clusters: Sequence[str],
+    policy: ReplicationPolicy = DEFAULT_POLICY,
+) -> Route:
+    """The route of ``physical`` to ``to_cluster`` (a position there, and the flow to use).
+
+    Records written on cluster C and read there from ``T`` are on another cluster D as ``C.T``
+    (forward through flow C->D); records read on C from ``D.T`` came from D's ``T`` (inverse
+    through flow D->C). A replica of a third cluster's topic has no direct syncs to D: refused.
+    """
+    check_aliases(clusters, policy)
+    if to_cluster not in clusters:
+        raise FailoverError(
+            f"unknown cluster {to_cluster!r}: the pipeline's clusters are {clusters}"
+        )
+    if to_cluster == physical.cluster:
+        raise FailoverError(f"{physical} is already on cluster {to_cluster!r}: nothing to route")
+    base = physical.pipeline_topic
+    if physical.is_local:
+        target = PhysicalTopic(
+            to_cluster, policy.remote_topic(physical.cluster, base), physical.cluster, base
+        )
+        return Route(physical, target, Flow(physical.cluster, to_cluster), "forward")
+    if physical.origin == to_cluster:
+        target = PhysicalTopic(to_cluster, base, to_cluster, base)
+        return Route(physical, target, Flow(to_cluster, physical.cluster), "inverse")
+    raise FailoverError(
+        f"{physical} holds records of cluster {physical.origin!r}, which MM2 does not copy "
+        f"between {physical.cluster!r} and {to_cluster!r} directly; translate through "
+        f"{physical.origin!r} instead"
+    )

@@ -4,7 +4,7 @@ The ClickHouse sink keeps one keeper record per physical partition; a Hudi table
 position in the metadata of its latest commit. For a pipeline with clusters, that commit says
 which cluster the position belongs to, the next offset of every partition of every physical
 topic read there (``T``, ``B.T``...) and, per partition, the mark of the last record written
-(:class:`~eos_pipeline.core.marks.Mark`, as the keeper records carry it).
+(:class:`~eos_pipeline.core.keeper.Mark`, as the keeper records carry it).
 
 When the active cluster is not the one of the latest commit, a switch happened: the position
 moves to the active cluster by the same rule as a keeper record (:func:`move_position`), with
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.failover.errors import FailoverError
-from eos_pipeline.core.failover.naming import Flow, PhysicalTopic, physical_topics, route
+from eos_pipeline.core.failover.naming import Flow, PhysicalTopic, physical_topics
 from eos_pipeline.core.failover.switch import ClusterSet, Move, move_position
-from eos_pipeline.core.failover.syncs import SyncHistory
-from eos_pipeline.core.keeper_record import Mark, validate_cluster
+from eos_pipeline.core.failover.syncs import SyncHistory, route
+from eos_pipeline.core.keeper import Mark, validate_cluster
 from eos_pipeline.core.offsets import TopicPartition
 
 FORMAT_VERSION = 1

@@ -40,7 +40,7 @@ from eos_pipeline.core.retries import (
     DEFAULT_BACKOFF,
     Backoff,
     Failures,
-    judge,
+    decide_retry,
 )
 
 # ------------------------------------------------------------------------------- ClickHouse
@@ -146,7 +146,7 @@ def plan_clickhouse(
     for key, end, where in _clickhouse_lagging(topics, known, busy, reset):
         start = f"{where.phase}:{where.position}"
         failed = failures.get((key, start))
-        verdict = judge(
+        verdict = decide_retry(
             f"{key} ({sink})", start, failed, max_attempts=max_attempts, backoff=backoff, now=now
         )
         if stopped(verdict, given_up, waiting):
@@ -271,7 +271,7 @@ def clickhouse_range_run(
     wanted = ",".join(f"{key}={end}" for key, end, _ in lagging)
     start = "range:" + digest(state)
     failed = failures.get((ANY_PARTITION, start))
-    verdict = judge(
+    verdict = decide_retry(
         f"{sink} partitions {state}",
         start,
         failed,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from eos_pipeline.core.retries import (
     Failures,
-    Verdict,
+    RetryDecision,
 )
 
 # ------------------------------------------------------------------------------- run tags
@@ -140,7 +140,7 @@ def plan_of(
     return Plan((), tuple(given_up), " ".join(said) if said else idle, tuple(waiting))
 
 
-def stopped(verdict: Verdict, given_up: list[str], waiting: list[str]) -> bool:
+def stopped(verdict: RetryDecision, given_up: list[str], waiting: list[str]) -> bool:
     """Note why no run is asked for (if so): backing off, or given up."""
     if verdict.run:
         return False

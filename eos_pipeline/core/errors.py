@@ -1,0 +1,107 @@
+"""What kind of failure an error is, said by its type where the fact is known.
+
+Three kinds decide what happens after a failed run (:mod:`eos_pipeline.core.retries`):
+
+* :class:`Transient`: a part of the stack did not answer; asking again later fixes it;
+* :class:`Race`: another writer got there first; asking again usually fixes it, a bounded
+  number of times;
+* :class:`NeedsPerson`: re-running cannot fix it, and going on could skip or mix data.
+
+Each class has a stable ``code`` (for logs, metadata and tests) and a ``fault``. An error that
+crosses a process boundary (a failed Dagster step) arrives as its class name and message only, so
+:func:`fault_of_class` maps class names back to faults through the classes themselves: every
+subclass of :class:`PipelineError` imported in the process (the definitions import every sink
+and adapter) is known by name, and no message is read.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+__all__ = [
+    "Fault",
+    "HudiCommitError",
+    "HudiFencedError",
+    "LogChanged",
+    "NeedsPerson",
+    "PipelineError",
+    "Race",
+    "Transient",
+    "fault_of_class",
+]
+
+
+class Fault(StrEnum):
+    TRANSIENT = "transient"
+    NEEDS_PERSON = "needs a person"
+    UNKNOWN = "unknown"
+    #: Another writer committed first (a Hudi fence): retried a bounded number of times.
+    RACE = "fenced by another writer"
+
+
+class PipelineError(Exception):
+    """Base of the product's typed errors: ``code`` names the fact, ``fault`` what to do."""
+
+    code: ClassVar[str] = "error"
+    fault: ClassVar[Fault] = Fault.UNKNOWN
+
+
+class Transient(PipelineError):
+    """A part of the stack did not answer in time: ask again later."""
+
+    code = "transient"
+    fault = Fault.TRANSIENT
+
+
+class Race(PipelineError):
+    """Another writer moved the state first; nothing of this attempt was kept."""
+
+    code = "race"
+    fault = Fault.RACE
+
+
+class NeedsPerson(PipelineError):
+    """No retry can fix this: configuration, a fenced writer, state that does not fit the log."""
+
+    code = "needs-person"
+    fault = Fault.NEEDS_PERSON
+
+
+class LogChanged(NeedsPerson):
+    """A stored position is not from the log Kafka holds now (see
+    :func:`eos_pipeline.core.positions.check_same_log`); ``reason`` says which fact showed it:
+    ``topic-recreated``, ``partition-gone``, ``log-behind`` or ``retention``."""
+
+    code = "log-changed"
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class HudiCommitError(RuntimeError):
+    """A Hudi transaction could not be committed, or not as asked (raised by the Hudi adapter)."""
+
+
+class HudiFencedError(Race, HudiCommitError):
+    """Another writer moved the table's checkpoint after this transaction started: fenced.
+    Declared here, not in the adapter that raises it, so that every process knows its name."""
+
+    code = "hudi-fenced"
+
+
+def _subclasses(cls: type[PipelineError]) -> list[type[PipelineError]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_subclasses(sub))
+    return found
+
+
+def fault_of_class(name: str) -> Fault | None:
+    """The fault of the typed error class called ``name`` (None: not one of ours)."""
+    for cls in (PipelineError, *_subclasses(PipelineError)):
+        if cls.__name__ == name:
+            return cls.fault
+    return None
