@@ -7,10 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
-import pytest
-from dagster._core.definitions.partitions.context import partition_loading_context
-from eos_dev.stack.processes import free_port
 
+from eos_dev.stack.processes import free_port
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import PipelinesFile, parse_config
 from eos_pipeline.defs.health import Streak
@@ -20,12 +18,9 @@ from .conftest import pipeline_yaml
 
 def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance, cursor: str | None = None):
     sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(
-            instance=instance, resources=defs.resources, definitions=defs, cursor=cursor
-        ) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
+    with dg.build_sensor_context(
+        instance=instance, resources=defs.resources, definitions=defs, cursor=cursor
+    ) as context:
         return sensor.evaluate_tick(context)
 
 
