@@ -42,6 +42,7 @@ from eos_pipeline.defs.asset_metadata import (
 from eos_pipeline.defs.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of
+from eos_pipeline.defs.health import named_faults
 from eos_pipeline.defs.hudi_run_metadata import (
     clustered_hudi_result,
     hudi_row_counts,
@@ -151,6 +152,10 @@ def clickhouse_asset(
         code_version=code_version(pipeline, CLICKHOUSE_SINK),
     )
     def _clickhouse(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        with named_faults(context, pipeline):
+            return _clickhouse_run(context)
+
+    def _clickhouse_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         kafka = kafka_resource(context, pipeline.name).settings()
         dlq = DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name)
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
@@ -238,6 +243,10 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         code_version=code_version(pipeline, "hudi"),
     )
     def _hudi(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        with named_faults(context, pipeline):
+            return _hudi_run(context)
+
+    def _hudi_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from eos_pipeline.sinks.hudi import HudiTableSync
 
         resource = kafka_resource(context, pipeline.name)

@@ -11,14 +11,17 @@ an expected fault (a bug) still raise, so they stay visible as one.
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.defs.config import Pipeline
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "failure_for",
     "guarded",
     "name_fault",
+    "named_faults",
 ]
 
 KAFKA = "Kafka broker"
@@ -55,17 +59,27 @@ class NamedFault:
     resource: str
     endpoint: str
     cause: str
+    #: Unreachable or timed out (retrying helps), as ``core.retries`` tells; else a refusal
+    #: a person must act on (a missing topic, credentials).
+    transient: bool = True
 
     @property
     def fix(self) -> str:
+        if not self.transient:
+            return "a retry will not help: correct what the cause names"
         return _FIXES[self.resource]
 
+    @property
+    def state(self) -> str:
+        return "unreachable" if self.transient else "refused the request"
+
     def message(self) -> str:
-        return f"{self.resource} {self.endpoint} unreachable: {self.cause}. Fix: {self.fix}"
+        return f"{self.resource} {self.endpoint} {self.state}: {self.cause}. Fix: {self.fix}"
 
 
 def endpoints(pipeline: Pipeline, keeper_hosts: str | None = None) -> dict[str, str]:
-    """Where each resource of ``pipeline`` lives, as the config names it (secrets never)."""
+    """Where each resource of ``pipeline`` lives, as the config names it (secrets never);
+    :func:`resource_endpoints` adds what a run's resources say."""
     kafka = pipeline.kafka
     if kafka.clusters:
         where = ", ".join(f"{alias}={servers}" for alias, servers in kafka.clusters.items())
@@ -76,6 +90,32 @@ def endpoints(pipeline: Pipeline, keeper_hosts: str | None = None) -> dict[str, 
         found[KEEPER] = keeper_hosts
     if pipeline.hudi is not None:
         found[HUDI] = pipeline.hudi.path
+    return found
+
+
+def _without_credentials(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _resource(context: Any, key: str) -> Any:
+    """``context``'s resource ``key``, or None when the step did not ask for it."""
+    try:
+        return getattr(context.resources, key, None)
+    except Exception:  # Dagster raises its own error for a resource the step did not require
+        return None
+
+
+def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
+    """:func:`endpoints`, with the keeper, Spark Connect and ClickHouse of ``context``'s
+    resources where it has them."""
+    keeper = _resource(context, "keeper")
+    found = endpoints(pipeline, keeper.hosts if keeper is not None else None)
+    spark = _resource(context, "spark")
+    if spark is not None:
+        found[SPARK] = str(spark.remote) if spark.remote else "(in-process Spark)"
+    clickhouse = _resource(context, "clickhouse")
+    if clickhouse is not None:
+        found[CLICKHOUSE] = _without_credentials(str(clickhouse.url))
     return found
 
 
@@ -102,7 +142,11 @@ def _resource_of(exc: BaseException) -> str | None:
         return KEEPER
     if name == "HudiTimelineError":
         return HUDI
-    if module.startswith(("pyspark", "grpc")) or name == "SparkConnectGrpcException":
+    if (
+        module.startswith(("pyspark", "grpc"))
+        or module == "eos_pipeline.adapters.spark_remote"
+        or name.startswith(("SparkConnect", "SparkServer"))
+    ):
         return SPARK
     if module.startswith(("chdb", "clickhouse_connect")) or "ClickHouse" in name:
         return CLICKHOUSE
@@ -121,7 +165,10 @@ def name_fault(exc: BaseException, where: dict[str, str]) -> NamedFault | None:
     for err in _chain(exc):
         resource = _resource_of(err)
         if resource is not None:
-            return NamedFault(resource, where.get(resource, "(endpoint unknown)"), _first_line(err))
+            cause = _first_line(err)
+            verdict = diagnose(FailureFacts(errors=((type(err).__name__, cause),)))
+            transient = verdict.fault == Fault.TRANSIENT
+            return NamedFault(resource, where.get(resource, "(endpoint unknown)"), cause, transient)
     return None
 
 
@@ -159,8 +206,9 @@ def _clock(ts: float) -> str:
 
 def skip_reason(fault: NamedFault, streak: Streak, interval: int, now: float) -> str:
     since = streak.since or now
+    state = "unreachable" if fault.transient else "failing"
     return (
-        f"{fault.resource} {fault.endpoint} unreachable since {_clock(since)} "
+        f"{fault.resource} {fault.endpoint} {state} since {_clock(since)} "
         f"({streak.failures} failed tick{'s' if streak.failures != 1 else ''}): {fault.cause}; "
         f"next try at {_clock(now + interval)} (every {interval} s). Fix: {fault.fix}"
     )
@@ -230,3 +278,19 @@ def failure_for(exc: BaseException, where: dict[str, str]) -> dg.Failure | None:
             "fix": fault.fix,
         },
     )
+
+
+@contextmanager
+def named_faults(context: Any, pipeline: Pipeline) -> Iterator[None]:
+    """Inside a run: an expected fault leaves as a ``dg.Failure`` that names the resource, the
+    endpoint and the fix (the original error stays its cause, so the retry rules still read
+    it); anything else leaves unchanged."""
+    try:
+        yield
+    except dg.Failure:
+        raise
+    except Exception as exc:
+        failure = failure_for(exc, resource_endpoints(context, pipeline))
+        if failure is None:
+            raise
+        raise failure from exc

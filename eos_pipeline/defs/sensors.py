@@ -80,7 +80,7 @@ from eos_pipeline.defs.assets import (
 )
 from eos_pipeline.defs.clusters import active_cluster, clickhouse_states, hudi_positions
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.health import endpoints, guarded
+from eos_pipeline.defs.health import guarded, resource_endpoints
 from eos_pipeline.defs.partitions import pipeline_partitions
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
@@ -165,11 +165,7 @@ def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
 def where(pipeline: Pipeline) -> Callable[[dg.SensorEvaluationContext], dict[str, str]]:
     """The endpoints a tick of ``pipeline``'s sensors may name in a skip reason."""
 
-    def found(context: dg.SensorEvaluationContext) -> dict[str, str]:
-        keeper = getattr(context.resources, "keeper", None)
-        return endpoints(pipeline, keeper.hosts if keeper is not None else None)
-
-    return found
+    return lambda context: resource_endpoints(context, pipeline)
 
 
 def _result(

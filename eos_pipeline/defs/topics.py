@@ -34,7 +34,14 @@ from eos_pipeline.defs.assets import (
     topic_key,
 )
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.health import Body, NamedFault, OnFault, Streak, endpoints, guarded
+from eos_pipeline.defs.health import (
+    Body,
+    NamedFault,
+    OnFault,
+    Streak,
+    guarded,
+    resource_endpoints,
+)
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 
 __all__ = ["STEADY_SECONDS", "dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
@@ -191,8 +198,7 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
 
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
-            keeper = getattr(context.resources, "keeper", None)
-            return endpoints(pipeline, keeper.hosts if keeper is not None else None)
+            return resource_endpoints(context, pipeline)
 
         return guarded(_topics_body(pipeline), where, interval, unreachable_events(pipeline))(
             context

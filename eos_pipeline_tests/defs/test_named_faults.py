@@ -12,6 +12,7 @@ from eos_dev.stack.processes import free_port
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import PipelinesFile, parse_config
 from eos_pipeline.defs.health import Streak
+from eos_pipeline.defs.partitions import partitions_name
 
 from .conftest import pipeline_yaml
 
@@ -68,3 +69,87 @@ def test_a_stopped_keeper_is_a_skip_reason_naming_it(tmp_path: Path) -> None:
         message = _tick(defs, "down_clickhouse_lag", instance).skip_message or ""
     assert f"keeper (ZooKeeper) {keeper} unreachable since" in message, message
     assert "Fix: start ZooKeeper" in message, message
+
+
+def _with(config: PipelinesFile, section: str, **values: object) -> PipelinesFile:
+    part = getattr(config, section).model_copy(update=values)
+    return config.model_copy(update={section: part})
+
+
+def _run(defs: dg.Definitions, instance: dg.DagsterInstance, asset: dg.AssetKey, checks: bool):
+    """One run of the table (or of its check only) for partition 0, as the UI launches it."""
+    instance.add_dynamic_partitions(partitions_name("down"), ["down-events[0]"])
+    selection = (
+        dg.AssetSelection.checks_for_assets(asset) if checks else dg.AssetSelection.assets(asset)
+    )
+    tables = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and a.key == asset]
+    return dg.materialize(
+        [*tables, *defs.asset_checks],
+        selection=selection,
+        # a check alone names its partition by tag, as Dagster's own check runs do
+        tags={"dagster/partition": "down-events[0]"},
+        instance=instance,
+        resources=defs.resources,
+        raise_on_error=False,
+    )
+
+
+def _table(defs: dg.Definitions, kind: str) -> dg.AssetKey:
+    (key,) = [a.key for a in defs.assets if a.key.path[0] == kind]
+    return key
+
+
+def _failure(result: dg.ExecuteInProcessResult) -> str:
+    (event,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return event.step_failure_data.user_failure_data.description or ""
+
+
+def _not_evaluated(result: dg.ExecuteInProcessResult) -> str:
+    """The run is green and files no evaluation; its observation says why."""
+    assert result.success
+    assert not result.get_asset_check_evaluations()
+    (observation,) = result.asset_observations_for_node(result.all_node_events[0].node_name)
+    return observation.metadata["exactly_once_not_evaluated"].value
+
+
+def test_a_run_meeting_a_stopped_keeper_fails_naming_it_and_its_check_is_not_run(
+    tmp_path: Path,
+) -> None:
+    keeper = f"127.0.0.1:{free_port()}"
+    defs = build_definitions(_config(tmp_path, f"127.0.0.1:{free_port()}", keeper))
+    asset = _table(defs, "clickhouse")
+    with dg.instance_for_test() as instance:
+        check = _not_evaluated(_run(defs, instance, asset, checks=True))
+        message = _failure(_run(defs, instance, asset, checks=False))
+    for said in (check, message):
+        assert f"keeper (ZooKeeper) {keeper} unreachable" in said, said
+        assert "Fix: start ZooKeeper" in said, said
+
+
+def test_a_run_meeting_a_stopped_clickhouse_server_fails_naming_it(tmp_path: Path) -> None:
+    port = free_port()
+    config = _with(
+        _config(tmp_path, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"),
+        "clickhouse",
+        url=f"http://user:secret@127.0.0.1:{port}/db_down",
+    )
+    defs = build_definitions(config)
+    asset = _table(defs, "clickhouse")
+    with dg.instance_for_test() as instance:
+        message = _failure(_run(defs, instance, asset, checks=False))
+    assert f"ClickHouse http://127.0.0.1:{port}/db_down" in message, message
+    assert "secret" not in message and "Fix:" in message, message
+
+
+def test_a_check_meeting_a_stopped_spark_connect_server_is_not_run(tmp_path: Path) -> None:
+    remote = f"sc://127.0.0.1:{free_port()}"
+    config = _with(
+        _config(tmp_path, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", hudi=True),
+        "spark",
+        remote=remote,
+    )
+    defs = build_definitions(config)
+    asset = _table(defs, "hudi")
+    with dg.instance_for_test() as instance:
+        check = _not_evaluated(_run(defs, instance, asset, checks=True))
+    assert f"Spark Connect server {remote} unreachable" in check and "Fix:" in check, check
