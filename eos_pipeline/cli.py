@@ -68,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Manage the local development stack (ZooKeeper, a KRaft Kafka broker and a "
         "Spark Connect server, optionally on a standalone Spark master + workers).",
     )
-    stack.add_argument("action", choices=["up", "down", "status"], help="what to do")
+    stack.add_argument(
+        "action",
+        choices=["up", "down", "status", "restart-mirror"],
+        help="what to do (restart-mirror: stop and start MirrorMaker 2 of `up --mirror`, "
+        "then prove both flows replicate)",
+    )
     _add_stack_options(stack)
     mirror = stack.add_argument_group(
         "failover stack (status and down cover it whenever it was started)"
