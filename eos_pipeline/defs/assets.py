@@ -41,7 +41,7 @@ from eos_pipeline.defs.asset_metadata import (
 )
 from eos_pipeline.defs.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of
+from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of, recording
 from eos_pipeline.defs.health import named_faults
 from eos_pipeline.defs.hudi_run_metadata import (
     clustered_hudi_result,
@@ -178,7 +178,14 @@ def clickhouse_asset(
             reports, stuck = catch_up(context, order, reads, sync, st, pipeline.name)
             policy = policy_of(pipeline, context.run.tags)
             if policy is not None and not stuck:
-                reports = merge_reports(follow_run(context, policy, sync.run, reports, kafka))
+
+                def rows(tp: TopicPartition) -> int:
+                    topic = sync.row_topic(tp.topic)
+                    where = (spec.database, spec.table, topic, tp.partition)
+                    return sink.count(*where, source=spec.schema.source)
+
+                step = recording(context, sync.run, rows)
+                reports = merge_reports(follow_run(context, policy, step, reports, kafka))
             # one count() per partition on the sorting key's prefix: cheap
             row_counts = {
                 partition_key(r.tp): sink.count(

@@ -50,6 +50,7 @@ from eos_pipeline.adapters.kafka import (
     partition_count,
     start_offsets,
 )
+from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
     HUDI_TABLE_TAG,
@@ -71,17 +72,20 @@ from eos_pipeline.core.planning import (
     plan_new_partitions,
 )
 from eos_pipeline.core.planning.follow import FOLLOW_TAG
-from eos_pipeline.core.positions import sink_state
+from eos_pipeline.core.planning.runs import ANY_PARTITION, NORMAL_PRIORITY
+from eos_pipeline.core.positions import committed, sink_state
 from eos_pipeline.core.retries import Backoff
 from eos_pipeline.defs.assets import (
+    CHECK_NAME,
     CLICKHOUSE_SINK,
     clickhouse_key,
     hudi_key,
 )
 from eos_pipeline.defs.clusters import active_cluster, clickhouse_states, hudi_positions
 from eos_pipeline.defs.config import Pipeline
+from eos_pipeline.defs.healing import HEAL_TAG, heal_requests, run_partitions
 from eos_pipeline.defs.health import guarded, resource_endpoints
-from eos_pipeline.defs.partitions import pipeline_partitions
+from eos_pipeline.defs.partitions import partition_key, pipeline_partitions
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
 
@@ -248,6 +252,17 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     return _sensor
 
 
+def _caught_up(topics: list[TopicState]) -> set[str]:
+    """Partition keys whose committed position has reached Kafka's last stable offset."""
+    done = set()
+    for state in topics:
+        for p, end in state.ends.items():
+            position = committed(state.records.get(p))
+            if position is not None and position >= end:
+                done.add(partition_key(TopicPartition(state.topic, p)))
+    return done
+
+
 def _missing(exc: KafkaReadError) -> bool:
     """A topic that does not exist (skipped), not a cluster that does not answer (raised)."""
     return "does not exist" in str(exc)
@@ -332,7 +347,50 @@ def clickhouse_lag_sensor(
             )
             for r in plan.runs
         ]
+        if ANY_PARTITION not in busy and not (chdb_path and plan.runs):
+            behind = set(ordered) - _caught_up(topics)
+            requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path)
         return _result(context, plan, requests)
+
+    def _heals(
+        context: dg.SensorEvaluationContext,
+        failed: list[RunInfo],
+        ordered: list[str],
+        busy: set[str],
+        plan: Plan,
+        chdb_path: str | None,
+    ) -> list[dg.RunRequest]:
+        """Runs that record the true state of caught-up partitions a killed run left failed."""
+        planned = {r.partition_key for r in plan.runs if r.partition_key}
+        for r in plan.runs:
+            planned.update(run_partitions(r.tags, ordered))
+
+        def tags_for(key: str) -> dict[str, str]:
+            tags = {
+                SINK_TAG: sink,
+                SINK_PARTITION_TAG: f"{sink}.{key}",
+                PRIORITY_TAG: NORMAL_PRIORITY,
+            }
+            if chdb_path:
+                tags[CHDB_PATH_TAG] = chdb_path
+            return tags
+
+        healing = heal_requests(
+            context.instance,
+            asset,
+            dg.AssetCheckKey(asset, CHECK_NAME),
+            failed,
+            ordered,
+            busy | planned,
+            tags_for,
+            time.time(),
+        )
+        for request in healing:
+            context.log.info(
+                f"{request.partition_key}: caught up, but its newest run "
+                f"{request.tags[HEAL_TAG]} failed; asking for a run that records its state"
+            )
+        return healing
 
     @dg.sensor(
         name=f"{pipeline.name}_clickhouse_lag",
