@@ -197,8 +197,9 @@ def clickhouse_asset(
                 )
                 for r in reports
             }
+            table_rows = sink.count(spec.database, spec.table)  # every partition's rows
         metadata, partition_values = clickhouse_run_metadata(
-            reports, row_counts, clustered=bool(pipeline.kafka.clusters)
+            reports, row_counts, clustered=bool(pipeline.kafka.clusters), table_rows=table_rows
         )
         if stuck:  # the partitions written get their materializations; the run fails
             fail_naming(context, stuck, partition_values)

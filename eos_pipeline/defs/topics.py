@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, start_offsets
+from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, end_offsets, start_offsets
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
@@ -42,6 +42,7 @@ from eos_pipeline.defs.health import (
     guarded,
     resource_endpoints,
 )
+from eos_pipeline.defs.partitions import partition_key
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 
 __all__ = ["STEADY_SECONDS", "dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
@@ -158,6 +159,44 @@ def _observed(
     )
 
 
+def _due(seen: object, cursor: str | None) -> bool:
+    """Whether this tick records observations (see :func:`_observed`)."""
+    last_digest, last_at = _parse(cursor)
+    return _digest(seen) != last_digest or time.time() - last_at >= STEADY_SECONDS
+
+
+def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, object]:
+    """Dead letters of ``pipeline`` per source partition and sink (the whole dead-letter log is
+    read: it is small by design; done only when the topics are observed), with totals."""
+    from eos_pipeline.adapters.dlq import read_dead_letter_log
+    from eos_pipeline.core.replay import dead_offsets
+
+    log = read_dead_letter_log(kafka, pipeline.dead_letter_topic)
+    sinks = [s for s, on in ((CLICKHOUSE_SINK, pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    per_sink = {sink: dead_offsets(log, pipeline.name, sink) for sink in sinks}
+    sources = sorted({tp for found in per_sink.values() for tp in found})
+    columns = [dg.TableColumn("source_partition", "string")] + [
+        dg.TableColumn(f"{sink}_dead_letters", "int") for sink in sinks
+    ]
+    records = [
+        dg.TableRecord(
+            {
+                "source_partition": partition_key(tp),
+                **{f"{sink}_dead_letters": len(per_sink[sink].get(tp, ())) for sink in sinks},
+            }
+        )
+        for tp in sources
+    ]
+    out: dict[str, object] = {
+        "dead_letters_by_source_partition": dg.MetadataValue.table(
+            records, schema=dg.TableSchema(columns=columns)
+        )
+    }
+    for sink in sinks:
+        out[f"{sink}_dead_letters_total"] = sum(len(v) for v in per_sink[sink].values())
+    return out
+
+
 def _parse(cursor: str | None) -> tuple[str | None, float]:
     """``(digest, time observed)`` of the cursor (a bare digest from before: time 0)."""
     if not cursor:
@@ -263,6 +302,13 @@ def _topics_body(pipeline: Pipeline) -> Body:
             seen[topic] = _seen(rows)
             events.append(observation(topic_key(topic), rows, list(positions)))
         note = f"; not found: {', '.join(missing)}" if missing else ""
+        if _due(seen, cursor) and pipeline.dead_letter_topic not in missing and events:
+            # the dead-letter topic's own numbers: dead letters per source partition and sink
+            dlq = events[-1]
+            counts = dead_letter_counts(kafka, pipeline)
+            events[-1] = dg.AssetObservation(
+                asset_key=dlq.asset_key, metadata={**dlq.metadata, **counts}
+            )
         return _observed(events, seen, cursor, note)
 
     return _body
