@@ -65,6 +65,17 @@ CHECK_NAME = "exactly_once"
 HooksFor = Callable[[Pipeline, str], SinkHooks]
 
 
+#: Asset groups by where the data lives: the lineage shows each node in its group's box, so a
+#: topic, its dead letters, the ClickHouse table and the Hudi table are told apart at a glance
+#: (their keys' last parts, e.g. ``demo-events`` and ``demo_events``, may look alike).
+KAFKA_GROUP = "kafka"
+DEAD_LETTER_GROUP = "dead_letters"
+CLICKHOUSE_GROUP = "clickhouse"
+HUDI_GROUP = "hudi"
+#: Tag naming each asset's pipeline (filter the lineage by it: ``tag:eos_pipeline/pipeline=demo``).
+PIPELINE_TAG = "eos_pipeline/pipeline"
+
+
 def topic_key(topic: str) -> dg.AssetKey:
     """A Kafka topic as an external asset (:mod:`eos_pipeline.defs.topics`)."""
     return dg.AssetKey(["kafka", topic])
@@ -137,10 +148,11 @@ def clickhouse_asset(
         key=clickhouse_key(pipeline),
         deps=[topic_key(t) for t in pipeline.kafka.topics],
         partitions_def=pipeline_partitions(pipeline.name),
-        group_name=pipeline.name,
+        group_name=CLICKHOUSE_GROUP,
+        tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "keeper", "clickhouse"},
         pool=pool,
-        kinds={"clickhouse", "kafka"},
+        kinds={"clickhouse", "table"},
         description=(
             f"Topic(s) {', '.join(pipeline.kafka.topics)} in ClickHouse table "
             f"{spec.database}.{spec.table}, exactly once per Kafka offset (keeper state machine "
@@ -235,11 +247,12 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         deps=[topic_key(topic)],
         partitions_def=pipeline_partitions(pipeline.name),
         backfill_policy=dg.BackfillPolicy.single_run(),
-        group_name=pipeline.name,
+        group_name=HUDI_GROUP,
+        tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "spark"}
         | ({"keeper"} if pipeline.kafka.clusters else set()),
         pool=pool,
-        kinds={"hudi", "spark", "kafka"},
+        kinds={"hudi", "spark", "table"},
         description=(
             f"Topic {topic} in Hudi table {hudi.table} ({hudi.table_type}) at {hudi.path}. All "
             "partitions of a run are ONE Hudi commit whose metadata carries the Kafka checkpoint. "

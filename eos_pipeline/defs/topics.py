@@ -28,6 +28,9 @@ from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, end_offse
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
+    DEAD_LETTER_GROUP,
+    KAFKA_GROUP,
+    PIPELINE_TAG,
     clickhouse_key,
     dead_letter_key,
     hudi_key,
@@ -67,8 +70,9 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
     specs = [
         dg.AssetSpec(
             key=topic_key(topic),
-            group_name=pipeline.name,
-            kinds={"kafka"},
+            group_name=KAFKA_GROUP,
+            tags={PIPELINE_TAG: pipeline.name},
+            kinds={"kafka", "topic"},
             description=f"Kafka topic {topic} on {where}: the source of pipeline "
             f"{pipeline.name}. Observed by the {pipeline.name}_topics sensor (records held, "
             "last stable offset and each sink's lag per partition).",
@@ -80,8 +84,9 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
         dg.AssetSpec(
             key=dead_letter_key(pipeline),
             deps=sink_keys(pipeline),
-            group_name=pipeline.name,
-            kinds={"kafka"},
+            group_name=DEAD_LETTER_GROUP,
+            tags={PIPELINE_TAG: pipeline.name},
+            kinds={"kafka", "dlq"},
             description=f"Dead-letter topic {pipeline.dead_letter_topic}: every record of "
             f"{', '.join(pipeline.kafka.topics)} that no sink could store, once per sink, with "
             "its source topic, partition, offset and error class in its headers.",
