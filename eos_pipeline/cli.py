@@ -34,6 +34,7 @@ examples:
   eos-pipeline stack status              show what runs where
   eos-pipeline stack up --mirror         ... plus a second Kafka cluster (B) and MirrorMaker 2
                                          copying topics both ways (T on A is A.T on B)
+  eos-pipeline stack restart-mirror      restart MirrorMaker 2 (it resumes from its offsets)
   eos-pipeline stack down                stop everything, leaving no process behind
   eos-pipeline demo                      run the main job end to end (Dagster drives it)
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards

@@ -129,11 +129,17 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _resource_of(exc: BaseException) -> str | None:
-    """Which resource an error comes from, by its class and module (no import of the clients:
-    the sensor daemon never loads Spark)."""
-    cls = type(exc)
-    module = cls.__module__ or ""
-    name = cls.__name__
+    """Which resource an error comes from, by its classes (its own and its bases: a
+    ``MirrorReadError`` is a ``KafkaReadError``) and their modules; no client is imported here
+    (the sensor daemon never loads Spark)."""
+    for cls in type(exc).__mro__:
+        found = _resource_of_class(cls.__name__, cls.__module__ or "")
+        if found is not None:
+            return found
+    return None
+
+
+def _resource_of_class(name: str, module: str) -> str | None:
     if name in {"KafkaReadError", "KafkaException", "SwitchInProgress"} or module.startswith(
         "confluent_kafka"
     ):
