@@ -112,6 +112,47 @@ def _check_result(
     )
 
 
+def _target_type() -> Any:
+    """The type of ``AssetCheckEvaluation``'s public ``target_materialization_data`` parameter,
+    read from its signature (Dagster 1.13 exports no name for it; importing it from
+    ``dagster._core`` would tie the product to a private path), or None if it cannot be read."""
+    import inspect
+    import typing
+
+    try:
+        annotation = (
+            inspect.signature(dg.AssetCheckEvaluation)
+            .parameters["target_materialization_data"]
+            .annotation
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    found = [t for t in typing.get_args(annotation) if t is not type(None)]
+    return found[0] if len(found) == 1 and isinstance(found[0], type) else None
+
+
+_TARGET = _target_type()
+
+
+def _latest_materialization(instance: dg.DagsterInstance, asset_key: dg.AssetKey, key: str) -> Any:
+    """The partition's latest materialization, as the check evaluation's target (so the UI
+    counts the evaluation against that materialization), or None. A single-partition run gets
+    this from Dagster; a range run files one evaluation per partition and names it itself."""
+    if _TARGET is None:
+        return None
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
+    ).records
+    if not records:
+        return None
+    record = records[0]
+    return _TARGET(
+        run_id=record.event_log_entry.run_id,
+        storage_id=record.storage_id,
+        timestamp=record.timestamp,
+    )
+
+
 def check_events(
     context: dg.AssetCheckExecutionContext,
     proofs: list[PartitionProof],
@@ -125,7 +166,8 @@ def check_events(
     partition). A range run (the Hudi sensor's and the single-run backfill's, or a range
     launched from the UI): Dagster would file one ``AssetCheckResult`` under no partition,
     leaving every planned partition "skipped"; so the check yields the step's output and then
-    one evaluation per partition, each naming its partition.
+    one evaluation per partition, each naming its partition and that partition's latest
+    materialization, exactly as Dagster builds them from a single-partition run.
     """
     if context.has_partition_key or not proofs:
         return [_check_result(proofs, asset_key, notes, notes_key)]
@@ -139,6 +181,9 @@ def check_events(
                 check_name=CHECK_NAME,
                 passed=result.passed,
                 metadata=result.metadata,
+                target_materialization_data=_latest_materialization(
+                    context.instance, asset_key, key
+                ),
                 severity=result.severity,
                 description=result.description,
                 blocking=False,
