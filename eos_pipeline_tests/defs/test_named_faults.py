@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from eos_dev.stack.processes import free_port
 from eos_pipeline.defs.builder import build_definitions
@@ -152,4 +153,22 @@ def test_a_check_meeting_a_stopped_spark_connect_server_is_not_run(tmp_path: Pat
     asset = _table(defs, "hudi")
     with dg.instance_for_test() as instance:
         check = _not_evaluated(_run(defs, instance, asset, checks=True))
-    assert f"Spark Connect server {remote} unreachable" in check and "Fix:" in check, check
+        message = _failure(_run(defs, instance, asset, checks=False))
+    for said in (check, message):
+        assert f"Spark Connect server {remote} unreachable" in said and "Fix:" in said, said
+
+
+@pytest.mark.integration
+def test_a_run_meeting_a_stopped_broker_fails_naming_it_and_its_check_is_not_run(
+    tmp_path: Path, zookeeper_hosts: str
+) -> None:
+    """The keeper answers (the session's ZooKeeper), the broker does not."""
+    broker = f"127.0.0.1:{free_port()}"
+    defs = build_definitions(_config(tmp_path, broker, zookeeper_hosts))
+    asset = _table(defs, "clickhouse")
+    with dg.instance_for_test() as instance:
+        check = _not_evaluated(_run(defs, instance, asset, checks=True))
+        message = _failure(_run(defs, instance, asset, checks=False))
+    for said in (check, message):
+        assert f"Kafka broker {broker} unreachable" in said, said
+        assert "Fix: start the broker" in said, said
