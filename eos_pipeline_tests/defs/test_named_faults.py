@@ -13,7 +13,7 @@ from eos_dev.stack.processes import free_port
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import PipelinesFile, parse_config
 from eos_pipeline.defs.health import Streak
-from eos_pipeline.defs.partitions import partitions_name
+from eos_pipeline.defs.partitions import keys_for, partitions_name
 
 from .conftest import pipeline_yaml
 
@@ -72,6 +72,9 @@ def test_a_stopped_keeper_is_a_skip_reason_naming_it(tmp_path: Path) -> None:
     assert "Fix: start ZooKeeper" in message, message
 
 
+KEY = keys_for("down-events", 1)[0]
+
+
 def _with(config: PipelinesFile, section: str, **values: object) -> PipelinesFile:
     part = getattr(config, section).model_copy(update=values)
     return config.model_copy(update={section: part})
@@ -79,7 +82,7 @@ def _with(config: PipelinesFile, section: str, **values: object) -> PipelinesFil
 
 def _run(defs: dg.Definitions, instance: dg.DagsterInstance, asset: dg.AssetKey, checks: bool):
     """One run of the table (or of its check only) for partition 0, as the UI launches it."""
-    instance.add_dynamic_partitions(partitions_name("down"), ["down-events[0]"])
+    instance.add_dynamic_partitions(partitions_name("down"), [KEY])
     selection = (
         dg.AssetSelection.checks_for_assets(asset) if checks else dg.AssetSelection.assets(asset)
     )
@@ -88,7 +91,7 @@ def _run(defs: dg.Definitions, instance: dg.DagsterInstance, asset: dg.AssetKey,
         [*tables, *defs.asset_checks],
         selection=selection,
         # a check alone names its partition by tag, as Dagster's own check runs do
-        tags={"dagster/partition": "down-events[0]"},
+        tags={"dagster/partition": KEY},
         instance=instance,
         resources=defs.resources,
         raise_on_error=False,
