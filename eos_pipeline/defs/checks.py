@@ -369,7 +369,7 @@ def _runs_in_flight(context: dg.AssetCheckExecutionContext, sink: str) -> list[s
         ),
         limit=5,
     )
-    return [r.run_id for r in runs if r.run_id != context.run_id]
+    return [r.run_id for r in runs if r.run_id != context.run.run_id]
 
 
 def evaluated(
