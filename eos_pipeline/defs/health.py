@@ -42,7 +42,8 @@ HUDI = "Hudi table"
 
 _FIXES = {
     KAFKA: "start the broker (`eos-pipeline stack up` for the local stack) or correct "
-    "kafka.bootstrap_servers; on a clustered pipeline see `eos-pipeline failover status`",
+    "kafka.bootstrap_servers; a clustered pipeline can move to another cluster with "
+    "`eos-pipeline failover` (docs/failover.md)",
     KEEPER: "start ZooKeeper (`eos-pipeline stack up` for the local stack) or correct keeper.hosts",
     SPARK: "start the Spark Connect server (`eos-pipeline stack up` for the local stack) or "
     "correct spark.remote",
