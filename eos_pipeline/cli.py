@@ -34,6 +34,7 @@ examples:
   eos-pipeline stack status              show what runs where
   eos-pipeline stack up --mirror         ... plus a second Kafka cluster (B) and MirrorMaker 2
                                          copying topics both ways (T on A is A.T on B)
+  eos-pipeline stack restart-mirror      restart MirrorMaker 2 (it resumes from its offsets)
   eos-pipeline stack down                stop everything, leaving no process behind
   eos-pipeline demo                      run the main job end to end (Dagster drives it)
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
@@ -68,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Manage the local development stack (ZooKeeper, a KRaft Kafka broker and a "
         "Spark Connect server, optionally on a standalone Spark master + workers).",
     )
-    stack.add_argument("action", choices=["up", "down", "status"], help="what to do")
+    stack.add_argument(
+        "action",
+        choices=["up", "down", "status", "restart-mirror"],
+        help="what to do (restart-mirror: stop and start MirrorMaker 2 of `up --mirror`, "
+        "then prove both flows replicate)",
+    )
     _add_stack_options(stack)
     mirror = stack.add_argument_group(
         "failover stack (status and down cover it whenever it was started)"

@@ -71,15 +71,19 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def chdb_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The data path of the session's one chDB engine (see :func:`chdb_client`)."""
+    return str(tmp_path_factory.mktemp("chdb"))
+
+
+@pytest.fixture(scope="session")
+def chdb_client(chdb_path: str) -> Iterator[Client]:
     """One embedded ClickHouse engine (chDB) for the whole session.
 
     chDB allows one data path per process: while a client is open, a client on another path
     fails. Every test shares this engine and isolates itself with its own database.
     """
-    client = clickhouse_connect.get_client(
-        interface="chdb", path=str(tmp_path_factory.mktemp("chdb"))
-    )
+    client = clickhouse_connect.get_client(interface="chdb", path=chdb_path)
     yield client
     client.close()
 

@@ -89,6 +89,16 @@ def _run_stack(args: argparse.Namespace) -> int:
             )
             print(f"mm2:       {mirror.config.rest_url}  (T on {first} is {first}.T on {second})")
         print(f"state:     {stack.config.state_dir}  (stop with: eos-pipeline stack down)")
+    elif args.action == "restart-mirror":
+        mirror_dir = stack.config.state_dir / "mirror"
+        if MirrorConfig.load(mirror_dir) is None:
+            raise StackError(
+                f"no failover stack in {mirror_dir}: start one with "
+                "`eos-pipeline stack up --mirror`"
+            )
+        mirror = MirrorStack.from_state_dir(mirror_dir)
+        mirror.restart_mirror()
+        print(f"mm2:       {mirror.config.rest_url}  replicating again")
     elif args.action == "down":
         mirror_dir = stack.config.state_dir / "mirror"
         if MirrorConfig.load(mirror_dir) is not None:

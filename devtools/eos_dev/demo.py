@@ -198,10 +198,35 @@ def stop_dagster(process: subprocess.Popen[bytes], timeout: float = 20.0) -> boo
         process.wait(timeout)
         return True
     except subprocess.TimeoutExpired:
+        LINGERING.clear()
+        LINGERING.extend(_group_processes(process.pid))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
         return False
+
+
+#: The processes of Dagster's group still running when :func:`stop_dagster` had to kill them
+#: (``pid command``), so the demo can say what held it.
+LINGERING: list[str] = []
+
+
+def _group_processes(group: int) -> list[str]:
+    """``pid command`` of each process in process group ``group`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != group:  # after ")": state, ppid, pgrp
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        words = [a.decode(errors="replace") for a in argv if a][:6]
+        found.append(f"{entry.name} {' '.join(w[:60] for w in words)}")
+    return sorted(found)
 
 
 def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tuple[bool, str]:
@@ -359,6 +384,8 @@ def run_demo(
         instance.dispose()
         stopping = time.monotonic()
         how = "" if stop_dagster(process) else " (killed: it did not end on SIGTERM)"
+        if LINGERING:
+            say("still running when killed: " + "; ".join(LINGERING))
         say(f"dagster stopped in {time.monotonic() - stopping:.1f}s{how}")
         if args.down:
             stack.down()

@@ -41,7 +41,8 @@ from eos_pipeline.defs.asset_metadata import (
 )
 from eos_pipeline.defs.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of
+from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of, recording
+from eos_pipeline.defs.health import named_faults
 from eos_pipeline.defs.hudi_run_metadata import (
     clustered_hudi_result,
     hudi_row_counts,
@@ -62,6 +63,17 @@ CHECK_NAME = "exactly_once"
 #: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product
 #: passes none; a test code location injects some (see :mod:`eos_pipeline.sinks.hooks`).
 HooksFor = Callable[[Pipeline, str], SinkHooks]
+
+
+#: Asset groups by where the data lives: the lineage shows each node in its group's box, so a
+#: topic, its dead letters, the ClickHouse table and the Hudi table are told apart at a glance
+#: (their keys' last parts, e.g. ``demo-events`` and ``demo_events``, may look alike).
+KAFKA_GROUP = "kafka"
+DEAD_LETTER_GROUP = "dead_letters"
+CLICKHOUSE_GROUP = "clickhouse"
+HUDI_GROUP = "hudi"
+#: Tag naming each asset's pipeline (filter the lineage by it: ``tag:eos_pipeline/pipeline=demo``).
+PIPELINE_TAG = "eos_pipeline/pipeline"
 
 
 def topic_key(topic: str) -> dg.AssetKey:
@@ -136,10 +148,11 @@ def clickhouse_asset(
         key=clickhouse_key(pipeline),
         deps=[topic_key(t) for t in pipeline.kafka.topics],
         partitions_def=pipeline_partitions(pipeline.name),
-        group_name=pipeline.name,
+        group_name=CLICKHOUSE_GROUP,
+        tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "keeper", "clickhouse"},
         pool=pool,
-        kinds={"clickhouse", "kafka"},
+        kinds={"clickhouse", "table"},
         description=(
             f"Topic(s) {', '.join(pipeline.kafka.topics)} in ClickHouse table "
             f"{spec.database}.{spec.table}, exactly once per Kafka offset (keeper state machine "
@@ -151,6 +164,10 @@ def clickhouse_asset(
         code_version=code_version(pipeline, CLICKHOUSE_SINK),
     )
     def _clickhouse(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        with named_faults(context, pipeline):
+            return _clickhouse_run(context)
+
+    def _clickhouse_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         kafka = kafka_resource(context, pipeline.name).settings()
         dlq = DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name)
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
@@ -173,7 +190,14 @@ def clickhouse_asset(
             reports, stuck = catch_up(context, order, reads, sync, st, pipeline.name)
             policy = policy_of(pipeline, context.run.tags)
             if policy is not None and not stuck:
-                reports = merge_reports(follow_run(context, policy, sync.run, reports, kafka))
+
+                def rows(tp: TopicPartition) -> int:
+                    topic = sync.row_topic(tp.topic)
+                    where = (spec.database, spec.table, topic, tp.partition)
+                    return sink.count(*where, source=spec.schema.source)
+
+                step = recording(context, sync.run, rows)
+                reports = merge_reports(follow_run(context, policy, step, reports, kafka))
             # one count() per partition on the sorting key's prefix: cheap
             row_counts = {
                 partition_key(r.tp): sink.count(
@@ -185,8 +209,9 @@ def clickhouse_asset(
                 )
                 for r in reports
             }
+            table_rows = sink.count(spec.database, spec.table)  # every partition's rows
         metadata, partition_values = clickhouse_run_metadata(
-            reports, row_counts, clustered=bool(pipeline.kafka.clusters)
+            reports, row_counts, clustered=bool(pipeline.kafka.clusters), table_rows=table_rows
         )
         if stuck:  # the partitions written get their materializations; the run fails
             fail_naming(context, stuck, partition_values)
@@ -222,11 +247,12 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         deps=[topic_key(topic)],
         partitions_def=pipeline_partitions(pipeline.name),
         backfill_policy=dg.BackfillPolicy.single_run(),
-        group_name=pipeline.name,
+        group_name=HUDI_GROUP,
+        tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "spark"}
         | ({"keeper"} if pipeline.kafka.clusters else set()),
         pool=pool,
-        kinds={"hudi", "spark", "kafka"},
+        kinds={"hudi", "spark", "table"},
         description=(
             f"Topic {topic} in Hudi table {hudi.table} ({hudi.table_type}) at {hudi.path}. All "
             "partitions of a run are ONE Hudi commit whose metadata carries the Kafka checkpoint. "
@@ -238,6 +264,10 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         code_version=code_version(pipeline, "hudi"),
     )
     def _hudi(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        with named_faults(context, pipeline):
+            return _hudi_run(context)
+
+    def _hudi_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from eos_pipeline.sinks.hudi import HudiTableSync
 
         resource = kafka_resource(context, pipeline.name)

@@ -4,10 +4,22 @@ Each check reads, per partition, the sink's committed position (the keeper recor
 table's latest checkpoint), the offsets in the table, the offsets Kafka holds in the committed
 range and the dead letters, and lets :func:`eos_pipeline.core.proof.compare` decide. It files
 one result per partition, in range runs too (:func:`check_events`).
+
+A check that cannot read its evidence (a broker, keeper, Spark Connect server or ClickHouse
+down; on a clustered pipeline, a run of the sink in flight, e.g. the first one after a switch)
+judges nothing: it files no evaluation, so Dagster shows the check as skipped (not run), never
+failed, and the run that wrote the data stays green; a warning in the run's log and an
+observation on the table (``exactly_once_not_evaluated``) name what it could not read and the
+fix. ``passed=False`` means wrong data, and only that.
+
+What a passing evaluation proved (``core.proof.ProvenPrefix``) is kept in the keeper
+(:class:`ProvenStore`), so the next evaluation compares only what the sink wrote since.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
-from collections.abc import Iterable, Iterator
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -15,8 +27,9 @@ import dagster as dg
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.replay_journal import ReplayJournal
-from eos_pipeline.core.keeper import KeeperKey
+from eos_pipeline.core.keeper import KeeperKey, validate_name, validate_topic
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning import SINK_TAG
 from eos_pipeline.core.positions import committed, committed_low, sink_state
 from eos_pipeline.core.proof import (
     PartitionProof,
@@ -35,6 +48,7 @@ from eos_pipeline.defs.assets import (
     hudi_key,
 )
 from eos_pipeline.defs.config import Pipeline
+from eos_pipeline.defs.health import name_fault, resource_endpoints
 from eos_pipeline.defs.metadata import markdown_table
 from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
 from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
@@ -98,24 +112,41 @@ def _check_result(
     )
 
 
+def _target_type() -> Any:
+    """The type of ``AssetCheckEvaluation``'s public ``target_materialization_data`` parameter,
+    read from its signature (Dagster 1.13 exports no name for it; importing it from
+    ``dagster._core`` would tie the product to a private path), or None if it cannot be read."""
+    import inspect
+    import typing
+
+    try:
+        annotation = (
+            inspect.signature(dg.AssetCheckEvaluation)
+            .parameters["target_materialization_data"]
+            .annotation
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    found = [t for t in typing.get_args(annotation) if t is not type(None)]
+    return found[0] if len(found) == 1 and isinstance(found[0], type) else None
+
+
+_TARGET = _target_type()
+
+
 def _latest_materialization(instance: dg.DagsterInstance, asset_key: dg.AssetKey, key: str) -> Any:
     """The partition's latest materialization, as the check evaluation's target (so the UI
-    counts the evaluation against that materialization), or None.
-
-    The one private import left in the Dagster layer: dagster 1.13 has no public name for this
-    type, and its public route (a check step of a single partition, where Dagster fills the
-    target in) does not fit range runs, which file one evaluation per partition."""
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluationTargetMaterializationData,
-    )
-
+    counts the evaluation against that materialization), or None. A single-partition run gets
+    this from Dagster; a range run files one evaluation per partition and names it itself."""
+    if _TARGET is None:
+        return None
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
     ).records
     if not records:
         return None
     record = records[0]
-    return AssetCheckEvaluationTargetMaterializationData(
+    return _TARGET(
         run_id=record.event_log_entry.run_id,
         storage_id=record.storage_id,
         timestamp=record.timestamp,
@@ -181,20 +212,20 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
         blocking=False,
     )
     def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from evaluated(context, pipeline, key, CLICKHOUSE_SINK, lambda: _events(context))
+
+    def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         if pipeline.kafka.clusters:
-            yield from _clustered(context, pipeline, spec, key)
-            return
+            return list(_clustered(context, pipeline, spec, key))
         kafka = kafka_resource(context, pipeline.name).settings()
         dead = dead_letter_offsets(
             kafka, pipeline.dead_letter_topic, pipeline.name, CLICKHOUSE_SINK
         )
         proofs = []
-        proven = _proven_prefixes(
-            context.instance, dg.AssetCheckKey(key, CHECK_NAME), context.partition_keys
-        )
         notes: dict[TopicPartition, str] = {}
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             journal = ReplayJournal(st, pipeline.name, CLICKHOUSE_SINK)
+            kept = ProvenStore(st, pipeline.name, CLICKHOUSE_SINK)
             for pk in sorted(context.partition_keys):
                 tp = parse_partition_key(pk)
                 where = (spec.database, spec.table, tp.topic, tp.partition)
@@ -213,7 +244,7 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                 # rows beyond the position belong to a step in flight (phase BEFORE); rows below
                 # the low bound were deleted from Kafka and cannot be compared
                 committed = OffsetRange(low, max(low, position))
-                prefix = proven.get(pk)
+                prefix = kept.read(tp)
                 detail = detail_range(prefix, committed)
                 if prefix is not None and detail != committed:
                     earlier = OffsetRange(prefix.start, prefix.through)
@@ -233,7 +264,11 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                 if prefix is not None and detail != committed:
                     proof = extend(prefix, proof)
                 proofs.append(proof)
-        yield from check_events(context, proofs, key, notes)
+                if proof.passed:
+                    kept.write(tp, proof.proven())
+                else:  # wrong data: the next evaluation compares everything again
+                    kept.clear(tp)
+        return list(check_events(context, proofs, key, notes))
 
     return _check
 
@@ -278,29 +313,105 @@ def _low_bound(
     return committed_low(log_start, pipeline.reset, (*seen, *dead), position)
 
 
-def _proven_prefixes(
-    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partitions: Iterable[str]
-) -> dict[str, ProvenPrefix]:
-    """Per partition, what its latest completed evaluation proved (``core.proof``), if it
-    passed. One read of the check's recent history; a partition whose latest evaluation is
-    older than that window (or failed) is compared in full."""
-    wanted = set(partitions)
-    records = instance.event_log_storage.get_asset_check_execution_history(
-        check_key, limit=64 + 8 * len(wanted)
+class ProvenStore:
+    """What the latest passing evaluation of a partition proved, kept in the keeper at
+    ``<root>/<pipeline>/@check/<sink>/<topic>/<partition>`` (JSON of ``ProvenPrefix``).
+
+    Last writer wins, and nothing here is trusted blindly: before a prefix saves a comparison
+    the check asks the table whether it still holds the proven rows (``prefix_unchanged``), and
+    compares everything again if not."""
+
+    def __init__(self, store: Any, pipeline: str, sink: str) -> None:
+        self.store = store
+        self.pipeline = validate_name("pipeline", pipeline)
+        self.sink = validate_name("sink", sink)
+
+    def path(self, tp: TopicPartition) -> str:
+        root = self.store.settings.root
+        topic = validate_topic(tp.topic)
+        return f"{root}/{self.pipeline}/@check/{self.sink}/{topic}/{tp.partition}"
+
+    def read(self, tp: TopicPartition) -> ProvenPrefix | None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self.store.client.get(self.path(tp))
+        except NoNodeError:
+            return None
+        try:
+            return ProvenPrefix.from_metadata(json.loads(data))
+        except ValueError:
+            return None  # unreadable: compare in full
+
+    def clear(self, tp: TopicPartition) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        with contextlib.suppress(NoNodeError):
+            self.store.client.delete(self.path(tp))
+
+    def write(self, tp: TopicPartition, prefix: ProvenPrefix) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        data = json.dumps(prefix.to_metadata()).encode()
+        path = self.path(tp)
+        try:
+            self.store.client.set(path, data)
+        except NoNodeError:
+            self.store.client.create(path, data, makepath=True)
+
+
+def _runs_in_flight(context: dg.AssetCheckExecutionContext, sink: str) -> list[str]:
+    """Other runs of ``sink`` that are running now (this run excepted)."""
+    runs = context.instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
+            tags={SINK_TAG: sink},
+        ),
+        limit=5,
     )
-    found: dict[str, ProvenPrefix] = {}
-    decided: set[str] = set()
-    for record in records:  # newest first
-        status = record.status.value
-        if record.partition not in wanted or record.partition in decided or status == "PLANNED":
-            continue
-        decided.add(record.partition)
-        event = record.event.dagster_event if record.event else None
-        if status == "SUCCEEDED" and event is not None:
-            prefix = ProvenPrefix.from_metadata(event.asset_check_evaluation_data.metadata)
-            if prefix is not None:
-                found[record.partition] = prefix
-    return found
+    return [r.run_id for r in runs if r.run_id != context.run.run_id]
+
+
+def evaluated(
+    context: dg.AssetCheckExecutionContext,
+    pipeline: Pipeline,
+    key: dg.AssetKey,
+    sink: str,
+    evaluate: Callable[[], list[Any]],
+) -> Iterator[Any]:
+    """The check's events, or, when its evidence cannot be read, none (Dagster then shows the
+    check as skipped, and the run stays green) with a warning and an observation naming what
+    could not be read and the fix. Errors that are no known fault still raise."""
+    reason = None
+    if pipeline.kafka.clusters:
+        # a run after a switch skips through what the previous cluster wrote: not comparable
+        # until it ends
+        busy = _runs_in_flight(context, f"{pipeline.name}.{sink}")
+        if busy:
+            reason = (
+                f"a run of {pipeline.name}.{sink} is in flight ({busy[0]}): its range is "
+                "judged once it has ended, by the next evaluation"
+            )
+    if reason is None:
+        try:
+            events = evaluate()
+        except Exception as exc:
+            fault = name_fault(exc, resource_endpoints(context, pipeline))
+            if fault is None:
+                raise
+            reason = f"could not read its evidence: {fault.message()}"
+        else:
+            yield from events
+            return
+    context.log.warning(
+        f"{CHECK_NAME} not evaluated for {sorted(context.partition_keys)}: {reason}"
+    )
+    yield dg.AssetObservation(
+        asset_key=key,
+        partition=context.partition_key if context.has_partition_key else None,
+        metadata={"exactly_once_not_evaluated": dg.MetadataValue.text(reason)},
+    )
+    yield dg.Output(None)
 
 
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
@@ -325,6 +436,9 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         blocking=False,
     )
     def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from evaluated(context, pipeline, key, "hudi", lambda: _events(context))
+
+    def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         from pyspark.sql import functions as F
 
         from eos_pipeline.adapters.hudi import latest_checkpoint
@@ -336,8 +450,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
             from eos_pipeline.defs.cluster_proofs import hudi_identity_proofs
 
             found = hudi_identity_proofs(pipeline, spark, tps)
-            yield from identity_events(context, found, key)
-            return
+            return list(identity_events(context, found, key))
         checkpoint = latest_checkpoint(spark, hudi.path) or {}
         counts: dict[int, dict[int, int]] = {tp.partition: {} for tp in tps}
         if checkpoint:
@@ -367,6 +480,6 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
                     counts[tp.partition],
                 )
             )
-        yield from check_events(context, proofs, key)
+        return list(check_events(context, proofs, key))
 
     return _check

@@ -16,7 +16,10 @@ from eos_pipeline.defs.metadata import ROW_COUNT_KEY, markdown_table, quiet_when
 from eos_pipeline.defs.partitions import partition_key
 from eos_pipeline.sinks.clickhouse_reports import case_summary
 
-__all__ = ["clickhouse_run_metadata"]
+__all__ = ["TABLE_ROWS_KEY", "clickhouse_run_metadata"]
+
+#: Rows in the whole table (all partitions), beside each partition's ``dagster/row_count``.
+TABLE_ROWS_KEY = "table_row_count"
 
 
 def _width(ranges: list[OffsetRange]) -> int:
@@ -24,12 +27,19 @@ def _width(ranges: list[OffsetRange]) -> int:
 
 
 def clickhouse_run_metadata(
-    reports: Sequence[Any], row_counts: Mapping[str, int], *, clustered: bool
+    reports: Sequence[Any],
+    row_counts: Mapping[str, int],
+    *,
+    clustered: bool,
+    table_rows: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The run's metadata and each partition's (none for a run over several clusters).
 
     ``reports``: one :class:`~eos_pipeline.sinks.clickhouse_reports.PartitionReport` per
-    partition synced; ``row_counts``: rows in the table per partition key.
+    partition synced; ``row_counts``: rows in the table per partition key; ``table_rows``: rows
+    in the whole table, shown beside the partition's own ``dagster/row_count`` (the asset's
+    overview shows the latest partition's numbers: without it "row count" reads as the
+    table's).
     """
     rows = []
     for r in reports:
@@ -86,6 +96,10 @@ def clickhouse_run_metadata(
         }
         for row in rows
     }
+    if table_rows is not None:
+        metadata[TABLE_ROWS_KEY] = table_rows
+        for values in partition_values.values():
+            values[TABLE_ROWS_KEY] = table_rows
     if clustered:
         # Physical topics are not Dagster partitions: the run-wide numbers stand for each.
         metadata["cluster"] = reports[0].cluster if reports else ""

@@ -89,6 +89,8 @@ class DiagnosedFailures(Mapping[tuple[str, str], Failures]):
         self, instance: dg.DagsterInstance, runs: list[RunInfo], canceled: set[str]
     ) -> None:
         self._instance = instance
+        #: The failed and canceled runs read, newest first (self-healing reads them too).
+        self.runs = runs
         self._canceled = canceled
         self._groups = failures_by_start(runs)
         #: Partitions the newest range runs set aside for a person (``core.planning.stuck``).

@@ -37,12 +37,20 @@ one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` 
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
+from collections.abc import Callable
 
 import dagster as dg
 
 from eos_pipeline.adapters.failover import SwitchInProgress
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, partition_count, start_offsets
+from eos_pipeline.adapters.kafka import (
+    KafkaReadError,
+    KafkaSettings,
+    end_offsets,
+    partition_count,
+    start_offsets,
+)
+from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
     HUDI_TABLE_TAG,
@@ -64,16 +72,20 @@ from eos_pipeline.core.planning import (
     plan_new_partitions,
 )
 from eos_pipeline.core.planning.follow import FOLLOW_TAG
-from eos_pipeline.core.positions import sink_state
+from eos_pipeline.core.planning.runs import ANY_PARTITION, NORMAL_PRIORITY
+from eos_pipeline.core.positions import committed, sink_state
 from eos_pipeline.core.retries import Backoff
 from eos_pipeline.defs.assets import (
+    CHECK_NAME,
     CLICKHOUSE_SINK,
     clickhouse_key,
     hudi_key,
 )
 from eos_pipeline.defs.clusters import active_cluster, clickhouse_states, hudi_positions
 from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.partitions import pipeline_partitions
+from eos_pipeline.defs.healing import HEAL_TAG, heal_requests, run_partitions
+from eos_pipeline.defs.health import guarded, resource_endpoints
+from eos_pipeline.defs.partitions import partition_key, pipeline_partitions
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
 
@@ -154,6 +166,12 @@ def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
     return bool(_runs(instance, sink, _WAITING, 1))
 
 
+def where(pipeline: Pipeline) -> Callable[[dg.SensorEvaluationContext], dict[str, str]]:
+    """The endpoints a tick of ``pipeline``'s sensors may name in a skip reason."""
+
+    return lambda context: resource_endpoints(context, pipeline)
+
+
 def _result(
     context: dg.SensorEvaluationContext, plan: Plan, requests: list[dg.RunRequest]
 ) -> dg.SensorResult | dg.SkipReason:
@@ -168,25 +186,42 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     """Adds a dynamic partition for every Kafka partition of the pipeline's topics."""
     partitions = pipeline_partitions(pipeline.name)
 
-    @dg.sensor(
-        name=f"{pipeline.name}_partitions",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name)},
-        description="Keeps the dynamic partitions in step with the topics' partition counts: "
-        "adds a key per new Kafka partition, removes keys that match none (naming the valid "
-        "ones).",
-    )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        kafka = kafka_resource(context, pipeline.name).settings()
-        existing = set(context.instance.get_dynamic_partitions(partitions.name))
+    keeper_needed = bool(pipeline.kafka.clusters)
+
+    def _counts(context: dg.SensorEvaluationContext) -> tuple[dict[str, int], list[str]]:
+        """Partitions per topic (and topics not found), on the active cluster if clustered:
+        a logical topic has as many partitions as the largest of its physical topics there."""
         counts: dict[str, int] = {}
         missing: list[str] = []
+        if pipeline.kafka.clusters:
+            with context.resources.keeper.store() as store:
+                active = active_cluster(pipeline, store)
+                for topic in pipeline.kafka.topics:
+                    found = [
+                        partition_count(active.kafka, physical.topic)
+                        for physical in active.fp.clusters.topics(topic, active.alias)
+                        if _exists(active.kafka, physical.topic)
+                    ]
+                    if found:
+                        counts[topic] = max(found)
+                    else:
+                        missing.append(topic)
+            return counts, missing
+        kafka = kafka_resource(context, pipeline.name).settings()
         for topic in pipeline.kafka.topics:
             try:
                 counts[topic] = partition_count(kafka, topic)
-            except KafkaReadError:
+            except KafkaReadError as exc:
+                if not _missing(exc):
+                    raise  # unreachable: a fact for the skip reason, not a missing topic
                 missing.append(topic)
+        return counts, missing
+
+    def _body(
+        context: dg.SensorEvaluationContext, _: str | None
+    ) -> dg.SensorResult | dg.SkipReason:
+        existing = set(context.instance.get_dynamic_partitions(partitions.name))
+        counts, missing = _counts(context)
         new = plan_new_partitions(existing, counts, missing)
         requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
         if new.keys:
@@ -200,7 +235,48 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             return dg.SkipReason(new.skip_reason)
         return dg.SensorResult(dynamic_partitions_requests=requests)
 
+    @dg.sensor(
+        name=f"{pipeline.name}_partitions",
+        minimum_interval_seconds=interval,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={kafka_resource_key(pipeline.name)}
+        | ({"keeper"} if keeper_needed else set()),
+        description="Keeps the dynamic partitions in step with the topics' partition counts "
+        "(on the active cluster of a clustered pipeline): adds a key per new Kafka partition, "
+        "removes keys that match none (naming the valid ones). An unreachable broker or keeper "
+        "is a skip reason naming it.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return guarded(_body, where(pipeline), interval)(context)
+
     return _sensor
+
+
+def _caught_up(topics: list[TopicState]) -> set[str]:
+    """Partition keys whose committed position has reached Kafka's last stable offset."""
+    done = set()
+    for state in topics:
+        for p, end in state.ends.items():
+            position = committed(state.records.get(p))
+            if position is not None and position >= end:
+                done.add(partition_key(TopicPartition(state.topic, p)))
+    return done
+
+
+def _missing(exc: KafkaReadError) -> bool:
+    """A topic that does not exist (skipped), not a cluster that does not answer (raised)."""
+    return "does not exist" in str(exc)
+
+
+def _exists(kafka: KafkaSettings, topic: str) -> bool:
+    """Whether a physical topic exists on a reachable cluster (an unreachable one raises)."""
+    try:
+        partition_count(kafka, topic)
+    except KafkaReadError as exc:
+        if _missing(exc):
+            return False
+        raise
+    return True
 
 
 def clickhouse_lag_sensor(
@@ -213,17 +289,9 @@ def clickhouse_lag_sensor(
     # following is for one cluster's topics; a clustered pipeline's runs end once caught up
     follows = pipeline.clickhouse.follow.idle_seconds > 0 and not pipeline.kafka.clusters
 
-    @dg.sensor(
-        name=f"{pipeline.name}_clickhouse_lag",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name), "keeper"},
-        target=dg.AssetSelection.assets(asset),
-        description="Requests runs for the partitions whose ClickHouse position is behind "
-        "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
-        "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
-    )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    def _evaluate(
+        context: dg.SensorEvaluationContext, _: str | None
+    ) -> dg.SensorResult | dg.SkipReason:
         kafka = kafka_resource(context, pipeline.name).settings()
         keeper: KeeperResource = context.resources.keeper
         ordered = context.instance.get_dynamic_partitions(partitions.name)
@@ -234,12 +302,14 @@ def clickhouse_lag_sensor(
             if pipeline.kafka.clusters:  # the active cluster's keys and physical topics
                 try:
                     topics = clickhouse_states(active_cluster(pipeline, store), store)
-                except (SwitchInProgress, KafkaReadError) as exc:
+                except SwitchInProgress as exc:
                     return dg.SkipReason(str(exc))
             for topic in [] if pipeline.kafka.clusters else pipeline.kafka.topics:
                 try:
                     ends = end_offsets(kafka, topic)
-                except KafkaReadError:
+                except KafkaReadError as exc:
+                    if not _missing(exc):
+                        raise  # unreachable: the skip reason names it (``health.guarded``)
                     continue
                 records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
                 state = TopicState(
@@ -277,7 +347,63 @@ def clickhouse_lag_sensor(
             )
             for r in plan.runs
         ]
+        if ANY_PARTITION not in busy and not (chdb_path and plan.runs):
+            behind = set(ordered) - _caught_up(topics)
+            requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path)
         return _result(context, plan, requests)
+
+    def _heals(
+        context: dg.SensorEvaluationContext,
+        failed: list[RunInfo],
+        ordered: list[str],
+        busy: set[str],
+        plan: Plan,
+        chdb_path: str | None,
+    ) -> list[dg.RunRequest]:
+        """Runs that record the true state of caught-up partitions a killed run left failed."""
+        planned = {r.partition_key for r in plan.runs if r.partition_key}
+        for r in plan.runs:
+            planned.update(run_partitions(r.tags, ordered))
+
+        def tags_for(key: str) -> dict[str, str]:
+            tags = {
+                SINK_TAG: sink,
+                SINK_PARTITION_TAG: f"{sink}.{key}",
+                PRIORITY_TAG: NORMAL_PRIORITY,
+            }
+            if chdb_path:
+                tags[CHDB_PATH_TAG] = chdb_path
+            return tags
+
+        healing = heal_requests(
+            context.instance,
+            asset,
+            dg.AssetCheckKey(asset, CHECK_NAME),
+            failed,
+            ordered,
+            busy | planned,
+            tags_for,
+            time.time(),
+        )
+        for request in healing:
+            context.log.info(
+                f"{request.partition_key}: caught up, but its newest run "
+                f"{request.tags[HEAL_TAG]} failed; asking for a run that records its state"
+            )
+        return healing
+
+    @dg.sensor(
+        name=f"{pipeline.name}_clickhouse_lag",
+        minimum_interval_seconds=interval,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={kafka_resource_key(pipeline.name), "keeper"},
+        target=dg.AssetSelection.assets(asset),
+        description="Requests runs for the partitions whose ClickHouse position is behind "
+        "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
+        "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return guarded(_evaluate, where(pipeline), interval)(context)
 
     return _sensor
 
@@ -292,18 +418,9 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     # as for ClickHouse: a clustered pipeline's runs end once caught up
     follows = pipeline.hudi.follow.idle_seconds > 0 and not pipeline.kafka.clusters
 
-    @dg.sensor(
-        name=f"{pipeline.name}_hudi_lag",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if pipeline.kafka.clusters else set()),
-        target=dg.AssetSelection.assets(asset),
-        description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
-        "checkpoint is behind Kafka's last stable offset; with hudi.follow the run covers every "
-        "partition and goes on committing what arrives.",
-    )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    def _evaluate(
+        context: dg.SensorEvaluationContext, _: str | None
+    ) -> dg.SensorResult | dg.SkipReason:
         kafka = kafka_resource(context, pipeline.name).settings()
         busy = _busy(context.instance, sink)
         if busy:  # before any Kafka request
@@ -315,16 +432,13 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             try:
                 with context.resources.keeper.store() as store:
                     ends, checkpoint = hudi_positions(active_cluster(pipeline, store), table)
-            except (SwitchInProgress, KafkaReadError) as exc:
+            except SwitchInProgress as exc:
                 return dg.SkipReason(str(exc))
             except HudiTimelineError as exc:
                 return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
             lows = {p: 0 for p in ends}  # nothing stored folds from 0 (core.failover.fold)
         else:
-            try:
-                ends = end_offsets(kafka, topic)
-            except KafkaReadError as exc:
-                return dg.SkipReason(str(exc))
+            ends = end_offsets(kafka, topic)  # unreachable: named by ``health.guarded``
             try:
                 checkpoint = latest_checkpoint(table) or {}
             except HudiTimelineError as exc:
@@ -352,5 +466,19 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             for r in plan.runs
         ]
         return _result(context, plan, requests)
+
+    @dg.sensor(
+        name=f"{pipeline.name}_hudi_lag",
+        minimum_interval_seconds=interval,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={kafka_resource_key(pipeline.name)}
+        | ({"keeper"} if pipeline.kafka.clusters else set()),
+        target=dg.AssetSelection.assets(asset),
+        description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
+        "checkpoint is behind Kafka's last stable offset; with hudi.follow the run covers every "
+        "partition and goes on committing what arrives.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return guarded(_evaluate, where(pipeline), interval)(context)
 
     return _sensor

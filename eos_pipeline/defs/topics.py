@@ -4,7 +4,11 @@ The product does not write the source topics, so they are external assets (``Ass
 graph reads ``topic -> ClickHouse table / Hudi table -> dead-letter topic``. A sensor per
 pipeline observes them (``AssetObservation``): per partition the records Kafka holds, its last
 stable offset and each sink's lag, with totals Dagster plots over time. It records an
-observation only when something changed, so an idle topic does not fill the event log.
+observation when something changed, and at least every :data:`STEADY_SECONDS` otherwise, so a
+plot of lag has a point on a steady cadence (no straight ramp drawn between two far-apart
+changes) while an idle topic adds only one event a minute. When the broker (or keeper) cannot be
+read, every topic of the pipeline gets an observation saying so ("unreachable since <time>",
+the endpoint and the cause) and the tick's skip reason names it (:mod:`eos_pipeline.defs.health`).
 
 Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
 pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
@@ -14,23 +18,40 @@ No Spark, no ClickHouse.
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import hashlib
 import json
+import time
+from datetime import UTC, datetime
 
 import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, start_offsets
+from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, end_offsets, start_offsets
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
+    DEAD_LETTER_GROUP,
+    KAFKA_GROUP,
+    PIPELINE_TAG,
     clickhouse_key,
     dead_letter_key,
     hudi_key,
     topic_key,
 )
 from eos_pipeline.defs.config import Pipeline
+from eos_pipeline.defs.health import (
+    Body,
+    NamedFault,
+    OnFault,
+    Streak,
+    guarded,
+    resource_endpoints,
+)
+from eos_pipeline.defs.partitions import partition_key
 from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
 
-__all__ = ["dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
+__all__ = ["STEADY_SECONDS", "dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
+
+#: Longest time between two observations of a topic, changed or not.
+STEADY_SECONDS = 60
 
 
 def sink_keys(pipeline: Pipeline) -> list[dg.AssetKey]:
@@ -49,8 +70,9 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
     specs = [
         dg.AssetSpec(
             key=topic_key(topic),
-            group_name=pipeline.name,
-            kinds={"kafka"},
+            group_name=KAFKA_GROUP,
+            tags={PIPELINE_TAG: pipeline.name},
+            kinds={"kafka", "topic"},
             description=f"Kafka topic {topic} on {where}: the source of pipeline "
             f"{pipeline.name}. Observed by the {pipeline.name}_topics sensor (records held, "
             "last stable offset and each sink's lag per partition).",
@@ -62,8 +84,9 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
         dg.AssetSpec(
             key=dead_letter_key(pipeline),
             deps=sink_keys(pipeline),
-            group_name=pipeline.name,
-            kinds={"kafka"},
+            group_name=DEAD_LETTER_GROUP,
+            tags={PIPELINE_TAG: pipeline.name},
+            kinds={"kafka", "dlq"},
             description=f"Dead-letter topic {pipeline.dead_letter_topic}: every record of "
             f"{', '.join(pipeline.kafka.topics)} that no sink could store, once per sink, with "
             "its source topic, partition, offset and error class in its headers.",
@@ -124,21 +147,106 @@ def _seen(rows: list[PartitionLag]) -> list[object]:
 
 
 def _observed(
-    context: dg.SensorEvaluationContext,
     events: list[dg.AssetObservation],
     seen: object,
+    cursor: str | None,
     note: str = "",
 ) -> dg.SensorResult | dg.SkipReason:
-    """The observations, unless nothing changed since the cursor's (then a skip)."""
+    """The observations, if something changed since the cursor's digest or the last ones are
+    :data:`STEADY_SECONDS` old; a skip otherwise."""
     digest = _digest(seen)
-    if digest == context.cursor or not events:
+    last_digest, last_at = _parse(cursor)
+    now = time.time()
+    if not events or (digest == last_digest and now - last_at < STEADY_SECONDS):
         return dg.SkipReason(f"no change in the topics since the last observation{note}")
-    return dg.SensorResult(asset_events=events, cursor=digest)
+    return dg.SensorResult(
+        asset_events=events, cursor=json.dumps({"digest": digest, "at": round(now, 3)})
+    )
+
+
+def _due(seen: object, cursor: str | None) -> bool:
+    """Whether this tick records observations (see :func:`_observed`)."""
+    last_digest, last_at = _parse(cursor)
+    return _digest(seen) != last_digest or time.time() - last_at >= STEADY_SECONDS
+
+
+def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, object]:
+    """Dead letters of ``pipeline`` per source partition and sink (the whole dead-letter log is
+    read: it is small by design; done only when the topics are observed), with totals."""
+    from eos_pipeline.adapters.dlq import read_dead_letter_log
+    from eos_pipeline.core.replay import dead_offsets
+
+    log = read_dead_letter_log(kafka, pipeline.dead_letter_topic)
+    sinks = [s for s, on in ((CLICKHOUSE_SINK, pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    per_sink = {sink: dead_offsets(log, pipeline.name, sink) for sink in sinks}
+    sources = sorted({tp for found in per_sink.values() for tp in found})
+    columns = [dg.TableColumn("source_partition", "string")] + [
+        dg.TableColumn(f"{sink}_dead_letters", "int") for sink in sinks
+    ]
+    records = [
+        dg.TableRecord(
+            {
+                "source_partition": partition_key(tp),
+                **{f"{sink}_dead_letters": len(per_sink[sink].get(tp, ())) for sink in sinks},
+            }
+        )
+        for tp in sources
+    ]
+    out: dict[str, object] = {
+        "dead_letters_by_source_partition": dg.MetadataValue.table(
+            records, schema=dg.TableSchema(columns=columns)
+        )
+    }
+    for sink in sinks:
+        out[f"{sink}_dead_letters_total"] = sum(len(v) for v in per_sink[sink].values())
+    return out
+
+
+def _parse(cursor: str | None) -> tuple[str | None, float]:
+    """``(digest, time observed)`` of the cursor (a bare digest from before: time 0)."""
+    if not cursor:
+        return None, 0.0
+    try:
+        data = json.loads(cursor)
+    except ValueError:
+        return cursor, 0.0
+    if not isinstance(data, dict):
+        return cursor, 0.0
+    return data.get("digest"), float(data.get("at") or 0.0)
+
+
+def unreachable_events(pipeline: Pipeline) -> OnFault:
+    """Observations of every topic of ``pipeline`` saying its source cannot be read."""
+
+    def events(fault: NamedFault, streak: Streak) -> list[dg.AssetObservation]:
+        since = datetime.fromtimestamp(streak.since or time.time(), UTC).isoformat(
+            timespec="seconds"
+        )
+        metadata = {
+            "reachable": False,
+            "unreachable_since": dg.MetadataValue.text(since),
+            "unreachable": dg.MetadataValue.text(f"{fault.resource} {fault.endpoint}"),
+            "cause": dg.MetadataValue.text(fault.cause),
+            "fix": dg.MetadataValue.text(fault.fix),
+            "failed_ticks": streak.failures,
+        }
+        keys = [topic_key(t) for t in pipeline.kafka.topics] + [dead_letter_key(pipeline)]
+        return [dg.AssetObservation(asset_key=key, metadata=metadata) for key in keys]
+
+    return events
 
 
 def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     keeper_needed = pipeline.clickhouse is not None or bool(pipeline.kafka.clusters)
     resources = {kafka_resource_key(pipeline.name)} | ({"keeper"} if keeper_needed else set())
+
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
+            return resource_endpoints(context, pipeline)
+
+        return guarded(_topics_body(pipeline), where, interval, unreachable_events(pipeline))(
+            context
+        )
 
     @dg.sensor(
         name=f"{pipeline.name}_topics",
@@ -146,11 +254,23 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         default_status=dg.DefaultSensorStatus.RUNNING,
         required_resource_keys=resources,
         description="Observes the pipeline's Kafka topics: records held, last stable offset and "
-        "each sink's lag per partition (an observation only when something changed).",
+        "each sink's lag per partition (on change, and at least every minute); when the broker "
+        "cannot be read, 'unreachable since <time>' on every topic.",
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return _sensor(context)
+
+    return _tick
+
+
+def _topics_body(pipeline: Pipeline) -> Body:
+    """One observation of the pipeline's topics (a plain or a clustered pipeline)."""
+
+    def _body(
+        context: dg.SensorEvaluationContext, cursor: str | None
+    ) -> dg.SensorResult | dg.SkipReason:
         if pipeline.kafka.clusters:
-            return _clustered(context, pipeline)
+            return _clustered(context, pipeline, cursor)
         kafka = kafka_resource(context, pipeline.name).settings()
         hudi_positions: dict[int, int | None] = {}
         if pipeline.hudi is not None:
@@ -168,7 +288,9 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             try:
                 ends = end_offsets(kafka, topic)
                 starts = start_offsets(kafka, topic)
-            except KafkaReadError:
+            except KafkaReadError as exc:
+                if "does not exist" not in str(exc):
+                    raise  # unreachable: observed as such by ``unreachable_events``
                 missing.append(topic)
                 continue
             positions: dict[str, dict[int, int | None]] = {}
@@ -185,13 +307,20 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             seen[topic] = _seen(rows)
             events.append(observation(topic_key(topic), rows, list(positions)))
         note = f"; not found: {', '.join(missing)}" if missing else ""
-        return _observed(context, events, seen, note)
+        if _due(seen, cursor) and pipeline.dead_letter_topic not in missing and events:
+            # the dead-letter topic's own numbers: dead letters per source partition and sink
+            dlq = events[-1]
+            counts = dead_letter_counts(kafka, pipeline)
+            events[-1] = dg.AssetObservation(
+                asset_key=dlq.asset_key, metadata={**dlq.metadata, **counts}
+            )
+        return _observed(events, seen, cursor, note)
 
-    return _sensor
+    return _body
 
 
 def _clustered(
-    context: dg.SensorEvaluationContext, pipeline: Pipeline
+    context: dg.SensorEvaluationContext, pipeline: Pipeline, cursor: str | None
 ) -> dg.SensorResult | dg.SkipReason:
     """The topics of a clustered pipeline as the active cluster holds them (all physical
     topics of each partition summed, see ``defs.clusters.topic_lags``)."""
@@ -212,6 +341,6 @@ def _clustered(
                 event = observation(topic_key(topic), rows, shown)
                 metadata = {**event.metadata, "cluster": dg.MetadataValue.text(active.alias)}
                 events.append(dg.AssetObservation(asset_key=event.asset_key, metadata=metadata))
-        except (SwitchInProgress, KafkaReadError) as exc:
+        except SwitchInProgress as exc:
             return dg.SkipReason(str(exc))
-    return _observed(context, events, [active.alias, seen])
+    return _observed(events, [active.alias, seen], cursor)

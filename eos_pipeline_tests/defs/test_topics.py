@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -11,7 +13,9 @@ from dagster._core.definitions.partitions.context import partition_loading_conte
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.defs.assets import clickhouse_key, dead_letter_key, topic_key
 from eos_pipeline.defs.builder import build_definitions
+from eos_pipeline.defs.health import Streak
 from eos_pipeline.defs.partitions import keys_for, partitions_name
+from eos_pipeline.defs.topics import STEADY_SECONDS
 
 from .conftest import Rig
 
@@ -94,4 +98,16 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
         dead = _rows(observed[dead_letter_key(rig.config.pipelines[0])])
         # partition 1 held records 4..8 of which 4 and 8 were bad: two dead letters
         assert sum(r["records_held"] for r in dead) == 2
+        # ... and counted per source partition and sink
+        letters = observed[dead_letter_key(rig.config.pipelines[0])].metadata
+        assert letters["clickhouse_dead_letters_total"].value == 2
+        by_source = letters["dead_letters_by_source_partition"].value.records
+        assert [r.data for r in by_source] == [
+            {"source_partition": key, "clickhouse_dead_letters": 2}
+        ]
         assert _tick(defs, sensor, instance, second.cursor).skip_message
+        # nothing changed, but a minute passed: observed again (a steady cadence for plots)
+        inner = json.loads(Streak.parse(second.cursor).inner or "{}")
+        inner["at"] = time.time() - STEADY_SECONDS
+        stale = Streak(json.dumps(inner)).encode()
+        assert _tick(defs, sensor, instance, stale).asset_events

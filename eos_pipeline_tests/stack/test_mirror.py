@@ -54,6 +54,15 @@ def test_properties_replicate_both_ways_exactly_once(tmp_path: Path) -> None:
         assert props[key] == "1", key
 
 
+def test_mirrormaker_recovers_from_a_broker_restart_in_seconds_not_minutes(tmp_path: Path) -> None:
+    """Connect's default rebalance delay (300 s) stalled B->A for five minutes after A's broker
+    restarted (issue 29): both target clusters' workers get a delay of seconds."""
+    props = _properties(_config(tmp_path))
+    for prefix in ("A.", "B."):
+        assert int(props[f"{prefix}scheduled.rebalance.max.delay.ms"]) <= 5000
+        assert int(props[f"{prefix}reconnect.backoff.max.ms"]) <= 1000
+
+
 def test_aliases_and_mm2_options_are_configurable(tmp_path: Path) -> None:
     config = mirror_config(
         tmp_path,
@@ -164,3 +173,33 @@ def test_cli_status_lists_the_failover_stack_once_started(
     assert "--aliases needs two comma-separated aliases" in capsys.readouterr().err
     assert main(["stack", "up", "--mirror", "--aliases", "A,A.x", "--state-dir", str(state)]) == 1
     assert "no '.'" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_replication_resumes_by_itself_after_a_broker_restart_and_restart_mirror_restarts_it(
+    mirror_stack: MirrorStack,
+) -> None:
+    """Issue 29: B->A stalled five minutes after A's broker restarted (Connect's rebalance
+    delay). Here B's broker (a managed one) stops for a few seconds and starts again: both flows
+    replicate again within 30 s, MM2 untouched. Then ``restart_mirror`` gives a new MM2 process
+    that replicates both ways."""
+    from eos_dev.stack.mirror import ReplicationProbe
+
+    broker = mirror_stack._brokers["B"]
+    mirror_pid = {s.name: s.pid for s in mirror_stack.status()}["mirrormaker"]
+    broker.down(30.0)
+    time.sleep(5)
+    broker.up()
+    probe = ReplicationProbe(mirror_stack.config)
+    try:
+        started = time.monotonic()
+        while not probe():
+            assert time.monotonic() - started < 30, "replication did not resume within 30 s"
+            time.sleep(0.5)
+    finally:
+        probe.close()
+    assert {s.name: s.pid for s in mirror_stack.status()}["mirrormaker"] == mirror_pid
+
+    mirror_stack.restart_mirror()
+    after = {s.name: s for s in mirror_stack.status()}["mirrormaker"]
+    assert after.running and after.pid != mirror_pid

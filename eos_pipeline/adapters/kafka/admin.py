@@ -95,8 +95,30 @@ def create_topic(
                 ) from None
 
 
+def _unreachable(settings: KafkaSettings, what: str, timeout: float, exc: object) -> KafkaReadError:
+    """The error of a request the cluster did not answer: what, where, the cause and the fix
+    (its words mark it transient for the retry rules, ``core.retries``). A definite refusal
+    (an unknown topic, no authorization) keeps Kafka's own words, without "unreachable"."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(error, KafkaError) and not (error.retriable() or error.code() in _DOWN):
+        return KafkaReadError(f"could not {what} on {settings.bootstrap_servers}: {exc}")
+    cause = f": {exc}" if str(exc) else ""
+    return KafkaReadError(
+        f"could not {what} on {settings.bootstrap_servers} within {timeout:g} s (unreachable or "
+        f"timed out{cause}); is the broker up? Check kafka.bootstrap_servers, or start the "
+        "local stack with `eos-pipeline stack up`"
+    )
+
+
+#: librdkafka's codes for a cluster that does not answer (some are not flagged retriable).
+_DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
+
+
 def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
-    meta = shared_admin(settings).list_topics(topic, timeout=timeout)
+    try:
+        meta = shared_admin(settings).list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise _unreachable(settings, f"read the metadata of topic {topic!r}", timeout, exc) from exc
     info = meta.topics.get(topic)
     if info is None or info.error is not None:
         raise KafkaReadError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
@@ -114,10 +136,10 @@ def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
     try:
         description = future.result(timeout)
+    except FutureTimeout:
+        raise _unreachable(settings, f"describe topic {topic!r}", timeout, "") from None
     except KafkaException as exc:
-        raise KafkaReadError(
-            f"cannot describe topic {topic!r} on {settings.bootstrap_servers}: {exc}"
-        ) from exc
+        raise _unreachable(settings, f"describe topic {topic!r}", timeout, exc) from exc
     return str(description.topic_id)
 
 
@@ -141,7 +163,7 @@ def end_offsets(
         isolation_level=level,
         request_timeout=timeout,
     )
-    return {tp.partition: f.result().offset for tp, f in futures.items()}
+    return _offsets(settings, f"list the end offsets of topic {topic!r}", futures, timeout)
 
 
 def start_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
@@ -152,4 +174,20 @@ def start_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) ->
         {KafkaTopicPartition(topic, p): OffsetSpec.earliest() for p in range(count)},
         request_timeout=timeout,
     )
-    return {tp.partition: f.result().offset for tp, f in futures.items()}
+    return _offsets(settings, f"list the start offsets of topic {topic!r}", futures, timeout)
+
+
+def _offsets(
+    settings: KafkaSettings,
+    what: str,
+    futures: Mapping[KafkaTopicPartition, object],
+    timeout: float,
+) -> dict[int, int]:
+    """The offsets of answered ListOffsets futures; an unanswered one names the cluster."""
+    try:
+        # the request carries its own timeout; the wait here only bounds a lost answer
+        return {tp.partition: f.result(timeout + 5.0).offset for tp, f in futures.items()}  # type: ignore[attr-defined]
+    except FutureTimeout:
+        raise _unreachable(settings, what, timeout, "") from None
+    except KafkaException as exc:
+        raise _unreachable(settings, what, timeout, exc) from exc

@@ -1,0 +1,303 @@
+"""Expected faults named for a person: which resource, where, why, and what to do.
+
+A sensor tick that meets an unreachable broker, keeper, Spark Connect server or ClickHouse is
+not a bug: it is the state of the world, and the tick says so in its skip reason instead of a
+traceback ("Kafka broker 127.0.0.1:9092 unreachable since 15:02:11 UTC (3 failed ticks): ...;
+next try at 15:03:41 UTC. Fix: ..."). The count of failed ticks and the time of the first live in
+the sensor's cursor, beside whatever cursor the sensor keeps itself (:class:`Streak`). A run
+that meets the same fault fails with the same words (:func:`failure_for`). Errors that are not
+an expected fault (a bug) still raise, so they stay visible as one.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the real annotation types.
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+
+from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
+from eos_pipeline.defs.config import Pipeline
+
+__all__ = [
+    "NamedFault",
+    "Streak",
+    "endpoints",
+    "failure_for",
+    "guarded",
+    "name_fault",
+    "named_faults",
+]
+
+KAFKA = "Kafka broker"
+KEEPER = "keeper (ZooKeeper)"
+SPARK = "Spark Connect server"
+CLICKHOUSE = "ClickHouse"
+HUDI = "Hudi table"
+
+_FIXES = {
+    KAFKA: "start the broker (`eos-pipeline stack up` for the local stack) or correct "
+    "kafka.bootstrap_servers; a clustered pipeline can move to another cluster with "
+    "`eos-pipeline failover` (docs/failover.md)",
+    KEEPER: "start ZooKeeper (`eos-pipeline stack up` for the local stack) or correct keeper.hosts",
+    SPARK: "start the Spark Connect server (`eos-pipeline stack up` for the local stack) or "
+    "correct spark.remote",
+    CLICKHOUSE: "start the ClickHouse server or correct clickhouse.url (an embedded chDB path "
+    "is opened by one process at a time)",
+    HUDI: "check that hudi.path exists and is readable by this process",
+}
+
+
+@dataclass(frozen=True)
+class NamedFault:
+    """One expected fault: the resource, its endpoint, the error's first line, the fix."""
+
+    resource: str
+    endpoint: str
+    cause: str
+    #: Unreachable or timed out (retrying helps), as ``core.retries`` tells; else a refusal
+    #: a person must act on (a missing topic, credentials).
+    transient: bool = True
+
+    @property
+    def fix(self) -> str:
+        if not self.transient:
+            return "a retry will not help: correct what the cause names"
+        return _FIXES[self.resource]
+
+    @property
+    def state(self) -> str:
+        return "unreachable" if self.transient else "refused the request"
+
+    def message(self) -> str:
+        return f"{self.resource} {self.endpoint} {self.state}: {self.cause}. Fix: {self.fix}"
+
+
+def endpoints(pipeline: Pipeline, keeper_hosts: str | None = None) -> dict[str, str]:
+    """Where each resource of ``pipeline`` lives, as the config names it (secrets never);
+    :func:`resource_endpoints` adds what a run's resources say."""
+    kafka = pipeline.kafka
+    if kafka.clusters:
+        where = ", ".join(f"{alias}={servers}" for alias, servers in kafka.clusters.items())
+    else:
+        where = kafka.bootstrap_servers if isinstance(kafka.bootstrap_servers, str) else "(env)"
+    found = {KAFKA: str(where)}
+    if keeper_hosts:
+        found[KEEPER] = keeper_hosts
+    if pipeline.hudi is not None:
+        found[HUDI] = pipeline.hudi.path
+    return found
+
+
+def _without_credentials(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _resource(context: Any, key: str) -> Any:
+    """``context``'s resource ``key``, or None when the step did not ask for it."""
+    try:
+        return getattr(context.resources, key, None)
+    except Exception:  # Dagster raises its own error for a resource the step did not require
+        return None
+
+
+def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
+    """:func:`endpoints`, with the keeper, Spark Connect and ClickHouse of ``context``'s
+    resources where it has them."""
+    keeper = _resource(context, "keeper")
+    found = endpoints(pipeline, keeper.hosts if keeper is not None else None)
+    spark = _resource(context, "spark")
+    if spark is not None:
+        found[SPARK] = str(spark.remote) if spark.remote else "(in-process Spark)"
+    clickhouse = _resource(context, "clickhouse")
+    if clickhouse is not None:
+        found[CLICKHOUSE] = _without_credentials(str(clickhouse.url))
+    return found
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 20:
+        yield current
+        current = current.__cause__ or current.__context__
+        seen += 1
+
+
+def _resource_of(exc: BaseException) -> str | None:
+    """Which resource an error comes from, by its classes (its own and its bases: a
+    ``MirrorReadError`` is a ``KafkaReadError``) and their modules; no client is imported here
+    (the sensor daemon never loads Spark)."""
+    for cls in type(exc).__mro__:
+        found = _resource_of_class(cls.__name__, cls.__module__ or "")
+        if found is not None:
+            return found
+    return None
+
+
+def _resource_of_class(name: str, module: str) -> str | None:
+    if name in {"KafkaReadError", "KafkaException", "SwitchInProgress"} or module.startswith(
+        "confluent_kafka"
+    ):
+        return KAFKA
+    if name in {"KeeperUnavailableError", "KeeperAuthError"} or module.startswith("kazoo"):
+        return KEEPER
+    if name == "HudiTimelineError":
+        return HUDI
+    if (
+        module.startswith(("pyspark", "grpc"))
+        or module == "eos_pipeline.adapters.spark_remote"
+        or name.startswith(("SparkConnect", "SparkServer"))
+    ):
+        return SPARK
+    if module.startswith(("chdb", "clickhouse_connect")) or "ClickHouse" in name:
+        return CLICKHOUSE
+    return None
+
+
+def _first_line(exc: BaseException, limit: int = 400) -> str:
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    text = text or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def name_fault(exc: BaseException, where: dict[str, str]) -> NamedFault | None:
+    """The expected fault behind ``exc`` (its first cause that comes from a known resource),
+    or None for anything else."""
+    for err in _chain(exc):
+        resource = _resource_of(err)
+        if resource is not None:
+            cause = _first_line(err)
+            verdict = diagnose(FailureFacts(errors=((type(err).__name__, cause),)))
+            transient = verdict.fault == Fault.TRANSIENT
+            return NamedFault(resource, where.get(resource, "(endpoint unknown)"), cause, transient)
+    return None
+
+
+@dataclass(frozen=True)
+class Streak:
+    """Failed ticks in a row (and when the first was), kept in the sensor's cursor beside the
+    sensor's own cursor ``inner``."""
+
+    inner: str | None = None
+    failures: int = 0
+    since: float | None = None
+
+    @classmethod
+    def parse(cls, cursor: str | None) -> "Streak":
+        if not cursor:
+            return cls()
+        try:
+            data = json.loads(cursor)
+        except ValueError:
+            return cls(inner=cursor)  # a cursor written before the streak was kept
+        if not isinstance(data, dict) or "failures" not in data:
+            return cls(inner=cursor)
+        return cls(data.get("inner"), int(data["failures"]), data.get("since"))
+
+    def encode(self) -> str:
+        return json.dumps({"inner": self.inner, "failures": self.failures, "since": self.since})
+
+    def failed(self, now: float) -> "Streak":
+        return Streak(self.inner, self.failures + 1, self.since or now)
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S UTC")
+
+
+def skip_reason(fault: NamedFault, streak: Streak, interval: int, now: float) -> str:
+    since = streak.since or now
+    state = "unreachable" if fault.transient else "failing"
+    return (
+        f"{fault.resource} {fault.endpoint} {state} since {_clock(since)} "
+        f"({streak.failures} failed tick{'s' if streak.failures != 1 else ''}): {fault.cause}; "
+        f"next try at {_clock(now + interval)} (every {interval} s). Fix: {fault.fix}"
+    )
+
+
+Body = Callable[[dg.SensorEvaluationContext, str | None], dg.SensorResult | dg.SkipReason]
+OnFault = Callable[[NamedFault, Streak], list[Any]]
+
+
+def guarded(
+    body: Body,
+    where: Callable[[dg.SensorEvaluationContext], dict[str, str]],
+    interval: int,
+    on_fault: OnFault | None = None,
+) -> Callable[[dg.SensorEvaluationContext], dg.SensorResult]:
+    """A sensor evaluation that turns an expected fault into a skip reason (and the events
+    ``on_fault`` gives, e.g. "unreachable since" observations), counting failed ticks in the
+    cursor; ``body`` gets the sensor's own cursor and returns what a sensor returns."""
+
+    def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        streak = Streak.parse(context.cursor)
+        now = time.time()
+        try:
+            result = body(context, streak.inner)
+        except Exception as exc:
+            fault = name_fault(exc, where(context))
+            if fault is None:
+                raise
+            failed = streak.failed(now)
+            context.log.warning(fault.message())
+            return dg.SensorResult(
+                skip_reason=skip_reason(fault, failed, interval, now),
+                cursor=failed.encode(),
+                asset_events=on_fault(fault, failed) if on_fault else None,
+            )
+        if streak.failures:
+            context.log.info(
+                f"reachable again after {streak.failures} failed ticks since "
+                f"{_clock(streak.since or now)}"
+            )
+        if isinstance(result, dg.SkipReason):
+            cursor = Streak(streak.inner).encode() if streak.failures else None
+            return dg.SensorResult(skip_reason=result, cursor=cursor)
+        inner = result.cursor if result.cursor is not None else streak.inner
+        changed = streak.failures or result.cursor is not None
+        return dg.SensorResult(
+            run_requests=result.run_requests,
+            skip_reason=result.skip_reason,
+            cursor=Streak(inner).encode() if changed else None,
+            dynamic_partitions_requests=result.dynamic_partitions_requests,
+            asset_events=result.asset_events,
+        )
+
+    return evaluate
+
+
+def failure_for(exc: BaseException, where: dict[str, str]) -> dg.Failure | None:
+    """The run failure for an expected fault: the same words a sensor's skip reason uses."""
+    fault = name_fault(exc, where)
+    if fault is None:
+        return None
+    return dg.Failure(
+        description=fault.message(),
+        metadata={
+            "resource": fault.resource,
+            "endpoint": fault.endpoint,
+            "fix": fault.fix,
+        },
+    )
+
+
+@contextmanager
+def named_faults(context: Any, pipeline: Pipeline) -> Iterator[None]:
+    """Inside a run: an expected fault leaves as a ``dg.Failure`` that names the resource, the
+    endpoint and the fix (the original error stays its cause, so the retry rules still read
+    it); anything else leaves unchanged."""
+    try:
+        yield
+    except dg.Failure:
+        raise
+    except Exception as exc:
+        failure = failure_for(exc, resource_endpoints(context, pipeline))
+        if failure is None:
+            raise
+        raise failure from exc
