@@ -227,8 +227,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from eos_dev.demo import start_dagster, stop_dagster
     from eos_dev.stack.services import free_port
-    from eos_pipeline.defs.partitions import parse_partition_key, partitions_name
-    from eos_pipeline.defs.sensors import SINK_TAG
+    from eos_pipeline.components.partitions import parse_partition_key, partitions_name
+    from eos_pipeline.components.sensors import SINK_TAG
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -200,10 +200,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     """Run the replay job in this process: the CLI and the UI share one code path."""
     import dagster as dg
 
+    from eos_pipeline.components.builder import build_definitions
+    from eos_pipeline.components.config import ConfigError, load_config
+    from eos_pipeline.components.replay import replay_job_name
     from eos_pipeline.core.replay import ReplayRefused
-    from eos_pipeline.defs.builder import build_definitions
-    from eos_pipeline.defs.config import ConfigError, load_config
-    from eos_pipeline.defs.replay import replay_job_name
 
     try:
         defs = build_definitions(load_config(args.config))
@@ -250,9 +250,9 @@ def _run_replay(args: argparse.Namespace) -> int:
 def _run_failover(args: argparse.Namespace) -> int:
     from eos_pipeline.adapters.failover import switch
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.components.config import ConfigError, EnvRef, load_config
+    from eos_pipeline.components.failover import describe, failover_pipeline, find_pipeline
     from eos_pipeline.core.failover import FailoverError
-    from eos_pipeline.defs.config import ConfigError, EnvRef, load_config
-    from eos_pipeline.defs.failover import describe, failover_pipeline, find_pipeline
 
     try:
         config = load_config(args.config)

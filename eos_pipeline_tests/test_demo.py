@@ -79,7 +79,7 @@ def _backfill_then_settle(
 ) -> dict[str, Any]:
     """Produce more, backfill every partition of both tables, wait until all is caught up."""
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-    from eos_pipeline.defs.config import load_config
+    from eos_pipeline.components.config import load_config
 
     config = load_config(
         environ={

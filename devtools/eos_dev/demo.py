@@ -209,9 +209,9 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
     import dagster as dg
 
     from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
+    from eos_pipeline.components.assets import CLICKHOUSE_SINK
     from eos_pipeline.core.dedup import Phase
     from eos_pipeline.core.positions import committed, sink_state
-    from eos_pipeline.defs.assets import CLICKHOUSE_SINK
 
     pipeline = config.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
@@ -286,7 +286,7 @@ def run_demo(
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)
 
-    from eos_pipeline.defs.config import load_config
+    from eos_pipeline.components.config import load_config
 
     pipelines = load_config(environ=env)  # what the code location will load, same variables
     pipeline = pipelines.pipeline(PIPELINE)

@@ -18,11 +18,11 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
+from eos_pipeline.components.assets import hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import parse_config
+from eos_pipeline.components.partitions import partitions_name
 from eos_pipeline.core.planning.follow import FOLLOW_TAG
-from eos_pipeline.defs.assets import hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import parse_config
-from eos_pipeline.defs.partitions import partitions_name
 
 
 def main(argv: list[str]) -> int:

@@ -7,10 +7,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from eos_pipeline.components.assets import clickhouse_spec, hudi_spec
+from eos_pipeline.components.config import ConfigError, load_config, parse_config
+from eos_pipeline.components.resources import KafkaResource, MissingSecretError, build_resources
 from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
-from eos_pipeline.defs.assets import clickhouse_spec, hudi_spec
-from eos_pipeline.defs.config import ConfigError, load_config, parse_config
-from eos_pipeline.defs.resources import KafkaResource, MissingSecretError, build_resources
 
 GOOD = """
 keeper: {hosts: "${ZK:-127.0.0.1:2181}"}

@@ -25,12 +25,12 @@ from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.hudi import checkpoint_history
 from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
+from eos_pipeline.components.assets import CHECK_NAME, hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.metadata import ACTIVITY_KEYS, IDLE_CASE
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.sensors import HUDI_TABLE_TAG
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import CHECK_NAME, hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.metadata import ACTIVITY_KEYS, IDLE_CASE
-from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.sensors import HUDI_TABLE_TAG
 
 from .conftest import Rig, pipeline_yaml
 

@@ -16,11 +16,11 @@ from clickhouse_connect.driver.client import Client
 from eos_pipeline import cli
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.replay import replay_job_name
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.replay import replay_job_name
 from eos_pipeline.sinks.replay import ClickHouseReplay
 
 from .conftest import Rig, pipeline_yaml

@@ -13,7 +13,7 @@ import pytest
 
 from eos_pipeline.adapters import spark_remote
 from eos_pipeline.adapters.spark_remote import stable_session_id
-from eos_pipeline.defs.resources import SparkResource
+from eos_pipeline.components.resources import SparkResource
 
 
 class _Conf:

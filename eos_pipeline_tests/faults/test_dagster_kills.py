@@ -56,9 +56,9 @@ from eos_dev.stack.services import StackConfig, free_port
 from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.components.assets import CLICKHOUSE_SINK
+from eos_pipeline.components.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK
-from eos_pipeline.defs.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.sinks.clickhouse import state_of
 from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed
 from eos_pipeline_tests.support.faults import (

@@ -34,14 +34,14 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
+from eos_pipeline.components.config import load_config
+from eos_pipeline.components.failover import failover_job
+from eos_pipeline.components.resources import KeeperResource
 from eos_pipeline.core.failover import FingerprintNotFound, ResumeError
 from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
 from eos_pipeline.core.keeper_record import KeeperKey, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.defs.config import load_config
-from eos_pipeline.defs.failover import failover_job
-from eos_pipeline.defs.resources import KeeperResource
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.clusters import run_active_clickhouse
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records

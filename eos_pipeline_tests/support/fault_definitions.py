@@ -2,7 +2,7 @@
 
 ``test_dagster_kills.py`` runs ``dagster dev`` over a workspace naming this module instead of
 :mod:`eos_pipeline.definitions`. Assets, checks, sensors and resources are the product's, built
-by :func:`eos_pipeline.defs.builder.build_definitions` from the same pipelines file
+by :func:`eos_pipeline.components.builder.build_definitions` from the same pipelines file
 (``EOS_PIPELINES_FILE``); only the sinks' hooks differ: they are the ones of
 :mod:`eos_pipeline_tests.support.faults`, armed by ``EOS_FAULT_STEP`` in the run's environment.
 
@@ -14,10 +14,10 @@ by :func:`eos_pipeline.defs.builder.build_definitions` from the same pipelines f
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 from typing import Any
 
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK, HooksFor
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import Pipeline, PipelinesFile, load_config
-from eos_pipeline.defs.resources import chdb_path
+from eos_pipeline.components.assets import CLICKHOUSE_SINK, HooksFor
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import Pipeline, PipelinesFile, load_config
+from eos_pipeline.components.resources import chdb_path
 from eos_pipeline.sinks.hooks import SinkHooks
 from eos_pipeline_tests.support.faults import clickhouse_fault, hudi_fault, scoped_fault
 

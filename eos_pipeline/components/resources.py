@@ -22,7 +22,7 @@ from pydantic import Field, PrivateAttr
 from eos_pipeline.adapters.clickhouse import ClickHouseSink, parse_url
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.defs.config import EnvRef, KafkaSource, PipelinesFile, Secret
+from eos_pipeline.components.config import EnvRef, KafkaSource, PipelinesFile, Secret
 
 
 class MissingSecretError(RuntimeError):

@@ -15,6 +15,21 @@ import dagster as dg
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.replay_journal import ReplayJournal
+from eos_pipeline.components.assets import (
+    CHECK_NAME,
+    CLICKHOUSE_SINK,
+    clickhouse_key,
+    clickhouse_spec,
+    hudi_key,
+)
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.metadata import markdown_table
+from eos_pipeline.components.partitions import (
+    parse_partition_key,
+    partition_key,
+    pipeline_partitions,
+)
+from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, sink_state
@@ -27,17 +42,6 @@ from eos_pipeline.core.proof import (
     prefix_unchanged,
 )
 from eos_pipeline.core.replay import RUNNING
-from eos_pipeline.defs.assets import (
-    CHECK_NAME,
-    CLICKHOUSE_SINK,
-    clickhouse_key,
-    clickhouse_spec,
-    hudi_key,
-)
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.metadata import markdown_table
-from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
-from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
 
 __all__ = ["check_events", "clickhouse_check", "hudi_check"]
 
@@ -242,7 +246,7 @@ def _clustered(
     context: dg.AssetCheckExecutionContext, pipeline: Pipeline, spec: Any, key: dg.AssetKey
 ) -> Iterable[Any]:
     """A clustered table's check: by record identity over every cluster (``cluster_proofs``)."""
-    from eos_pipeline.defs.cluster_proofs import clickhouse_identity_proofs
+    from eos_pipeline.components.cluster_proofs import clickhouse_identity_proofs
 
     tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
     with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
@@ -333,7 +337,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if pipeline.kafka.clusters:  # every cluster's stretches, by identity
-            from eos_pipeline.defs.cluster_proofs import hudi_identity_proofs
+            from eos_pipeline.components.cluster_proofs import hudi_identity_proofs
 
             found = hudi_identity_proofs(pipeline, spark, tps)
             yield from identity_events(context, found, key)

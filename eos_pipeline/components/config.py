@@ -11,7 +11,7 @@ environment, for two different purposes:
 
 A bad file fails at load with the file, the field path and what is wrong, e.g.
 ``pipelines.yaml: pipelines[0].clickhouse.table: 'my-table' is not a valid identifier``.
-The fields and their rules are in :mod:`eos_pipeline.defs.config_schema` (re-exported here).
+The fields and their rules are in :mod:`eos_pipeline.components.config_schema` (re-exported here).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from eos_pipeline.defs.config_schema import (
+from eos_pipeline.components.config_schema import (
     IN_PROCESS,
     Batch,
     ClickHouseConfig,

@@ -7,20 +7,24 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from eos_pipeline.defs.assets import (
+from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     HooksFor,
     clickhouse_asset,
     hudi_asset,
     hudi_pool,
 )
-from eos_pipeline.defs.checks import clickhouse_check, hudi_check
-from eos_pipeline.defs.config import Pipeline, PipelinesFile
-from eos_pipeline.defs.failover import failover_jobs
-from eos_pipeline.defs.replay import replay_jobs
-from eos_pipeline.defs.resources import build_resources, chdb_path
-from eos_pipeline.defs.sensors import clickhouse_lag_sensor, hudi_lag_sensor, partitions_sensor
-from eos_pipeline.defs.topics import topic_specs, topics_sensor
+from eos_pipeline.components.checks import clickhouse_check, hudi_check
+from eos_pipeline.components.config import Pipeline, PipelinesFile
+from eos_pipeline.components.failover import failover_jobs
+from eos_pipeline.components.replay import replay_jobs
+from eos_pipeline.components.resources import build_resources, chdb_path
+from eos_pipeline.components.sensors import (
+    clickhouse_lag_sensor,
+    hudi_lag_sensor,
+    partitions_sensor,
+)
+from eos_pipeline.components.topics import topic_specs, topics_sensor
 from eos_pipeline.sinks.hooks import NO_HOOKS
 
 SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"

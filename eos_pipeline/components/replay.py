@@ -16,10 +16,7 @@ import dagster as dg
 from pydantic import Field
 
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.partition_keys import partition_key
-from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
-from eos_pipeline.defs.assets import (
+from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     clickhouse_key,
     clickhouse_spec,
@@ -27,8 +24,11 @@ from eos_pipeline.defs.assets import (
     hudi_pool,
     hudi_spec,
 )
-from eos_pipeline.defs.config import Pipeline, PipelinesFile
-from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.components.config import Pipeline, PipelinesFile
+from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 
 if TYPE_CHECKING:
     from eos_pipeline.sinks.replay import ReplayReport

@@ -3,7 +3,7 @@
 Each model refuses a misspelt key and checks what a pipeline could only get wrong at run time
 (names that become Dagster and keeper names, types the decoder contract refuses, a Hudi table on
 more than one topic, two pipelines writing one table). Loading the file (``${NAME}``
-interpolation, error messages naming the field) is :mod:`eos_pipeline.defs.config`, which also
+interpolation, error messages naming the field) is :mod:`eos_pipeline.components.config`, which also
 re-exports these names.
 """
 

@@ -19,16 +19,16 @@ import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, start_offsets
-from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
-from eos_pipeline.defs.assets import (
+from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     clickhouse_key,
     dead_letter_key,
     hudi_key,
     topic_key,
 )
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 
 __all__ = ["dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
 
@@ -196,7 +196,7 @@ def _clustered(
     """The topics of a clustered pipeline as the active cluster holds them (all physical
     topics of each partition summed, see ``defs.clusters.topic_lags``)."""
     from eos_pipeline.adapters.failover import SwitchInProgress
-    from eos_pipeline.defs.clusters import active_cluster, topic_lags
+    from eos_pipeline.components.clusters import active_cluster, topic_lags
 
     keeper: KeeperResource = context.resources.keeper
     events: list[dg.AssetObservation] = []
