@@ -1,4 +1,15 @@
-"""``build_definitions(config)``: the whole Dagster code location from a pipelines file."""
+"""The code location's definitions, in three parts that the components and the tests share.
+
+* :func:`shared_definitions`: the keeper, ClickHouse and Spark resources and the executor
+  (``SharedResourcesComponent``);
+* :func:`pipeline_definitions`: one pipeline's topics, assets, checks, sensors, replay jobs and
+  Kafka resource (``KafkaTablesComponent``);
+* :func:`location_definitions`: what spans pipelines (the failover job), added once by
+  :mod:`eos_pipeline.definitions`.
+
+:func:`build_definitions` puts the three together for a :class:`PipelinesFile` held in memory
+(tests, the CLI); the code location gets the same pieces from the component tree.
+"""
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import os
@@ -15,10 +26,15 @@ from eos_pipeline.components.assets import (
     hudi_pool,
 )
 from eos_pipeline.components.checks import clickhouse_check, hudi_check
-from eos_pipeline.components.config import Pipeline, PipelinesFile
+from eos_pipeline.components.config import Pipeline, PipelinesFile, Settings
 from eos_pipeline.components.failover import failover_jobs
-from eos_pipeline.components.replay import replay_jobs
-from eos_pipeline.components.resources import build_resources, chdb_path
+from eos_pipeline.components.replay import clickhouse_replay_job, hudi_replay_job
+from eos_pipeline.components.resources import (
+    chdb_path,
+    kafka_resource_key,
+    pipeline_resources,
+    shared_resources,
+)
 from eos_pipeline.components.sensors import (
     clickhouse_lag_sensor,
     hudi_lag_sensor,
@@ -32,6 +48,18 @@ SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
 #: runs are serialized (``dagster.yaml`` gives every pool one slot). Covers runs from sensors,
 #: backfills and the UI alike.
 CHDB_POOL = "chdb"
+
+
+def sensor_interval(settings: Settings) -> int:
+    return int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
+
+
+def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
+    """The embedded chDB path of the ClickHouse URL (or a placeholder) and its pool, if any."""
+    url = settings.clickhouse.url
+    # A URL from a secret is only known at run time: serialize to be safe.
+    path = chdb_path(url) if isinstance(url, str) else "(from environment)"
+    return path, (CHDB_POOL if path else None)
 
 
 def iter_pipeline_assets(
@@ -49,53 +77,67 @@ def iter_pipeline_assets(
         yield hudi_check(pipeline, pool)
 
 
-def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:
-    """Assets, checks, sensors and resources for every pipeline of ``config``.
+def shared_definitions(settings: Settings) -> dg.Definitions:
+    """The resources every pipeline uses, and the executor."""
+    return dg.Definitions(
+        resources=shared_resources(settings),
+        # One process per run: chDB allows one process per data path, and the Hudi asset and
+        # its check share one Spark session instead of starting a JVM each.
+        executor=dg.in_process_executor,
+    )
 
-    ``hooks`` gives each sink's runs their hooks (:mod:`eos_pipeline.sinks.hooks`); the product
-    passes none, the fault suite's code location does.
-    """
-    interval = int(os.environ.get(SENSOR_INTERVAL_ENV) or config.sensor_interval_seconds)
-    url = config.clickhouse.url
-    # A URL from a secret is only known at run time: serialize to be safe.
-    path = chdb_path(url) if isinstance(url, str) else "(from environment)"
-    pool = CHDB_POOL if path else None
-    assets: list[dg.AssetsDefinition] = []
-    checks: list[dg.AssetChecksDefinition] = []
-    sensors: list[dg.SensorDefinition] = []
-    # Kafka topics as external assets; two pipelines may read one topic: one spec for it.
-    topics: dict[dg.AssetKey, dg.AssetSpec] = {}
-    for pipeline in config.pipelines:
-        for spec in topic_specs(pipeline):
-            topics.setdefault(spec.key, spec)
-        with warnings.catch_warnings():
-            # Chosen on purpose and covered by tests: partitioned asset checks (preview) and
-            # the single-run backfill policy (beta). Said once here, not on every load.
-            warnings.simplefilter("ignore", dg.PreviewWarning)
-            warnings.simplefilter("ignore", dg.BetaWarning)
-            items = list(iter_pipeline_assets(pipeline, pool, hooks))
-        for item in items:
-            if isinstance(item, dg.AssetChecksDefinition):
-                checks.append(item)
-            else:
-                assets.append(item)
-        sensors.append(partitions_sensor(pipeline, interval))
-        sensors.append(topics_sensor(pipeline, interval))
-        if pipeline.clickhouse is not None:
-            sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
-        if pipeline.hudi is not None:
-            sensors.append(hudi_lag_sensor(pipeline, interval))
+
+def pipeline_definitions(
+    pipeline: Pipeline, settings: Settings, hooks: HooksFor | None = None
+) -> dg.Definitions:
+    """One pipeline: its topics (external assets), sinks' assets and checks, sensors, replay
+    jobs and Kafka resource. Two pipelines reading one topic give one topic asset (equal specs
+    merge)."""
+    interval = sensor_interval(settings)
+    path, pool = chdb_of(settings)
+    with warnings.catch_warnings():
+        # Chosen on purpose and covered by tests: partitioned asset checks (preview) and
+        # the single-run backfill policy (beta). Said once here, not on every load.
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        items = list(iter_pipeline_assets(pipeline, pool, hooks))
+    assets = [i for i in items if not isinstance(i, dg.AssetChecksDefinition)]
+    checks = [i for i in items if isinstance(i, dg.AssetChecksDefinition)]
+    sensors = [partitions_sensor(pipeline, interval), topics_sensor(pipeline, interval)]
+    jobs: list[dg.JobDefinition] = []
+    if pipeline.clickhouse is not None:
+        sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
+        jobs.append(clickhouse_replay_job(pipeline, pool))
+    if pipeline.hudi is not None:
+        sensors.append(hudi_lag_sensor(pipeline, interval))
+        jobs.append(hudi_replay_job(pipeline))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)  # code references: beta, chosen
         # "Code references" on each asset page: the file and line of the function that writes it
         referenced = list(dg.with_source_code_references(assets))
     return dg.Definitions(
-        assets=[*referenced, *topics.values()],
+        assets=[*referenced, *topic_specs(pipeline)],
         asset_checks=checks,
         sensors=sensors,
-        jobs=[*failover_jobs(config), *replay_jobs(config, pool)],
-        resources=build_resources(config),
-        # One process per run: chDB allows one process per data path, and the Hudi asset and
-        # its check share one Spark session instead of starting a JVM each.
-        executor=dg.in_process_executor,
+        jobs=jobs,
+        resources={kafka_resource_key(pipeline.name): pipeline_resources(pipeline)},
+    )
+
+
+def location_definitions(config: PipelinesFile) -> dg.Definitions:
+    """What spans the pipelines: the failover job (one job, the pipeline is its run config)."""
+    return dg.Definitions(jobs=failover_jobs(config))
+
+
+def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:
+    """Assets, checks, sensors, jobs and resources for every pipeline of ``config``.
+
+    ``hooks`` gives each sink's runs their hooks (:mod:`eos_pipeline.sinks.hooks`); the product
+    passes none, the fault suite's code location does.
+    """
+    settings = config.settings
+    return dg.Definitions.merge(
+        shared_definitions(settings),
+        *(pipeline_definitions(p, settings, hooks) for p in config.pipelines),
+        location_definitions(config),
     )

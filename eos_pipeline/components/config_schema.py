@@ -304,7 +304,7 @@ class SparkConfig(_Strict):
     @field_validator("remote")
     @classmethod
     def _remote(cls, remote: Secret | None) -> Secret | None:
-        if isinstance(remote, str):
+        if isinstance(remote, str) and "{{" not in remote:  # a template: checked once rendered
             if remote.strip().lower() in IN_PROCESS:
                 return None  # e.g. ``EOS_SPARK_REMOTE=local``: Spark inside the run's process
             if not remote.startswith("sc://"):
@@ -312,7 +312,20 @@ class SparkConfig(_Strict):
         return remote
 
 
+class Settings(_Strict):
+    """What every pipeline of a code location shares: ``SharedResourcesComponent``'s attributes."""
+
+    keeper: KeeperConfig = Field(default_factory=KeeperConfig)
+    clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    #: How often the sensors look at Kafka (``EOS_SENSOR_INTERVAL_SECONDS`` overrides).
+    sensor_interval_seconds: Annotated[int, Field(ge=1)] = 30
+
+
 class PipelinesFile(_Strict):
+    """A code location's whole configuration in memory: the shared settings and every pipeline
+    (the ``defs.yaml`` files of a defs folder, :mod:`eos_pipeline.components.project`)."""
+
     keeper: KeeperConfig = Field(default_factory=KeeperConfig)
     clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
@@ -349,3 +362,12 @@ class PipelinesFile(_Strict):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            keeper=self.keeper,
+            clickhouse=self.clickhouse,
+            spark=self.spark,
+            sensor_interval_seconds=self.sensor_interval_seconds,
+        )
