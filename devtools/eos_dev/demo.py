@@ -281,14 +281,15 @@ def run_demo(
     if postgres_url:
         env[POSTGRES_URL_ENV] = postgres_url
         os.environ[POSTGRES_URL_ENV] = postgres_url  # this process reads the instance too
-    if args.pipelines_file:
-        env["EOS_PIPELINES_FILE"] = str(Path(args.pipelines_file).resolve())
+    if args.defs_dir:
+        env["EOS_DEFS_DIR"] = str(Path(args.defs_dir).resolve())
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)
 
-    from eos_pipeline.components.config import load_config
+    from eos_pipeline.components.project import load_project
 
-    pipelines = load_config(environ=env)  # what the code location will load, same variables
+    # what the code location will load, with the same variables
+    pipelines = load_project(environ=env).config
     pipeline = pipelines.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
     kafka = KafkaSettings(pipeline.kafka.bootstrap_servers)

@@ -2,10 +2,11 @@
 
 * :func:`shared_definitions`: the keeper, ClickHouse and Spark resources and the executor
   (``SharedResourcesComponent``);
-* :func:`pipeline_definitions`: one pipeline's topics, assets, checks, sensors, replay jobs and
+* :func:`pipeline_definitions`: one pipeline's table assets, checks, sensors, replay jobs and
   Kafka resource (``KafkaTablesComponent``);
-* :func:`location_definitions`: what spans pipelines (the failover job), added once by
-  :mod:`eos_pipeline.definitions`.
+* :func:`location_definitions`: what spans pipelines, added once by
+  :mod:`eos_pipeline.definitions`: the topics (two pipelines may read one topic: one asset for
+  it, as Dagster refuses two different specs under one key) and the failover job.
 
 :func:`build_definitions` puts the three together for a :class:`PipelinesFile` held in memory
 (tests, the CLI); the code location gets the same pieces from the component tree.
@@ -90,9 +91,7 @@ def shared_definitions(settings: Settings) -> dg.Definitions:
 def pipeline_definitions(
     pipeline: Pipeline, settings: Settings, hooks: HooksFor | None = None
 ) -> dg.Definitions:
-    """One pipeline: its topics (external assets), sinks' assets and checks, sensors, replay
-    jobs and Kafka resource. Two pipelines reading one topic give one topic asset (equal specs
-    merge)."""
+    """One pipeline: its sinks' assets and checks, sensors, replay jobs and Kafka resource."""
     interval = sensor_interval(settings)
     path, pool = chdb_of(settings)
     with warnings.catch_warnings():
@@ -116,7 +115,7 @@ def pipeline_definitions(
         # "Code references" on each asset page: the file and line of the function that writes it
         referenced = list(dg.with_source_code_references(assets))
     return dg.Definitions(
-        assets=[*referenced, *topic_specs(pipeline)],
+        assets=referenced,
         asset_checks=checks,
         sensors=sensors,
         jobs=jobs,
@@ -125,8 +124,13 @@ def pipeline_definitions(
 
 
 def location_definitions(config: PipelinesFile) -> dg.Definitions:
-    """What spans the pipelines: the failover job (one job, the pipeline is its run config)."""
-    return dg.Definitions(jobs=failover_jobs(config))
+    """What spans the pipelines: the Kafka topics as external assets, one per topic (the first
+    pipeline's spec), and the failover job (one job, the pipeline is its run config)."""
+    topics: dict[dg.AssetKey, dg.AssetSpec] = {}
+    for pipeline in config.pipelines:
+        for spec in topic_specs(pipeline):
+            topics.setdefault(spec.key, spec)
+    return dg.Definitions(assets=list(topics.values()), jobs=failover_jobs(config))
 
 
 def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:

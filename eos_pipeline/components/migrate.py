@@ -57,8 +57,12 @@ def migrate(pipelines_file: Path, defs_dir: Path) -> list[Path]:
 
     Refuses (writing nothing) a file that does not validate or a folder that already exists.
     """
-    text = pipelines_file.read_text()
-    parse_config(text, str(pipelines_file))  # raises ConfigError, naming the field
+    return migrate_text(pipelines_file.read_text(), pipelines_file.name, defs_dir)
+
+
+def migrate_text(text: str, source: str, defs_dir: Path) -> list[Path]:
+    """:func:`migrate` for a pipelines file's text (``source`` names it in messages)."""
+    parse_config(text, source)  # raises ConfigError, naming the field
     raw = yaml.safe_load(text)
     shared = {k: raw[k] for k in _SHARED_KEYS if k in raw}
     targets = [(defs_dir / SHARED_PATH, SHARED_TYPE, shared)]
@@ -67,5 +71,5 @@ def migrate(pipelines_file: Path, defs_dir: Path) -> list[Path]:
     if taken:
         raise ConfigError(f"already there, not overwritten: {', '.join(taken)}")
     for path, type_name, attributes in targets:
-        _write(path, type_name, to_template(attributes), pipelines_file.name)
+        _write(path, type_name, to_template(attributes), source)
     return [path / "defs.yaml" for path, _, _ in targets]

@@ -84,9 +84,33 @@ class Project:
         return dg.Definitions.merge(built, location_definitions(self.config))
 
 
-def load_project(folder: str | Path | None = None) -> Project:
-    """Load ``folder`` (default: :func:`defs_dir`); a missing or empty one is a ConfigError."""
-    path = Path(folder).resolve() if folder is not None else defs_dir()
+@contextmanager
+def _environment(environ: Mapping[str, str] | None) -> Iterator[None]:
+    """``environ`` as the process environment while templates render (``{{ env.X }}`` reads
+    ``os.environ``), restored afterwards; None: the process's own."""
+    if environ is None:
+        yield
+        return
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def load_project(
+    folder: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> Project:
+    """Load ``folder`` (default: :func:`defs_dir` of ``environ``) with ``environ``'s variables
+    (default: this process's); a missing or empty folder is a ConfigError."""
+    with _environment(environ):
+        return _load(Path(folder).resolve() if folder is not None else defs_dir())
+
+
+def _load(path: Path) -> Project:
     if not path.is_dir():
         raise ConfigError(
             f"no defs folder at {path} (set {DEFS_DIR_ENV} to a folder of pipeline defs.yaml "
