@@ -41,6 +41,7 @@ from eos_pipeline.components.sensors import (
     hudi_lag_sensor,
     partitions_sensor,
 )
+from eos_pipeline.components.table_facts import with_table_facts, with_topic_columns
 from eos_pipeline.components.topics import topic_specs, topics_sensor
 from eos_pipeline.sinks.hooks import NO_HOOKS
 
@@ -113,7 +114,7 @@ def pipeline_definitions(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)  # code references: beta, chosen
         # "Code references" on each asset page: the file and line of the function that writes it
-        referenced = list(dg.with_source_code_references(assets))
+        referenced = list(dg.with_source_code_references(with_table_facts(pipeline, assets)))
     return dg.Definitions(
         assets=referenced,
         asset_checks=checks,
@@ -129,7 +130,7 @@ def location_definitions(config: PipelinesFile) -> dg.Definitions:
     topics: dict[dg.AssetKey, dg.AssetSpec] = {}
     for pipeline in config.pipelines:
         for spec in topic_specs(pipeline):
-            topics.setdefault(spec.key, spec)
+            topics.setdefault(spec.key, with_topic_columns(pipeline, spec))
     return dg.Definitions(assets=list(topics.values()), jobs=failover_jobs(config))
 
 

@@ -199,6 +199,11 @@ class Pipeline(_Strict):
     hudi: HudiTarget | None = None
     #: Owners of the pipeline's assets in Dagster (e-mail addresses or ``team:<name>``).
     owners: list[str] = Field(default_factory=list)
+    #: How old the newest rows of a table may get before Dagster's Asset Health calls it late
+    #: (a freshness policy on both tables: warn at half, fail at this, at least 60 s). A table is
+    #: updated by every run that writes to it, so under steady traffic this bounds the lag; a
+    #: topic with no new records for this long shows its tables late too. Unset: no policy.
+    lag_target_seconds: Annotated[float, Field(ge=60)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

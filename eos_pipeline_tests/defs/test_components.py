@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -153,3 +154,36 @@ def test_dg_checks_and_lists_every_definition() -> None:
     assert {s["name"] for s in listed["sensors"]} == names["sensors"]
     assert {j["name"] for j in listed["jobs"]} >= names["jobs"]
     assert dg.AssetKey(["kafka", "demo-events"]) in defs.resolve_all_asset_keys()
+
+
+def test_tables_carry_freshness_from_the_lag_target_and_column_lineage_from_the_topic(
+    tmp_path: Path,
+) -> None:
+    folder = write_defs(
+        OLD.replace("  - name: refunds\n", "  - name: refunds\n    lag_target_seconds: 600\n"),
+        tmp_path / "defs",
+    )
+    defs = load_project(folder).definitions()
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    refunds, orders = specs["clickhouse/shop/refunds"], specs["clickhouse/shop/orders"]
+    assert refunds.freshness_policy == dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(minutes=10), warn_window=timedelta(minutes=5)
+    )
+    assert orders.freshness_policy is None  # no target, no policy
+    lineage = orders.metadata["dagster/column_lineage"].deps_by_column
+    topic = dg.AssetKey(["kafka", "orders"])
+    assert lineage["who"] == [dg.TableColumnDep(asset_key=topic, column_name="who")]
+    assert lineage["_offset"] == [dg.TableColumnDep(asset_key=topic, column_name="offset")]
+    assert lineage["_timestamp"] == [dg.TableColumnDep(asset_key=topic, column_name="timestamp")]
+    table_columns = {c.name for c in orders.metadata["dagster/column_schema"].columns}
+    assert set(lineage) == table_columns
+    # Every column named in the lineage exists on the topic asset.
+    topic_columns = specs["kafka/orders"].metadata["dagster/column_schema"].columns
+    assert {d.column_name for deps in lineage.values() for d in deps} <= {
+        c.name for c in topic_columns
+    }
+    # The demo's pipeline sets one: its tables show in Asset Health.
+    from eos_pipeline.definitions import defs as demo
+
+    demo_specs = {s.key.to_user_string(): s for s in demo.resolve_all_asset_specs()}
+    assert demo_specs["hudi/demo_events"].freshness_policy is not None
