@@ -141,8 +141,17 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
     passes none, the fault suite's code location does.
     """
     settings = config.settings
-    return dg.Definitions.merge(
+    merged = dg.Definitions.merge(
         shared_definitions(settings),
         *(pipeline_definitions(p, settings, hooks) for p in config.pipelines),
-        location_definitions(config),
+    )
+    spanning = location_definitions(config)
+    # Tables before topics, the failover job before the replay jobs: the order tests rely on.
+    return dg.Definitions(
+        assets=[*(merged.assets or ()), *(spanning.assets or ())],
+        asset_checks=merged.asset_checks,
+        sensors=merged.sensors,
+        jobs=[*(spanning.jobs or ()), *(merged.jobs or ())],
+        resources=merged.resources,
+        executor=merged.executor,
     )

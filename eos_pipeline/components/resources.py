@@ -214,7 +214,7 @@ class SparkResource(dg.ConfigurableResource):
         return session
 
     def _local_session(self) -> Any:
-        from pyspark.sql import SparkSession
+        from dagster_pyspark import LazyPySparkResource
 
         from eos_pipeline.adapters.spark import spark_conf
         from eos_pipeline.adapters.spark_remote import SparkModeConflict, in_connect_mode
@@ -224,12 +224,11 @@ class SparkResource(dg.ConfigurableResource):
                 "this process is a Spark Connect client; an in-process Spark session cannot "
                 "start next to it (PySpark allows one mode per process)"
             )
-        builder = SparkSession.builder
-        for key, value in spark_conf(
-            self.master, self.spark_config, quick_start=self.quick_start
-        ).items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+        # dagster-pyspark's resource makes the session (a builder over the flat settings, then
+        # getOrCreate); the settings are resolved only now (jars, Hudi), and the Connect-mode
+        # guard above is ours: neither is the library's concern.
+        conf = spark_conf(self.master, self.spark_config, quick_start=self.quick_start)
+        return LazyPySparkResource(spark_config=conf).spark_session
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         # A Connect session holds state on the server until released; an in-process session
