@@ -71,7 +71,7 @@ def render_attributes(
         raise explain(source, exc) from None
 
 
-class _Scaffolder(dg.Scaffolder):
+class PipelineScaffolder(dg.Scaffolder):
     """``dg scaffold defs eos_pipeline.KafkaTablesComponent NAME``: a pipeline to fill in."""
 
     def scaffold(self, request: dg.ScaffoldRequest) -> None:
@@ -82,7 +82,7 @@ class _Scaffolder(dg.Scaffolder):
                 "name": name,
                 "owners": [],
                 "kafka": {
-                    "bootstrap_servers": "{{ env('EOS_KAFKA_BOOTSTRAP', '127.0.0.1:9092') }}",
+                    "bootstrap_servers": "{{ env.EOS_KAFKA_BOOTSTRAP or '127.0.0.1:9092' }}",
                     "topics": [f"{name}-events"],
                 },
                 "format": "json",
@@ -92,7 +92,7 @@ class _Scaffolder(dg.Scaffolder):
         )
 
 
-@dg.scaffold_with(_Scaffolder)
+@dg.scaffold_with(PipelineScaffolder)
 @dataclass(frozen=True)
 class KafkaTablesComponent(dg.Component):
     """A Kafka topic written exactly once into a ClickHouse table and/or a Hudi table.

@@ -187,3 +187,24 @@ def test_tables_carry_freshness_from_the_lag_target_and_column_lineage_from_the_
 
     demo_specs = {s.key.to_user_string(): s for s in demo.resolve_all_asset_specs()}
     assert demo_specs["hudi/demo_events"].freshness_policy is not None
+
+
+def test_a_scaffolded_pipeline_loads_beside_the_others(tmp_path: Path) -> None:
+    """What ``dg scaffold defs eos_pipeline.KafkaTablesComponent payments`` writes."""
+    from eos_pipeline.components.component import PipelineScaffolder
+
+    folder = write_defs(OLD, tmp_path / "defs")
+    target = folder / "payments"
+    target.mkdir()
+    PipelineScaffolder().scaffold(
+        dg.ScaffoldRequest(
+            type_name="eos_pipeline.KafkaTablesComponent",
+            target_path=target,
+            scaffold_format="yaml",
+            project_root=tmp_path,
+            params=None,
+        )
+    )
+    pipeline = load_project(folder).config.pipeline("payments")
+    assert pipeline.kafka.topics == ["payments-events"]
+    assert pipeline.kafka.bootstrap_servers == "127.0.0.1:9092"  # the template's default
