@@ -200,7 +200,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--full-jit",
         action="store_true",
-        help="JVM with its full JIT (default: the fast-start tier, as pipelines.yaml has it)",
+        help="JVM with its full JIT (default: the fast-start tier, as the shared defs.yaml has it)",
     )
     parser.add_argument(
         "--one-jvm",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -203,12 +204,17 @@ def dagster_env(work: Path, config: Path, interval: int) -> tuple[dict[str, str]
     import dagster as dg
 
     from eos_dev.demo import prepare_dagster_home
+    from eos_pipeline.components.migrate import migrate
 
     home = prepare_dagster_home(work / "dagster_home")
+    # The code location reads a defs folder: the benchmark's file, moved as a user's would be.
+    defs = work / "defs"
+    shutil.rmtree(defs, ignore_errors=True)
+    migrate(config, defs)
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
-        "EOS_PIPELINES_FILE": str(config),
+        "EOS_DEFS_DIR": str(defs),
         "EOS_SENSOR_INTERVAL_SECONDS": str(interval),
     }
     instance = dg.DagsterInstance.from_config(str(home))
@@ -227,8 +233,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from eos_dev.demo import start_dagster, stop_dagster
     from eos_dev.stack.services import free_port
-    from eos_pipeline.defs.partitions import parse_partition_key, partitions_name
-    from eos_pipeline.defs.sensors import SINK_TAG
+    from eos_pipeline.components.partitions import parse_partition_key, partitions_name
+    from eos_pipeline.components.sensors import SINK_TAG
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)

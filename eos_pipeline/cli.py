@@ -25,7 +25,7 @@ environment variables (flags win over them):
   EOS_STACK_JVM_OPTIONS      options of every JVM the stack starts (default: -XX:+UseG1GC)
   EOS_ARTIFACT_CACHE         where fetched JVM jars are kept (default: ./.cache/jvm)
   EOS_MAVEN_REPOSITORY       Maven Central mirror to fetch from
-  EOS_PIPELINES_FILE         pipelines file of the Dagster code location (default: ./pipelines.yaml)
+  EOS_DEFS_DIR               defs folder of the code location (default: eos_pipeline/defs)
 
 examples:
   eos-pipeline stack up                  start ZooKeeper, Kafka and Spark Connect, wait for each
@@ -43,7 +43,11 @@ examples:
   eos-pipeline replay --pipeline P --sink clickhouse --partition 0 --from 100 --to 200
                                          show what a replay of offsets [100, 200) would do
   eos-pipeline replay ... --yes          ... and do it
+  eos-pipeline migrate-config pipelines.yaml   an old pipelines file as defs.yaml folders
 """
+
+
+DEFS_HELP = "defs folder of the pipelines (default: EOS_DEFS_DIR, else eos_pipeline/defs)"
 
 
 def _add_stack_options(parser: argparse.ArgumentParser) -> None:
@@ -139,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, help="Dagster UI port (default: a free one)")
     demo.add_argument(
-        "--pipelines-file",
+        "--defs-dir",
         type=Path,
-        help="pipelines file (default: EOS_PIPELINES_FILE or ./pipelines.yaml)",
+        help="defs folder of the pipelines (default: EOS_DEFS_DIR or eos_pipeline/defs)",
     )
     demo.add_argument(
         "--sensor-interval", type=int, default=3, help="seconds between sensor evaluations"
@@ -172,11 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
         "alias, a cluster MM2 does not replicate to, a switch while another is in flight, and a "
         "last-written record missing where its copy must be.",
     )
-    failover.add_argument("--pipeline", required=True, help="pipeline name in the pipelines file")
+    failover.add_argument("--pipeline", required=True, help="pipeline name (its defs.yaml)")
     failover.add_argument("--to", required=True, help="alias of the cluster to switch to")
-    failover.add_argument(
-        "--config", type=Path, help="pipelines file (default: EOS_PIPELINES_FILE)"
-    )
+    failover.add_argument("--defs", type=Path, help=DEFS_HELP)
     replay = commands.add_parser(
         "replay",
         help="re-process a range of one partition on purpose (after a fix or a repair)",
@@ -187,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(an interrupted replay must be finished before another range of the partition). Runs "
         "the Dagster job <pipeline>_replay_<sink>, recorded in DAGSTER_HOME's instance if set.",
     )
-    replay.add_argument("--pipeline", required=True, help="pipeline name in the pipelines file")
+    replay.add_argument("--pipeline", required=True, help="pipeline name (its defs.yaml)")
     replay.add_argument("--sink", required=True, choices=("clickhouse", "hudi"))
     replay.add_argument("--partition", required=True, type=int, help="Kafka partition number")
     replay.add_argument(
@@ -198,7 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--topic", help="topic (default: the pipeline's first)")
     replay.add_argument("--yes", action="store_true", help="replay (default: dry run)")
-    replay.add_argument("--config", type=Path, help="pipelines file (default: EOS_PIPELINES_FILE)")
+    replay.add_argument("--defs", type=Path, help=DEFS_HELP)
+    migrate = commands.add_parser(
+        "migrate-config",
+        help="move an old pipelines.yaml into defs.yaml folders (once)",
+        description="Write one folder per pipeline (type: eos_pipeline.KafkaTablesComponent) and "
+        "shared/ (keeper, ClickHouse, Spark) into the defs folder; ${NAME:-default} becomes "
+        "{{ env.NAME or 'default' }}, {env: NAME} secrets stay. Validates first; writes nothing "
+        "over an existing folder. Comments are not carried over.",
+    )
+    migrate.add_argument("pipelines_yaml", type=Path, help="the old pipelines file")
+    migrate.add_argument("--defs", type=Path, help=DEFS_HELP)
     return parser
 
 
@@ -206,13 +218,13 @@ def _run_replay(args: argparse.Namespace) -> int:
     """Run the replay job in this process: the CLI and the UI share one code path."""
     import dagster as dg
 
+    from eos_pipeline.components.config import ConfigError
+    from eos_pipeline.components.project import load_project
+    from eos_pipeline.components.replay import replay_job_name
     from eos_pipeline.core.replay import ReplayRefused
-    from eos_pipeline.defs.builder import build_definitions
-    from eos_pipeline.defs.config import ConfigError, load_config
-    from eos_pipeline.defs.replay import replay_job_name
 
     try:
-        defs = build_definitions(load_config(args.config))
+        defs = load_project(args.defs).definitions()
         name = replay_job_name(args.pipeline, args.sink)
         try:
             job = defs.get_job_def(name)
@@ -256,12 +268,13 @@ def _run_replay(args: argparse.Namespace) -> int:
 def _run_failover(args: argparse.Namespace) -> int:
     from eos_pipeline.adapters.failover import switch
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.components.config import ConfigError, EnvRef
+    from eos_pipeline.components.failover import describe, failover_pipeline, find_pipeline
+    from eos_pipeline.components.project import load_project
     from eos_pipeline.core.failover import FailoverError
-    from eos_pipeline.defs.config import ConfigError, EnvRef, load_config
-    from eos_pipeline.defs.failover import describe, failover_pipeline, find_pipeline
 
     try:
-        config = load_config(args.config)
+        config = load_project(args.defs).config
         fp = failover_pipeline(find_pipeline(config, args.pipeline))
         password = config.keeper.password
         if isinstance(password, EnvRef):
@@ -274,6 +287,26 @@ def _run_failover(args: argparse.Namespace) -> int:
         return 1
     for name, value in describe(report).items():
         print(f"{name}: {value.value}")
+    return 0
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
+    from eos_pipeline.components.config import ConfigError
+    from eos_pipeline.components.migrate import migrate
+    from eos_pipeline.components.project import defs_dir
+
+    target = args.defs.resolve() if args.defs else defs_dir()
+    try:
+        written = migrate(args.pipelines_yaml, target)
+    except (ConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"check them with `dg check yaml` (or EOS_DEFS_DIR={target} eos-pipeline ...); "
+        f"then delete {args.pipelines_yaml}"
+    )
     return 0
 
 
@@ -316,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "failover":
             return _run_failover(args)
+        if args.command == "migrate-config":
+            return _run_migrate(args)
         if args.command == "replay":
             return _run_replay(args)
     except ArtifactError as exc:

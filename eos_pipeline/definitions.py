@@ -1,13 +1,13 @@
-"""The Dagster code location (``workspace.yaml`` and ``[tool.dagster]`` point here).
+"""The Dagster code location (``workspace.yaml``, ``[tool.dagster]`` and ``[tool.dg]`` point here).
 
-Everything comes from the pipelines file (``EOS_PIPELINES_FILE``, else the repository's
-``pipelines.yaml``); the Dagster layer itself lives in :mod:`eos_pipeline.defs`.
+It loads the defs folder (``eos_pipeline/defs``, or ``EOS_DEFS_DIR``): one component per
+pipeline and one for the shared resources (:mod:`eos_pipeline.components.component`), plus the
+failover job that spans pipelines.
 """
 
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import load_config
-from eos_pipeline.defs.partitions import parse_partition_key, partition_key
+from eos_pipeline.components.partitions import parse_partition_key, partition_key
+from eos_pipeline.components.project import load_project
 
-defs = build_definitions(load_config())
+defs = load_project().definitions()
 
 __all__ = ["defs", "parse_partition_key", "partition_key"]

@@ -16,6 +16,7 @@ from eos_pipeline.adapters.failover import FailoverStates
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
 from eos_pipeline.core.failover.switch import ActiveState
+from eos_pipeline_tests.support.defs_folder import write_defs
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +25,7 @@ def test_the_failover_command_refuses_bad_switches_and_changes_nothing(
     zookeeper_hosts: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name, root = f"p_cli_{uuid.uuid4().hex[:8]}", f"/eos_cli_fo_{uuid.uuid4().hex[:8]}"
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(
+    config = write_defs(
         f"""
 keeper: {{hosts: '{zookeeper_hosts}', root: '{root}'}}
 pipelines:
@@ -37,11 +37,12 @@ pipelines:
       mirror_flows: ['B->A']
     schema: {{id: String}}
     clickhouse: {{database: db, table: events}}
-"""
+""",
+        tmp_path / "defs",
     )
 
     def failover(to: str) -> str:
-        assert cli_main(["failover", "--pipeline", name, "--to", to, "--config", str(config)]) == 1
+        assert cli_main(["failover", "--pipeline", name, "--to", to, "--defs", str(config)]) == 1
         return capsys.readouterr().err
 
     with KeeperStateStore(KeeperSettings(hosts=zookeeper_hosts, root=root)) as store:

@@ -79,15 +79,15 @@ def _backfill_then_settle(
 ) -> dict[str, Any]:
     """Produce more, backfill every partition of both tables, wait until all is caught up."""
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-    from eos_pipeline.defs.config import load_config
+    from eos_pipeline.components.project import load_project
 
-    config = load_config(
+    config = load_project(
         environ={
             "EOS_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
             "EOS_ZOOKEEPER_HOSTS": stack.zookeeper_hosts,
             "EOS_DEMO_DIR": str(work),
         }
-    )
+    ).config
     pipeline = config.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
     kafka = KafkaSettings(stack.kafka_bootstrap)
@@ -164,7 +164,7 @@ def demo_run(
         partitions=2,
         keep_ui=False,
         port=None,
-        pipelines_file=None,
+        defs_dir=None,
         sensor_interval=1,
         timeout=600.0,
         down=False,

@@ -234,9 +234,9 @@ def progress(instance: Any, config: Any, store: Any, ends: dict[int, int]) -> tu
     import dagster as dg
 
     from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
+    from eos_pipeline.components.assets import CLICKHOUSE_SINK
     from eos_pipeline.core.dedup import Phase
     from eos_pipeline.core.positions import committed, sink_state
-    from eos_pipeline.defs.assets import CLICKHOUSE_SINK
 
     pipeline = config.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
@@ -306,14 +306,15 @@ def run_demo(
     if postgres_url:
         env[POSTGRES_URL_ENV] = postgres_url
         os.environ[POSTGRES_URL_ENV] = postgres_url  # this process reads the instance too
-    if args.pipelines_file:
-        env["EOS_PIPELINES_FILE"] = str(Path(args.pipelines_file).resolve())
+    if args.defs_dir:
+        env["EOS_DEFS_DIR"] = str(Path(args.defs_dir).resolve())
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)
 
-    from eos_pipeline.defs.config import load_config
+    from eos_pipeline.components.project import load_project
 
-    pipelines = load_config(environ=env)  # what the code location will load, same variables
+    # what the code location will load, with the same variables
+    pipelines = load_project(environ=env).config
     pipeline = pipelines.pipeline(PIPELINE)
     topic = pipeline.kafka.topics[0]
     kafka = KafkaSettings(pipeline.kafka.bootstrap_servers)

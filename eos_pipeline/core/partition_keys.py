@@ -1,9 +1,9 @@
 """Partition keys: one key per Kafka topic-partition, ``<topic>__p0007``.
 
-The keys name the Dagster dynamic partitions (:mod:`eos_pipeline.defs.partitions`) and appear in
-run keys and run tags, so the sensors' planner (:mod:`eos_pipeline.core.planning`) builds them
-too. They use no commas, pipes, brackets or spaces, which Dagster's UI and CLI treat specially,
-and sort in partition order within a topic.
+The keys name the Dagster dynamic partitions (:mod:`eos_pipeline.components.partitions`) and
+appear in run keys and run tags, so the sensors' planner (:mod:`eos_pipeline.core.planning`)
+builds them too. They use no commas, pipes, brackets or spaces, which Dagster's UI and CLI
+treat specially, and sort in partition order within a topic.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     produce_all,
 )
-from eos_pipeline.defs.config import PipelinesFile, parse_config
+from eos_pipeline.components.config import PipelinesFile, parse_config
 
 
 @dataclass
@@ -120,7 +120,7 @@ def following(
 ) -> PipelinesFile:
     """The same pipelines, the runs of their ``sink`` (``clickhouse`` or ``hudi``) following
     the stream."""
-    from eos_pipeline.defs.config import Follow
+    from eos_pipeline.components.config import Follow
 
     pipelines = []
     for p in config.pipelines:

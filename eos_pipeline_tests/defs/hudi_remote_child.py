@@ -1,6 +1,6 @@
 """Child process: one Dagster run of the Hudi asset whose Spark resource is a Connect client.
 
-Run as ``python -m eos_pipeline_tests.defs.hudi_remote_child <pipelines.yaml> <partition keys>
+Run as ``python -m eos_pipeline_tests.defs.hudi_remote_child <defs folder> <partition keys>
 [follow]`` (keys comma-separated; ``follow``: tagged as the lag sensor tags a run to follow). A
 fresh process, as a Dagster run is: the resource puts it in Connect mode. Prints one JSON line:
 the run's per-partition metadata and whether this process held a JVM (it must not).
@@ -18,15 +18,15 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
+from eos_pipeline.components.assets import hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.partitions import partitions_name
+from eos_pipeline.components.project import load_project
 from eos_pipeline.core.planning.follow import FOLLOW_TAG
-from eos_pipeline.defs.assets import hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import parse_config
-from eos_pipeline.defs.partitions import partitions_name
 
 
 def main(argv: list[str]) -> int:
-    config = parse_config(Path(argv[1]).read_text(), argv[1])
+    config = load_project(Path(argv[1])).config
     keys = argv[2].split(",")
     pipeline = config.pipelines[0]
     defs = build_definitions(config)

@@ -16,10 +16,10 @@ from dagster._core.storage.tags import (
 
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import end_offsets
-from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.metadata import ACTIVITY_KEYS
-from eos_pipeline.defs.partitions import keys_for, partitions_name
+from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.metadata import ACTIVITY_KEYS
+from eos_pipeline.components.partitions import keys_for, partitions_name
 
 from .conftest import Rig
 
@@ -185,8 +185,8 @@ def test_a_following_run_writes_records_that_arrive_after_it_caught_up(
 ) -> None:
     """A run the sensor tags to follow goes on writing new records once caught up, each
     exactly once, and ends when the stream has been quiet for ``idle_seconds``."""
+    from eos_pipeline.components.config import Follow
     from eos_pipeline.core.planning.follow import FOLLOW_TAG
-    from eos_pipeline.defs.config import Follow
     from eos_pipeline.sinks.clickhouse_reports import state_of
 
     rig = make_rig(partitions=2)

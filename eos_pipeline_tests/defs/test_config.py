@@ -7,10 +7,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from eos_pipeline.components.assets import clickhouse_spec, hudi_spec
+from eos_pipeline.components.config import ConfigError, parse_config
+from eos_pipeline.components.project import load_project
+from eos_pipeline.components.resources import KafkaResource, MissingSecretError, build_resources
 from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
-from eos_pipeline.defs.assets import clickhouse_spec, hudi_spec
-from eos_pipeline.defs.config import ConfigError, load_config, parse_config
-from eos_pipeline.defs.resources import KafkaResource, MissingSecretError, build_resources
 
 GOOD = """
 keeper: {hosts: "${ZK:-127.0.0.1:2181}"}
@@ -121,8 +122,8 @@ def test_two_pipelines_writing_one_table_are_refused() -> None:
 def test_missing_variable_without_default_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="environment variable NOPE is not set"):
         parse_config(GOOD.replace("${ZK:-127.0.0.1:2181}", "${NOPE}"), "p.yaml", environ={})
-    with pytest.raises(ConfigError, match="EOS_PIPELINES_FILE"):
-        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="EOS_DEFS_DIR"):
+        load_project(tmp_path / "missing")
     with pytest.raises(ConfigError, match="not valid YAML"):
         parse_config("pipelines: [", "p.yaml")
 

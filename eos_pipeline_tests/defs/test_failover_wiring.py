@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import ConfigError, parse_config
+from eos_pipeline.components.failover import failover_pipeline
 from eos_pipeline.core.failover import Flow
 from eos_pipeline.core.failover.switch import SwitchRefused
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import ConfigError, parse_config
-from eos_pipeline.defs.failover import failover_pipeline
 
 ONE = """
 pipelines:

@@ -25,12 +25,13 @@ from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.hudi import checkpoint_history
 from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
+from eos_pipeline.components.assets import CHECK_NAME, hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.metadata import ACTIVITY_KEYS, IDLE_CASE
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.sensors import HUDI_TABLE_TAG
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import CHECK_NAME, hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.metadata import ACTIVITY_KEYS, IDLE_CASE
-from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.sensors import HUDI_TABLE_TAG
+from eos_pipeline_tests.support.defs_folder import write_defs
 
 from .conftest import Rig, pipeline_yaml
 
@@ -152,8 +153,8 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
 def _remote_pipelines_file(
     rig: Rig, spark_connect: StackConfig, tmp_path: Path, hudi_extra: str = ""
 ) -> Path:
-    """The rig's pipelines file with ``spark.remote`` naming the session's Connect server;
-    ``hudi_extra``: more fields of the Hudi target (``follow: {...}``)."""
+    """The rig's pipelines (a defs folder) with ``spark.remote`` naming the session's Connect
+    server; ``hudi_extra``: more fields of the Hudi target (``follow: {...}``)."""
     text = pipeline_yaml(
         rig.pipeline,
         rig.topic,
@@ -170,9 +171,7 @@ def _remote_pipelines_file(
         table = f"table: {rig.pipeline}_events}}"
         assert table in text
         text = text.replace(table, f"table: {rig.pipeline}_events, {hudi_extra}}}")
-    config_file = tmp_path / "pipelines.yaml"
-    config_file.write_text(text)
-    return config_file
+    return write_defs(text, tmp_path / "defs")
 
 
 @pytest.mark.spark_cluster

@@ -23,10 +23,10 @@ from dagster._core.storage.tags import (
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
+from eos_pipeline.components.assets import hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
 from .conftest import Rig, following, run_in_flight

@@ -7,10 +7,15 @@ from collections.abc import Callable
 import dagster as dg
 import pytest
 
-from eos_pipeline.defs.assets import clickhouse_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.metadata import ACTIVITY_KEYS, IDLE_CASE, ROW_COUNT_KEY, quiet_when_idle
-from eos_pipeline.defs.partitions import keys_for, partitions_name
+from eos_pipeline.components.assets import clickhouse_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.metadata import (
+    ACTIVITY_KEYS,
+    IDLE_CASE,
+    ROW_COUNT_KEY,
+    quiet_when_idle,
+)
+from eos_pipeline.components.partitions import keys_for, partitions_name
 
 from .conftest import Rig
 

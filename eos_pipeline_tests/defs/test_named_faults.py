@@ -10,10 +10,10 @@ import dagster as dg
 import pytest
 
 from eos_dev.stack.processes import free_port
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import PipelinesFile, parse_config
-from eos_pipeline.defs.health import Streak
-from eos_pipeline.defs.partitions import keys_for, partitions_name
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import PipelinesFile, parse_config
+from eos_pipeline.components.health import Streak
+from eos_pipeline.components.partitions import keys_for, partitions_name
 
 from .conftest import pipeline_yaml
 

@@ -16,12 +16,13 @@ from clickhouse_connect.driver.client import Client
 from eos_pipeline import cli
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.replay import replay_job_name
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.replay import replay_job_name
 from eos_pipeline.sinks.replay import ClickHouseReplay
+from eos_pipeline_tests.support.defs_folder import write_defs
 
 from .conftest import Rig, pipeline_yaml
 
@@ -91,8 +92,7 @@ def test_replay_job_dry_run_then_replay_repairs_the_table_and_the_check_passes(
         assert check.passed, check.metadata
 
         # The command line: the same job, refusing a range past the position with its reason.
-        path = tmp_path / "pipelines.yaml"
-        path.write_text(
+        path = write_defs(
             pipeline_yaml(
                 rig.pipeline,
                 rig.topic,
@@ -101,9 +101,10 @@ def test_replay_job_dry_run_then_replay_repairs_the_table_and_the_check_passes(
                 chdb_client.path,
                 rig.database,
                 None,
-            )
+            ),
+            tmp_path / "defs",
         )
-        base = ["replay", "--config", str(path), "--pipeline", rig.pipeline, "--sink"]
+        base = ["replay", "--defs", str(path), "--pipeline", rig.pipeline, "--sink"]
         base += ["clickhouse", "--partition", "0"]
         assert cli.main([*base, "--from", "0", "--to", "41"]) == 1
         assert "refused:" in capsys.readouterr().err

@@ -13,7 +13,7 @@ import pytest
 
 from eos_pipeline.adapters import spark_remote
 from eos_pipeline.adapters.spark_remote import stable_session_id
-from eos_pipeline.defs.resources import SparkResource
+from eos_pipeline.components.resources import SparkResource
 
 
 class _Conf:
@@ -67,3 +67,16 @@ def test_without_a_key_a_run_gets_its_own_session_and_keeps_its_first_one(
     assert resource.spark_session.session_id is None
     assert resource.session("/lake/a") is resource.spark_session  # one session per run
     assert len(connects) == 1
+
+
+@pytest.mark.spark
+def test_in_process_spark_comes_from_dagster_pyspark_and_joins_the_running_session(
+    spark: Any,
+) -> None:
+    """Without ``remote`` the session is dagster-pyspark's (builder + getOrCreate): in a process
+    that already runs Spark, the run gets that session, no second JVM."""
+    resource = SparkResource(master="local[2]", quick_start=True)
+    assert not resource.is_remote
+    session = resource.session()
+    assert session is spark or session.sparkContext is spark.sparkContext
+    assert session.range(3).count() == 3

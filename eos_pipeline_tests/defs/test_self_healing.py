@@ -9,9 +9,9 @@ from collections.abc import Callable
 import dagster as dg
 import pytest
 
-from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.healing import HEAL_TAG, MAX_HEALS
+from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.healing import HEAL_TAG, MAX_HEALS
 from eos_pipeline.sinks.hooks import SinkHooks
 
 from .conftest import Rig

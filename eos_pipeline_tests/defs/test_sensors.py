@@ -13,20 +13,20 @@ from dagster._core.definitions.partitions.context import partition_loading_conte
 
 from eos_pipeline.adapters.kafka import admin_client
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.dedup import Phase
-from eos_pipeline.core.keeper import KeeperKey
-from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import clickhouse_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import PipelinesFile, Retry
-from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.resources import ClickHouseResource, chdb_path
-from eos_pipeline.defs.sensors import (
+from eos_pipeline.components.assets import clickhouse_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import PipelinesFile, Retry
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.resources import ClickHouseResource, chdb_path
+from eos_pipeline.components.sensors import (
     CHDB_PATH_TAG,
     PRIORITY_TAG,
     SINK_PARTITION_TAG,
     START_STATE_TAG,
 )
+from eos_pipeline.core.dedup import Phase
+from eos_pipeline.core.keeper import KeeperKey
+from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
 
 from .conftest import Rig, following, run_in_flight

@@ -11,11 +11,11 @@ import pytest
 from dagster._core.definitions.partitions.context import partition_loading_context
 
 from eos_pipeline.adapters.kafka import end_offsets
-from eos_pipeline.defs.assets import clickhouse_key, dead_letter_key, topic_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.health import Streak
-from eos_pipeline.defs.partitions import keys_for, partitions_name
-from eos_pipeline.defs.topics import STEADY_SECONDS
+from eos_pipeline.components.assets import clickhouse_key, dead_letter_key, topic_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.health import Streak
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.topics import STEADY_SECONDS
 
 from .conftest import Rig
 

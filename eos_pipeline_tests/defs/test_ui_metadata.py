@@ -14,15 +14,15 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
+from eos_pipeline.components.asset_metadata import _package_version, code_version
+from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.checks import check_events
+from eos_pipeline.components.config import ConfigError, parse_config
+from eos_pipeline.components.metadata import ROW_COUNT_KEY, per_partition
+from eos_pipeline.components.partitions import keys_for, parse_partition_key
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.proof import compare
-from eos_pipeline.defs.asset_metadata import _package_version, code_version
-from eos_pipeline.defs.assets import CHECK_NAME, clickhouse_key, hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.checks import check_events
-from eos_pipeline.defs.config import ConfigError, parse_config
-from eos_pipeline.defs.metadata import ROW_COUNT_KEY, per_partition
-from eos_pipeline.defs.partitions import keys_for, parse_partition_key
 
 from .conftest import pipeline_yaml
 
@@ -180,7 +180,7 @@ def test_both_assets_carry_table_name_columns_and_code_references(defs: dg.Defin
     assert hudi.metadata["dagster/uri"] == "file:///tmp/ui/hudi"
     for spec in (ch, hudi):
         (reference,) = spec.metadata["dagster/code_references"].code_references
-        assert reference.file_path.endswith("eos_pipeline/defs/assets.py")
+        assert reference.file_path.endswith("eos_pipeline/components/assets.py")
 
 
 def test_owners_come_from_the_pipelines_file_and_the_code_version_from_what_is_written() -> None:

@@ -56,11 +56,12 @@ from eos_dev.stack.services import StackConfig, free_port
 from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+from eos_pipeline.components.assets import CLICKHOUSE_SINK
+from eos_pipeline.components.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK
-from eos_pipeline.defs.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.sinks.clickhouse import state_of
 from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed
+from eos_pipeline_tests.support.defs_folder import write_defs
 from eos_pipeline_tests.support.faults import (
     BEFORE_MATERIALIZATION_STEP,
     CLICKHOUSE_STEPS,
@@ -290,12 +291,11 @@ def dagster_session(
     home = prepare_dagster_home(tmp_path / "home")
     faults = tmp_path / "faults"
     faults.mkdir()
-    pipelines = tmp_path / "pipelines.yaml"
-    pipelines.write_text(_pipelines_yaml(rig, max_attempts, remote))
+    pipelines = write_defs(_pipelines_yaml(rig, max_attempts, remote), tmp_path / "defs")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EOS_FAULT")}
     env |= {
         "DAGSTER_HOME": str(home),
-        "EOS_PIPELINES_FILE": str(pipelines),
+        "EOS_DEFS_DIR": str(pipelines),
         "EOS_SENSOR_INTERVAL_SECONDS": "1",
         FAULT_ENV: f"{FILE_PREFIX}{faults}",
     }

@@ -34,16 +34,17 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
+from eos_pipeline.components.failover import failover_job
+from eos_pipeline.components.project import load_project
+from eos_pipeline.components.resources import KeeperResource
 from eos_pipeline.core.failover import FingerprintNotFound, ResumeError
 from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
 from eos_pipeline.core.keeper import KeeperKey, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.defs.config import load_config
-from eos_pipeline.defs.failover import failover_job
-from eos_pipeline.defs.resources import KeeperResource
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+from eos_pipeline_tests.support.defs_folder import write_defs
 from eos_pipeline_tests.support.sink_runs import run_active_clickhouse, run_range
 
 pytestmark = pytest.mark.integration
@@ -90,7 +91,6 @@ def _pipelines_file(
     tmp_path: Path, fp: FailoverPipeline, spec: ClickHouseTableSpec, store: KeeperStateStore
 ) -> Path:
     a, b = fp.settings["A"], fp.settings["B"]
-    config = tmp_path / "pipelines.yaml"
     pipeline = {
         "name": fp.name,
         "kafka": {
@@ -103,8 +103,9 @@ def _pipelines_file(
         "clickhouse": {"database": spec.database, "table": spec.table},
     }
     keeper = {"hosts": store.settings.hosts, "root": store.settings.root}
-    config.write_text(yaml.safe_dump({"keeper": keeper, "pipelines": [pipeline]}))
-    return config
+    return write_defs(
+        yaml.safe_dump({"keeper": keeper, "pipelines": [pipeline]}), tmp_path / "defs"
+    )
 
 
 def _ids(client: Client, spec: ClickHouseTableSpec) -> dict[str, int]:
@@ -159,7 +160,7 @@ def test_failover_and_failback_write_every_record_once(
     # Failover to B through the Dagster job: the other 500 come from A.T, and 200 new records
     # are produced on B.
     config = _pipelines_file(tmp_path, fp, spec, store)
-    job = failover_job(load_config(config))
+    job = failover_job(load_project(config).config)
     result = job.execute_in_process(
         run_config={"ops": {"switch_cluster": {"config": {"pipeline": fp.name, "to": "B"}}}},
         resources={"keeper": KeeperResource(hosts=store.settings.hosts, root=store.settings.root)},
@@ -182,7 +183,7 @@ def test_failover_and_failback_write_every_record_once(
 
     # Failback to A once B's records are on A, through the command line; then more on A.
     wait_for_records(a, TopicPartition(f"B.{topic}", 0), 200)
-    assert cli_main(["failover", "--pipeline", fp.name, "--to", "A", "--config", str(config)]) == 0
+    assert cli_main(["failover", "--pipeline", fp.name, "--to", "A", "--defs", str(config)]) == 0
     assert "positions moved: 2" in capsys.readouterr().out
     assert states.active(fp.name, "A") == "A"
     produce_events(a, topic, 1, 300, prefix="c")

@@ -2,8 +2,8 @@
 
 ``test_dagster_kills.py`` runs ``dagster dev`` over a workspace naming this module instead of
 :mod:`eos_pipeline.definitions`. Assets, checks, sensors and resources are the product's, built
-by :func:`eos_pipeline.defs.builder.build_definitions` from the same pipelines file
-(``EOS_PIPELINES_FILE``); only the sinks' hooks differ: they are the ones of
+by :func:`eos_pipeline.components.builder.build_definitions` from the same defs folder
+(``EOS_DEFS_DIR``); only the sinks' hooks differ: they are the ones of
 :mod:`eos_pipeline_tests.support.faults`, armed by ``EOS_FAULT_STEP`` in the run's environment.
 
 * ClickHouse runs: each step boundary and ``before_materialization_event`` (arms plain or scoped
@@ -14,10 +14,11 @@ by :func:`eos_pipeline.defs.builder.build_definitions` from the same pipelines f
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 from typing import Any
 
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK, HooksFor
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import Pipeline, PipelinesFile, load_config
-from eos_pipeline.defs.resources import chdb_path
+from eos_pipeline.components.assets import CLICKHOUSE_SINK, HooksFor
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import Pipeline, PipelinesFile
+from eos_pipeline.components.project import load_project
+from eos_pipeline.components.resources import chdb_path
 from eos_pipeline.sinks.hooks import SinkHooks
 from eos_pipeline_tests.support.faults import clickhouse_fault, hudi_fault, scoped_fault
 
@@ -46,7 +47,7 @@ def fault_hooks(config: PipelinesFile) -> HooksFor:
     return hooks
 
 
-_config = load_config()
+_config = load_project().config
 defs = build_definitions(_config, hooks=fault_hooks(_config))
 
 __all__ = ["defs", "fault_hooks"]

@@ -1,6 +1,6 @@
 """Which runs the sensors ask for: a pure planner, from plain state to plain run requests.
 
-The sensors (:mod:`eos_pipeline.defs.sensors`) read the state through the adapters (Kafka's
+The sensors (:mod:`eos_pipeline.components.sensors`) read the state through the adapters (Kafka's
 end offsets, the keeper records, the Hudi checkpoint copy, the runs in flight and the failed
 runs) and turn the plans made here into Dagster objects. Everything they decide is decided here.
 

@@ -13,13 +13,13 @@ inserted, offsets skipped and cropped by the state machine, dead letters, the st
 case, lag after the run, the partition's rows in the table as ``dagster/row_count``) and as a
 markdown table. Dagster records one materialization per partition of a run; each carries its
 partition's own numbers (partition-scoped asset metadata); the Hudi commit's totals stay under
-``commit_*`` (built by :mod:`~eos_pipeline.defs.clickhouse_run_metadata` and
-:mod:`~eos_pipeline.defs.hudi_run_metadata`). The definitions carry each table's identity the
+``commit_*`` (built by :mod:`~eos_pipeline.components.clickhouse_run_metadata` and
+:mod:`~eos_pipeline.components.hudi_run_metadata`). The definitions carry each table's identity the
 way Dagster's integrations do: ``dagster/table_name``, ``dagster/column_schema`` (the declared
 columns, source columns first), ``dagster/uri`` for the Hudi path, and code references (added by
 the builder).
 
-The exactly-once checks live in :mod:`eos_pipeline.defs.checks`.
+The exactly-once checks live in :mod:`eos_pipeline.components.checks`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -30,30 +30,34 @@ import dagster as dg
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.planning import recovery_order
-from eos_pipeline.core.positions import sink_state
-from eos_pipeline.defs.asset_metadata import (
+from eos_pipeline.components.asset_metadata import (
     CLICKHOUSE_SINK,
     clickhouse_definition_metadata,
     code_version,
     hudi_definition_metadata,
 )
-from eos_pipeline.defs.clickhouse_run_metadata import clickhouse_run_metadata
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.following import follow_hudi_run, follow_run, policy_of, recording
-from eos_pipeline.defs.health import named_faults
-from eos_pipeline.defs.hudi_run_metadata import (
+from eos_pipeline.components.clickhouse_run_metadata import clickhouse_run_metadata
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.following import follow_hudi_run, follow_run, policy_of, recording
+from eos_pipeline.components.health import named_faults
+from eos_pipeline.components.hudi_run_metadata import (
     clustered_hudi_result,
     hudi_row_counts,
     hudi_run_metadata,
 )
-from eos_pipeline.defs.metadata import (
+from eos_pipeline.components.metadata import (
     per_partition,
 )
-from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
-from eos_pipeline.defs.range_run import catch_up, fail_naming
-from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.components.partitions import (
+    parse_partition_key,
+    partition_key,
+    pipeline_partitions,
+)
+from eos_pipeline.components.range_run import catch_up, fail_naming
+from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.planning import recovery_order
+from eos_pipeline.core.positions import sink_state
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.clusters import active_sync, physical_partitions
 from eos_pipeline.sinks.follow import merge_hudi_reports, merge_reports
@@ -77,7 +81,7 @@ PIPELINE_TAG = "eos_pipeline/pipeline"
 
 
 def topic_key(topic: str) -> dg.AssetKey:
-    """A Kafka topic as an external asset (:mod:`eos_pipeline.defs.topics`)."""
+    """A Kafka topic as an external asset (:mod:`eos_pipeline.components.topics`)."""
     return dg.AssetKey(["kafka", topic])
 
 
@@ -179,7 +183,7 @@ def clickhouse_asset(
             reads: Callable[[TopicPartition], list[TopicPartition]] = lambda tp: [tp]  # noqa: E731
             if pipeline.kafka.clusters:
                 # Several clusters: read the active one's physical topics (T and its replicas).
-                from eos_pipeline.defs.failover import failover_pipeline
+                from eos_pipeline.components.failover import failover_pipeline
 
                 fp = failover_pipeline(pipeline)
                 dlq_topic = pipeline.dead_letter_topic
@@ -280,7 +284,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
         if pipeline.kafka.clusters:
             # Several clusters: partition p of every physical topic on the active one, one commit.
-            from eos_pipeline.defs.failover import failover_pipeline
+            from eos_pipeline.components.failover import failover_pipeline
             from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
 
             with context.resources.keeper.store() as store:

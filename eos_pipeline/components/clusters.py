@@ -14,6 +14,8 @@ from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, par
 from eos_pipeline.adapters.hudi_timeline import latest_commit
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
+from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
+from eos_pipeline.components.config import Pipeline
 from eos_pipeline.core.failover.fold import fold_keeper_states, fold_positions
 from eos_pipeline.core.failover.table_position import stored_position
 from eos_pipeline.core.offsets import TopicPartition
@@ -24,8 +26,6 @@ from eos_pipeline.core.positions import (
     partition_lags,
     sink_state,
 )
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK
-from eos_pipeline.defs.config import Pipeline
 
 __all__ = [
     "ActiveCluster",
@@ -40,7 +40,7 @@ class ActiveCluster:
     """A clustered pipeline on its active cluster (raises ``SwitchInProgress`` mid-switch)."""
 
     def __init__(self, pipeline: Pipeline, store: KeeperStateStore) -> None:
-        from eos_pipeline.defs.failover import failover_pipeline
+        from eos_pipeline.components.failover import failover_pipeline
 
         self.pipeline = pipeline
         self.fp: FailoverPipeline = failover_pipeline(pipeline)

@@ -24,7 +24,7 @@ Where a sink stands:
   reads). A commit made by another writer (HoodieStreamer, a backfill, a restore) is therefore
   seen at the next tick, not after the next run of the asset.
 * A pipeline with several clusters: the active cluster's state, its physical topics folded into
-  one state per partition (:mod:`eos_pipeline.defs.clusters`); nothing while a switch is in
+  one state per partition (:mod:`eos_pipeline.components.clusters`); nothing while a switch is in
   flight.
 
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
@@ -32,7 +32,7 @@ partition-key-range run over the table's dynamic partitions, which the asset's
 ``BackfillPolicy.single_run()`` turns into one ``HudiTableSync.run(partitions=[...])``, i.e.
 one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` and
 :mod:`eos_pipeline.core.retries`; the failed runs' causes are read by
-:mod:`eos_pipeline.defs.run_failures`.
+:mod:`eos_pipeline.components.run_failures`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -50,6 +50,19 @@ from eos_pipeline.adapters.kafka import (
     partition_count,
     start_offsets,
 )
+from eos_pipeline.components.assets import (
+    CHECK_NAME,
+    CLICKHOUSE_SINK,
+    clickhouse_key,
+    hudi_key,
+)
+from eos_pipeline.components.clusters import active_cluster, clickhouse_states, hudi_positions
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.healing import HEAL_TAG, heal_requests, run_partitions
+from eos_pipeline.components.health import guarded, resource_endpoints
+from eos_pipeline.components.partitions import partition_key, pipeline_partitions
+from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.run_failures import DiagnosedFailures, failed_run_infos
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
@@ -75,19 +88,6 @@ from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.core.planning.runs import ANY_PARTITION, NORMAL_PRIORITY
 from eos_pipeline.core.positions import committed, sink_state
 from eos_pipeline.core.retries import Backoff
-from eos_pipeline.defs.assets import (
-    CHECK_NAME,
-    CLICKHOUSE_SINK,
-    clickhouse_key,
-    hudi_key,
-)
-from eos_pipeline.defs.clusters import active_cluster, clickhouse_states, hudi_positions
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.healing import HEAL_TAG, heal_requests, run_partitions
-from eos_pipeline.defs.health import guarded, resource_endpoints
-from eos_pipeline.defs.partitions import partition_key, pipeline_partitions
-from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
-from eos_pipeline.defs.run_failures import DiagnosedFailures, failed_run_infos
 
 __all__ = [
     "CHDB_PATH_TAG",

@@ -11,9 +11,9 @@ from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.components.config import Pipeline
 from eos_pipeline.core.contract import is_required
 from eos_pipeline.core.schema import Column, SourceColumns
-from eos_pipeline.defs.config import Pipeline
 
 CLICKHOUSE_SINK = "clickhouse"
 

@@ -8,7 +8,8 @@ observation when something changed, and at least every :data:`STEADY_SECONDS` ot
 plot of lag has a point on a steady cadence (no straight ramp drawn between two far-apart
 changes) while an idle topic adds only one event a minute. When the broker (or keeper) cannot be
 read, every topic of the pipeline gets an observation saying so ("unreachable since <time>",
-the endpoint and the cause) and the tick's skip reason names it (:mod:`eos_pipeline.defs.health`).
+the endpoint and the cause) and the tick's skip reason names it
+(:mod:`eos_pipeline.components.health`).
 
 Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
 pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
@@ -25,8 +26,7 @@ import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, end_offsets, start_offsets
-from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
-from eos_pipeline.defs.assets import (
+from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     DEAD_LETTER_GROUP,
     KAFKA_GROUP,
@@ -36,8 +36,8 @@ from eos_pipeline.defs.assets import (
     hudi_key,
     topic_key,
 )
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.health import (
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.health import (
     Body,
     NamedFault,
     OnFault,
@@ -45,8 +45,9 @@ from eos_pipeline.defs.health import (
     guarded,
     resource_endpoints,
 )
-from eos_pipeline.defs.partitions import partition_key
-from eos_pipeline.defs.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.partitions import partition_key
+from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 
 __all__ = ["STEADY_SECONDS", "dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
 
@@ -325,7 +326,7 @@ def _clustered(
     """The topics of a clustered pipeline as the active cluster holds them (all physical
     topics of each partition summed, see ``defs.clusters.topic_lags``)."""
     from eos_pipeline.adapters.failover import SwitchInProgress
-    from eos_pipeline.defs.clusters import active_cluster, topic_lags
+    from eos_pipeline.components.clusters import active_cluster, topic_lags
 
     keeper: KeeperResource = context.resources.keeper
     events: list[dg.AssetObservation] = []

@@ -3,7 +3,7 @@
 Each model refuses a misspelt key and checks what a pipeline could only get wrong at run time
 (names that become Dagster and keeper names, types the decoder contract refuses, a Hudi table on
 more than one topic, two pipelines writing one table). Loading the file (``${NAME}``
-interpolation, error messages naming the field) is :mod:`eos_pipeline.defs.config`, which also
+interpolation, error messages naming the field) is :mod:`eos_pipeline.components.config`, which also
 re-exports these names.
 """
 
@@ -199,6 +199,11 @@ class Pipeline(_Strict):
     hudi: HudiTarget | None = None
     #: Owners of the pipeline's assets in Dagster (e-mail addresses or ``team:<name>``).
     owners: list[str] = Field(default_factory=list)
+    #: How old the newest rows of a table may get before Dagster's Asset Health calls it late
+    #: (a freshness policy on both tables: warn at half, fail at this, at least 60 s). A table is
+    #: updated by every run that writes to it, so under steady traffic this bounds the lag; a
+    #: topic with no new records for this long shows its tables late too. Unset: no policy.
+    lag_target_seconds: Annotated[float, Field(ge=60)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -304,7 +309,7 @@ class SparkConfig(_Strict):
     @field_validator("remote")
     @classmethod
     def _remote(cls, remote: Secret | None) -> Secret | None:
-        if isinstance(remote, str):
+        if isinstance(remote, str) and "{{" not in remote:  # a template: checked once rendered
             if remote.strip().lower() in IN_PROCESS:
                 return None  # e.g. ``EOS_SPARK_REMOTE=local``: Spark inside the run's process
             if not remote.startswith("sc://"):
@@ -312,7 +317,20 @@ class SparkConfig(_Strict):
         return remote
 
 
+class Settings(_Strict):
+    """What every pipeline of a code location shares: ``SharedResourcesComponent``'s attributes."""
+
+    keeper: KeeperConfig = Field(default_factory=KeeperConfig)
+    clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    #: How often the sensors look at Kafka (``EOS_SENSOR_INTERVAL_SECONDS`` overrides).
+    sensor_interval_seconds: Annotated[int, Field(ge=1)] = 30
+
+
 class PipelinesFile(_Strict):
+    """A code location's whole configuration in memory: the shared settings and every pipeline
+    (the ``defs.yaml`` files of a defs folder, :mod:`eos_pipeline.components.project`)."""
+
     keeper: KeeperConfig = Field(default_factory=KeeperConfig)
     clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
@@ -349,3 +367,12 @@ class PipelinesFile(_Strict):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            keeper=self.keeper,
+            clickhouse=self.clickhouse,
+            spark=self.spark,
+            sensor_interval_seconds=self.sensor_interval_seconds,
+        )

@@ -1,17 +1,18 @@
-"""Pipelines from a YAML file: what to read, how to decode it, where to write it.
+"""Reading the configuration's old single-file shape (``pipelines.yaml``), for the one-shot move.
 
-Adding a pipeline is editing this file, never code. Two ways to take values from the
-environment, for two different purposes:
+Pipelines now live as Dagster components, one ``defs.yaml`` each in the project's defs folder
+(:mod:`eos_pipeline.components.component`, :mod:`eos_pipeline.components.project`). This module
+keeps what reads the old file, used by ``eos-pipeline migrate-config``
+(:mod:`eos_pipeline.components.migrate`) and by tests that hold a configuration in memory:
 
-* ``${NAME}`` / ``${NAME:-default}`` inside any string is replaced when the file is loaded. Use
-  it for deployment settings that may be shown in the UI (endpoints, data paths, ports).
-* ``{env: NAME}`` as a value marks a secret. It is never read at load time: it becomes a Dagster
-  ``EnvVar`` (or, inside Kafka client settings, a variable name resolved in the run's process),
-  so the secret is neither stored in the instance nor shown in the UI.
+* ``${NAME}`` / ``${NAME:-default}`` inside any string is replaced when the file is read;
+* ``{env: NAME}`` as a value marks a secret, read by the run's process only (also in
+  ``defs.yaml``).
 
-A bad file fails at load with the file, the field path and what is wrong, e.g.
-``pipelines.yaml: pipelines[0].clickhouse.table: 'my-table' is not a valid identifier``.
-The fields and their rules are in :mod:`eos_pipeline.defs.config_schema` (re-exported here).
+A bad file fails with the file, the field path and what is wrong, e.g.
+``pipelines.yaml: pipelines[0].clickhouse.table: 'my-table' is not a valid identifier``
+(:func:`explain`, also used for ``defs.yaml``). The fields and their rules are in
+:mod:`eos_pipeline.components.config_schema` (re-exported here).
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from eos_pipeline.defs.config_schema import (
+from eos_pipeline.components.config_schema import (
     IN_PROCESS,
     Batch,
     ClickHouseConfig,
@@ -39,13 +39,12 @@ from eos_pipeline.defs.config_schema import (
     PipelinesFile,
     Retry,
     Secret,
+    Settings,
     SparkConfig,
 )
 
 __all__ = [
-    "DEFAULT_PIPELINES_FILE",
     "IN_PROCESS",
-    "PIPELINES_FILE_ENV",
     "Batch",
     "ClickHouseConfig",
     "ClickHouseTable",
@@ -59,21 +58,18 @@ __all__ = [
     "PipelinesFile",
     "Retry",
     "Secret",
+    "Settings",
     "SparkConfig",
-    "config_path",
+    "explain",
     "interpolate",
-    "load_config",
     "parse_config",
 ]
 
-PIPELINES_FILE_ENV = "EOS_PIPELINES_FILE"
-#: The repository's own file, used when ``EOS_PIPELINES_FILE`` is not set.
-DEFAULT_PIPELINES_FILE = Path(__file__).resolve().parents[2] / "pipelines.yaml"
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class ConfigError(ValueError):
-    """The pipelines file cannot be used; the message names the file and the field."""
+    """The configuration cannot be used; the message names the file and the field."""
 
 
 # ----------------------------------------------------------------------------------- loading
@@ -112,7 +108,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _explain(source: str, exc: ValidationError) -> ConfigError:
+def explain(source: str, exc: ValidationError) -> ConfigError:
+    """A validation error as one line per field: ``source: field.path: what is wrong``."""
     lines = []
     errors = exc.errors(include_url=False)
     scalar = {"string_type", "int_type", "int_parsing", "bool_type", "bool_parsing"}
@@ -150,24 +147,4 @@ def parse_config(
     try:
         return PipelinesFile.model_validate({**raw, "source": source})
     except ValidationError as exc:
-        raise _explain(source, exc) from None
-
-
-def config_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    return Path(env.get(PIPELINES_FILE_ENV) or DEFAULT_PIPELINES_FILE)
-
-
-def load_config(
-    path: str | Path | None = None, environ: Mapping[str, str] | None = None
-) -> PipelinesFile:
-    """Load ``EOS_PIPELINES_FILE``, else the repository's ``pipelines.yaml``."""
-    file = Path(path) if path is not None else config_path(environ)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the pipelines file {file}: {exc.strerror or exc} (set "
-            f"{PIPELINES_FILE_ENV} to its path)"
-        ) from None
-    return parse_config(text, source=str(file), environ=environ)
+        raise explain(source, exc) from None

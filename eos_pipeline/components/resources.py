@@ -22,7 +22,14 @@ from pydantic import Field, PrivateAttr
 from eos_pipeline.adapters.clickhouse import ClickHouseSink, parse_url
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.defs.config import EnvRef, KafkaSource, PipelinesFile, Secret
+from eos_pipeline.components.config import (
+    EnvRef,
+    KafkaSource,
+    Pipeline,
+    PipelinesFile,
+    Secret,
+    Settings,
+)
 
 
 class MissingSecretError(RuntimeError):
@@ -207,7 +214,7 @@ class SparkResource(dg.ConfigurableResource):
         return session
 
     def _local_session(self) -> Any:
-        from pyspark.sql import SparkSession
+        from dagster_pyspark import LazyPySparkResource
 
         from eos_pipeline.adapters.spark import spark_conf
         from eos_pipeline.adapters.spark_remote import SparkModeConflict, in_connect_mode
@@ -217,12 +224,11 @@ class SparkResource(dg.ConfigurableResource):
                 "this process is a Spark Connect client; an in-process Spark session cannot "
                 "start next to it (PySpark allows one mode per process)"
             )
-        builder = SparkSession.builder
-        for key, value in spark_conf(
-            self.master, self.spark_config, quick_start=self.quick_start
-        ).items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+        # dagster-pyspark's resource makes the session (a builder over the flat settings, then
+        # getOrCreate); the settings are resolved only now (jars, Hudi), and the Connect-mode
+        # guard above is ours: neither is the library's concern.
+        conf = spark_conf(self.master, self.spark_config, quick_start=self.quick_start)
+        return LazyPySparkResource(spark_config=conf).spark_session
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         # A Connect session holds state on the server until released; an in-process session
@@ -247,26 +253,36 @@ def chdb_path(url: str) -> str | None:
     return target.path if target.embedded else None
 
 
-def build_resources(config: PipelinesFile) -> dict[str, Any]:
-    """Resource instances for a pipelines file; Kafka resources are keyed ``kafka_<pipeline>``."""
-    resources: dict[str, Any] = {
+def shared_resources(settings: Settings) -> dict[str, Any]:
+    """The resources every pipeline shares: keeper, ClickHouse server, Spark."""
+    return {
         "keeper": KeeperResource(
-            hosts=config.keeper.hosts,
-            root=config.keeper.root,
-            username=config.keeper.username,
-            password=_secret(config.keeper.password),
+            hosts=settings.keeper.hosts,
+            root=settings.keeper.root,
+            username=settings.keeper.username,
+            password=_secret(settings.keeper.password),
         ),
-        "clickhouse": ClickHouseResource(url=_secret(config.clickhouse.url)),
+        "clickhouse": ClickHouseResource(url=_secret(settings.clickhouse.url)),
         "spark": SparkResource(
-            remote=_secret(config.spark.remote),
-            token=_secret(config.spark.token),
-            spark_config=dict(config.spark.conf),
-            master=config.spark.master,
-            quick_start=config.spark.quick_start,
+            remote=_secret(settings.spark.remote),
+            token=_secret(settings.spark.token),
+            spark_config=dict(settings.spark.conf),
+            master=settings.spark.master,
+            quick_start=settings.spark.quick_start,
         ),
     }
+
+
+def pipeline_resources(pipeline: Pipeline) -> KafkaResource:
+    """``pipeline``'s Kafka cluster, keyed :func:`kafka_resource_key`."""
+    return KafkaResource.from_source(pipeline.kafka)
+
+
+def build_resources(config: PipelinesFile) -> dict[str, Any]:
+    """Resource instances for a pipelines file; Kafka resources are keyed ``kafka_<pipeline>``."""
+    resources = shared_resources(config.settings)
     for pipeline in config.pipelines:
-        resources[kafka_resource_key(pipeline.name)] = KafkaResource.from_source(pipeline.kafka)
+        resources[kafka_resource_key(pipeline.name)] = pipeline_resources(pipeline)
     return resources
 
 

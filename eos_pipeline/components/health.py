@@ -21,8 +21,8 @@ from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.components.config import Pipeline
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-from eos_pipeline.defs.config import Pipeline
 
 __all__ = [
     "NamedFault",

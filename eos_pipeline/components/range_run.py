@@ -8,12 +8,12 @@ from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
+from eos_pipeline.components.partitions import parse_partition_key
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning.stuck import NEEDS_PERSON_TAG, encode, state_label
 from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-from eos_pipeline.defs.asset_metadata import CLICKHOUSE_SINK
-from eos_pipeline.defs.partitions import parse_partition_key
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.components.metadata import ROW_COUNT_KEY, markdown_table, quiet_when_idle
+from eos_pipeline.components.partitions import partition_key
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.positions import lag
-from eos_pipeline.defs.metadata import ROW_COUNT_KEY, markdown_table, quiet_when_idle
-from eos_pipeline.defs.partitions import partition_key
 from eos_pipeline.sinks.clickhouse_reports import case_summary
 
 __all__ = ["TABLE_ROWS_KEY", "clickhouse_run_metadata"]

@@ -27,6 +27,22 @@ import dagster as dg
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.replay_journal import ReplayJournal
+from eos_pipeline.components.assets import (
+    CHECK_NAME,
+    CLICKHOUSE_SINK,
+    clickhouse_key,
+    clickhouse_spec,
+    hudi_key,
+)
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.health import name_fault, resource_endpoints
+from eos_pipeline.components.metadata import markdown_table
+from eos_pipeline.components.partitions import (
+    parse_partition_key,
+    partition_key,
+    pipeline_partitions,
+)
+from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
 from eos_pipeline.core.keeper import KeeperKey, validate_name, validate_topic
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import SINK_TAG
@@ -40,18 +56,6 @@ from eos_pipeline.core.proof import (
     prefix_unchanged,
 )
 from eos_pipeline.core.replay import RUNNING
-from eos_pipeline.defs.assets import (
-    CHECK_NAME,
-    CLICKHOUSE_SINK,
-    clickhouse_key,
-    clickhouse_spec,
-    hudi_key,
-)
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.health import name_fault, resource_endpoints
-from eos_pipeline.defs.metadata import markdown_table
-from eos_pipeline.defs.partitions import parse_partition_key, partition_key, pipeline_partitions
-from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
 
 __all__ = ["check_events", "clickhouse_check", "hudi_check"]
 
@@ -277,7 +281,7 @@ def _clustered(
     context: dg.AssetCheckExecutionContext, pipeline: Pipeline, spec: Any, key: dg.AssetKey
 ) -> Iterable[Any]:
     """A clustered table's check: by record identity over every cluster (``cluster_proofs``)."""
-    from eos_pipeline.defs.cluster_proofs import clickhouse_identity_proofs
+    from eos_pipeline.components.cluster_proofs import clickhouse_identity_proofs
 
     tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
     with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
@@ -447,7 +451,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if pipeline.kafka.clusters:  # every cluster's stretches, by identity
-            from eos_pipeline.defs.cluster_proofs import hudi_identity_proofs
+            from eos_pipeline.components.cluster_proofs import hudi_identity_proofs
 
             found = hudi_identity_proofs(pipeline, spark, tps)
             return list(identity_events(context, found, key))

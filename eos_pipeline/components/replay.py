@@ -16,10 +16,7 @@ import dagster as dg
 from pydantic import Field
 
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.partition_keys import partition_key
-from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
-from eos_pipeline.defs.assets import (
+from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     clickhouse_key,
     clickhouse_spec,
@@ -27,13 +24,16 @@ from eos_pipeline.defs.assets import (
     hudi_pool,
     hudi_spec,
 )
-from eos_pipeline.defs.config import Pipeline, PipelinesFile
-from eos_pipeline.defs.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 
 if TYPE_CHECKING:
     from eos_pipeline.sinks.replay import ReplayReport
 
-__all__ = ["ReplayConfig", "replay_job_name", "replay_jobs"]
+__all__ = ["ReplayConfig", "clickhouse_replay_job", "hudi_replay_job", "replay_job_name"]
 
 
 class ReplayConfig(dg.Config):
@@ -166,13 +166,3 @@ def hudi_replay_job(pipeline: Pipeline) -> dg.JobDefinition:
         replay_range()
 
     return replay
-
-
-def replay_jobs(config: PipelinesFile, clickhouse_pool: str | None) -> list[dg.JobDefinition]:
-    jobs = []
-    for pipeline in config.pipelines:
-        if pipeline.clickhouse is not None:
-            jobs.append(clickhouse_replay_job(pipeline, clickhouse_pool))
-        if pipeline.hudi is not None:
-            jobs.append(hudi_replay_job(pipeline))
-    return jobs

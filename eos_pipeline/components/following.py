@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
+from eos_pipeline.components.config import Pipeline
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning.follow import FollowPolicy, follows, yields_to
 from eos_pipeline.core.planning.runs import CHDB_PATH_TAG, HUDI_TABLE_TAG, PARTITION_TAG, SINK_TAG
-from eos_pipeline.defs.config import Pipeline
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
 from eos_pipeline.sinks.follow import follow, follow_table
 
@@ -90,7 +90,7 @@ def recording(
     the step's records and the partition's rows in the table) at most every ``every`` seconds
     per partition: a following run, up for minutes, keeps the UI's numbers current and shows
     the partition materialized while it runs, not "0 % filled"."""
-    from eos_pipeline.defs.partitions import partition_key
+    from eos_pipeline.components.partitions import partition_key
 
     last: dict[TopicPartition, float] = {}
 

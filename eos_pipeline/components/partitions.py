@@ -1,7 +1,7 @@
 """One Dagster partition per Kafka topic-partition, keyed ``<topic>__p0007``.
 
 Partitions are dynamic: the set of keys follows the topics' partition counts (the partitions
-sensor adds new ones, see :mod:`eos_pipeline.defs.sensors`), so a topic that grows needs no
+sensor adds new ones, see :mod:`eos_pipeline.components.sensors`), so a topic that grows needs no
 restart and no code change. The key format is a pure rule of the core
 (:mod:`eos_pipeline.core.partition_keys`), re-exported here for the Dagster layer.
 """

@@ -7,10 +7,10 @@ from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.metadata import ROW_COUNT_KEY, markdown_table, quiet_when_idle
+from eos_pipeline.components.partitions import partition_key
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.config import Pipeline
-from eos_pipeline.defs.metadata import ROW_COUNT_KEY, markdown_table, quiet_when_idle
-from eos_pipeline.defs.partitions import partition_key
 from eos_pipeline.sinks.hooks import SinkHooks
 
 #: Metadata key under which the Hudi asset records the table's checkpoint after its run (for

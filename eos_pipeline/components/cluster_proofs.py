@@ -28,13 +28,13 @@ from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of
 from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
+from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
+from eos_pipeline.components.config import Pipeline
 from eos_pipeline.core.failover.identity_proof import HeldRecord, IdentityProof, prove_by_identity
 from eos_pipeline.core.failover.table_position import row_topic
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, sink_state
-from eos_pipeline.defs.assets import CLICKHOUSE_SINK
-from eos_pipeline.defs.config import Pipeline
 
 __all__ = ["clickhouse_identity_proofs", "hudi_identity_proofs"]
 
@@ -100,7 +100,7 @@ def clickhouse_identity_proofs(
     tps: list[TopicPartition],
 ) -> list[IdentityProof]:
     """One identity proof per Dagster partition in ``tps``, over every cluster's stretches."""
-    from eos_pipeline.defs.failover import failover_pipeline
+    from eos_pipeline.components.failover import failover_pipeline
 
     fp = failover_pipeline(pipeline)
     source = spec.schema.source
@@ -132,8 +132,8 @@ def hudi_identity_proofs(
     from pyspark.sql import functions as F
 
     from eos_pipeline.adapters.hudi_timeline import latest_commit
+    from eos_pipeline.components.failover import failover_pipeline
     from eos_pipeline.core.failover.table_position import stored_position
-    from eos_pipeline.defs.failover import failover_pipeline
 
     assert pipeline.hudi is not None
     fp = failover_pipeline(pipeline)
