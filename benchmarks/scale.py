@@ -236,8 +236,8 @@ def measure(
                     times.append(time.perf_counter() - began)
                     requests.append(counters.take())
                 result[f"{short}_tick_ms"] = {
-                    "p50": round(1000 * percentile(times, 50), 1),
-                    "p95": round(1000 * percentile(times, 95), 1),
+                    "p50": round(1000 * percentile(times, 0.5), 1),
+                    "p95": round(1000 * percentile(times, 0.95), 1),
                 }
                 result[f"{short}_requests_per_tick"] = {
                     k: statistics.median(r[k] for r in requests) for k in requests[0]
