@@ -203,10 +203,7 @@ def measure(
     home.mkdir()
     result: dict[str, Any] = {"partitions": total, "layout": layout, "topics": len(topics)}
     with dg.DagsterInstance.local_temp(str(home)) as instance, Counters() as counters:
-        # the partitions sensor adds one key per Kafka partition
-        first = evaluate(defs, f"{name}_partitions", instance)
-        for request in first.dynamic_partitions_requests or []:
-            instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+        _add_keys(defs, f"{name}_partitions", instance, total)
         _produce(kafka, topics, 3)
         if catch_up:  # the backlog: the lag sensor's one key-range run over every partition
             tick = evaluate(defs, f"{name}_clickhouse_lag", instance)
@@ -253,6 +250,22 @@ def measure(
             + f"; planning {result['planning_ms_p50']} ms"
         )
     return result
+
+
+def _add_keys(defs: dg.Definitions, sensor: str, instance: dg.DagsterInstance, total: int) -> None:
+    """Tick the partitions sensor until it added one key per Kafka partition (a topic created
+    a moment ago may not be in the broker's metadata yet)."""
+    deadline = time.monotonic() + 60
+    keys: set[str] = set()
+    while len(keys) < total:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(keys)} of {total} partition keys after 60 s")
+        tick = evaluate(defs, sensor, instance)
+        for request in tick.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+            keys |= set(request.partition_keys)
+        if len(keys) < total:
+            time.sleep(0.5)
 
 
 def _produce(kafka: KafkaSettings, topics: dict[str, int], per_partition: int) -> None:
