@@ -36,11 +36,9 @@ from eos_pipeline.adapters.kafka import (
     KafkaBatch,
     KafkaReadError,
     KafkaSettings,
-    end_offsets,
     read_range,
-    start_offsets,
-    topic_id,
 )
+from eos_pipeline.adapters.kafka.offsets import TopicFacts
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
@@ -69,6 +67,10 @@ from eos_pipeline.sinks.prefetch import (
 from eos_pipeline.sinks.resume import refuse_pending, resolve_pending
 
 log = logging.getLogger(__name__)
+
+#: How long a run over many partitions keeps Kafka's answers (topic ids, end and start offsets,
+#: asked for all its partitions at once); see ``adapters.kafka.offsets``.
+SESSION_FACTS_MAX_AGE_S = 2.0
 
 
 class ClickHousePartitionSync:
@@ -99,6 +101,8 @@ class ClickHousePartitionSync:
         self.fault = fault
         #: The prefetcher and partition order of a :meth:`reading` session, while one is open.
         self._session: tuple[Prefetcher, list[TopicPartition]] | None = None
+        #: Kafka's answers: asked per use, or for all partitions of a reading session at once.
+        self._facts = TopicFacts(kafka)
         check_json_parser(spec, sink)
 
     # ------------------------------------------------------------------------------- entry points
@@ -177,10 +181,13 @@ class ClickHousePartitionSync:
         read (a guess from its keeper record; see :mod:`eos_pipeline.sinks.prefetch`)."""
         with prefetcher(self.kafka, enabled=self.spec.prefetch) as ahead:
             self._session = (ahead, list(order))
+            self._facts = TopicFacts(self.kafka, max_age_s=SESSION_FACTS_MAX_AGE_S)
+            self._facts.want(order)
             try:
                 yield
             finally:
                 self._session = None
+                self._facts = TopicFacts(self.kafka)
 
     def run_range(self, tp: TopicPartition, wanted: OffsetRange) -> BatchReport:
         """Process one explicit range (a backfill or a replay); already-written data is skipped."""
@@ -216,7 +223,7 @@ class ClickHousePartitionSync:
         stored = self.store.read(key)
         return first_read(
             stored.record if stored is not None else None,
-            lambda: end_offsets(self.kafka, tp.topic).get(tp.partition),
+            lambda: self._facts.end(tp),
             lambda state, target: self._next_start(tp, state, target),
             self.spec,
         )
@@ -228,8 +235,10 @@ class ClickHousePartitionSync:
         grown past the stored position, offsets cannot show the swap; the stored id can. A record
         written before ids were stored has none: it is accepted and gets one with its next write.
         """
-        tid = topic_id(self.kafka, tp.topic)
+        tid = self._facts.topic_id(tp.topic)
         stored = record.topic_id if record is not None else None
+        if stored is not None and stored != tid:  # refuse on a fresh answer only
+            tid = self._facts.info(tp.topic, fresh=True).topic_id
         if stored is not None and stored != tid:
             raise KafkaReadError(
                 f"{tp}: the keeper's position was read from topic id {stored}, but topic "
@@ -246,13 +255,15 @@ class ClickHousePartitionSync:
         it is a different log: the topic was deleted and recreated (or truncated). Going on
         would skip the new log's first offsets silently, or mix two logs' offsets in one table.
         """
-        ends = end_offsets(self.kafka, tp.topic)
-        if tp.partition not in ends:
+        end = self._facts.end(tp)
+        if end is None or (state is not None and state.range.end > end):
+            end = self._facts.end(tp, fresh=True)  # refuse on a fresh answer only
+        if end is None:
+            count = self._facts.info(tp.topic).partitions
             raise KafkaReadError(
-                f"{tp}: topic {tp.topic!r} has only {len(ends)} partitions now; it was recreated "
+                f"{tp}: topic {tp.topic!r} has only {count} partitions now; it was recreated "
                 "with fewer. Nothing was read or written"
             )
-        end = ends[tp.partition]
         if state is not None and state.range.end > end:
             raise KafkaReadError(
                 f"{tp}: the keeper says offsets up to {state.range.end} were taken ({state}), "
@@ -266,7 +277,9 @@ class ClickHousePartitionSync:
         """``core.positions.start_offset``, asking Kafka for the log start only if needed."""
         log_start = None
         if needs_log_start(state, self.spec.reset):
-            log_start = start_offsets(self.kafka, tp.topic)[tp.partition]
+            log_start = self._facts.start(tp)
+            if log_start is None:
+                raise KafkaReadError(f"{tp}: topic {tp.topic!r} has no such partition now")
         return start_offset(state, self.spec.reset, end=target, log_start=log_start)
 
     def _process(
