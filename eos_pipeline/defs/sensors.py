@@ -42,7 +42,9 @@ import dagster as dg
 
 from eos_pipeline.adapters.failover import SwitchInProgress
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, partition_count, start_offsets
+from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, start_offsets
+from eos_pipeline.adapters.kafka.offsets import TopicInfo, describe, end_offsets_of
+from eos_pipeline.adapters.keeper import shared_store
 from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
     HUDI_TABLE_TAG,
@@ -154,6 +156,14 @@ def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
     return bool(_runs(instance, sink, _WAITING, 1))
 
 
+def _ends_of(kafka, topics) -> dict:  # type: ignore[no-untyped-def]
+    """Every topic's ends in one ListOffsets request; none when Kafka cannot answer."""
+    try:
+        return end_offsets_of(kafka, topics)
+    except KafkaReadError:
+        return {}
+
+
 def _result(
     context: dg.SensorEvaluationContext, plan: Plan, requests: list[dg.RunRequest]
 ) -> dg.SensorResult | dg.SkipReason:
@@ -182,10 +192,11 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         existing = set(context.instance.get_dynamic_partitions(partitions.name))
         counts: dict[str, int] = {}
         missing: list[str] = []
+        infos = describe(kafka, pipeline.kafka.topics)  # one request for every topic
         for topic in pipeline.kafka.topics:
-            try:
-                counts[topic] = partition_count(kafka, topic)
-            except KafkaReadError:
+            if isinstance(info := infos[topic], TopicInfo):
+                counts[topic] = info.partitions
+            else:
                 missing.append(topic)
         new = plan_new_partitions(existing, counts, missing)
         requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
@@ -230,16 +241,16 @@ def clickhouse_lag_sensor(
         known = set(ordered)
         busy = _busy(context.instance, sink)
         topics: list[TopicState] = []
-        with keeper.store() as store:
+        with shared_store(keeper.settings()) as store:  # one session across ticks
             if pipeline.kafka.clusters:  # the active cluster's keys and physical topics
                 try:
                     topics = clickhouse_states(active_cluster(pipeline, store), store)
                 except (SwitchInProgress, KafkaReadError) as exc:
                     return dg.SkipReason(str(exc))
+            found = {} if pipeline.kafka.clusters else _ends_of(kafka, pipeline.kafka.topics)
             for topic in [] if pipeline.kafka.clusters else pipeline.kafka.topics:
-                try:
-                    ends = end_offsets(kafka, topic)
-                except KafkaReadError:
+                ends = found.get(topic)
+                if not isinstance(ends, dict):
                     continue
                 records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
                 state = TopicState(

@@ -18,7 +18,9 @@ import json
 import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets, start_offsets
+from eos_pipeline.adapters.kafka import KafkaReadError
+from eos_pipeline.adapters.kafka.offsets import ends_and_starts
+from eos_pipeline.adapters.keeper import shared_store
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 from eos_pipeline.defs.assets import (
     CLICKHOUSE_SINK,
@@ -164,17 +166,17 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         seen: dict[str, object] = {}
         missing: list[str] = []
         keeper: KeeperResource | None = getattr(context.resources, "keeper", None)
-        for index, topic in enumerate([*pipeline.kafka.topics, pipeline.dead_letter_topic]):
-            try:
-                ends = end_offsets(kafka, topic)
-                starts = start_offsets(kafka, topic)
-            except KafkaReadError:
+        every = [*pipeline.kafka.topics, pipeline.dead_letter_topic]
+        all_ends, all_starts = ends_and_starts(kafka, every)  # two ListOffsets in all
+        for index, topic in enumerate(every):
+            ends, starts = all_ends.get(topic), all_starts.get(topic)
+            if not isinstance(ends, dict) or not isinstance(starts, dict):
                 missing.append(topic)
                 continue
             positions: dict[str, dict[int, int | None]] = {}
             source = index < len(pipeline.kafka.topics)
             if source and pipeline.clickhouse is not None and keeper is not None:
-                with keeper.store() as store:
+                with shared_store(keeper.settings()) as store:  # one session across ticks
                     records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
                 positions[CLICKHOUSE_SINK] = {
                     p: committed(sink_state(r.record)) for p, r in records.items()
