@@ -4,10 +4,11 @@ Wiring only: each sensor reads the state through the adapters and Dagster's inst
 planner (:mod:`eos_pipeline.core.planning`, where every rule lives: which partitions, keys,
 priorities, retries, give-up) and turns its plan into Dagster objects.
 
-Cost per evaluation, whatever the number of partitions: one metadata + one ListOffsets request
-per topic (``end_offsets``, read_committed; a second ListOffsets only when a partition with
-nothing stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``), one run-storage query for runs in flight, one for queued runs (chDB) and one
+Cost per evaluation: one DescribeTopics + one ListOffsets request for all topics together
+(``end_offsets_of``, read_committed; a second ListOffsets only when a partition with nothing
+stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
+(``read_many``) on the process's shared keeper session (``adapters.keeper.shared``: no new
+session per tick), one run-storage query for runs in flight, one for queued runs (chDB) and one
 for failed runs, plus one event-log query per partition (or range, or table) that has failed
 runs from its current state and is still behind (why its newest run failed). No Spark, no
 ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
