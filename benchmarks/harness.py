@@ -524,7 +524,7 @@ class Bench:
         counting = mock.patch.object(sync.sink, "insert_json", counted)
         with patch, counting, _fresh_kafka_clients(fresh_clients), profiled(profile), timed() as t:
             tps = [TopicPartition(topic.name, p) for p in topic.ends]
-            with sync.reading():  # as the product's runs: the partitions in one session
+            with sync.reading(tps):  # as the product's runs: the partitions in one session
                 for tp in tps:
                     sync.run(tp)
         self.verify(name, table, topic)

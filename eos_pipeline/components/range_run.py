@@ -3,6 +3,7 @@ with the others and then fails naming it (the rule and why: ``core.planning.stuc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,11 @@ from eos_pipeline.core.planning.stuck import NEEDS_PERSON_TAG, encode, state_lab
 from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
+
+#: A run over more partitions logs one summary line, not a line per partition: each line is an
+#: event-log record (a third of a wide run's records), and each partition's numbers are on its
+#: own materialization anyway.
+PER_PARTITION_LOG_LIMIT = 16
 
 
 def catch_up(
@@ -36,7 +42,8 @@ def catch_up(
             planned.append((key, reads(parse_partition_key(key))))
         except Exception as exc:  # handled in its turn, below
             planned.append((key, exc))
-    with sync.reading():  # one Kafka consumer for every partition of the run
+    every = [tp for _, tps in planned if not isinstance(tps, Exception) for tp in tps]
+    with sync.reading(every):  # one Kafka consumer, and Kafka asked once, for the whole run
         for key, tps in planned:
             try:
                 if isinstance(tps, Exception):
@@ -45,6 +52,8 @@ def catch_up(
                     report = sync.run(tp)
                     reports.append(report)
                     label = key if sync.cluster is None else f"{tp} on {sync.cluster}"
+                    if len(order) > PER_PARTITION_LOG_LIMIT:
+                        continue
                     context.log.info(
                         f"{label}: [{report.start}, {report.end}) {report.records_read} read, "
                         f"{report.rows_sent} inserted, cases {report.cases or ['caught up']}"
@@ -56,6 +65,12 @@ def catch_up(
                 where = parse_partition_key(key)
                 stuck[key] = stuck_entry(store, pipeline, CLICKHOUSE_SINK, where, cause)
                 context.log.error(f"{key} needs a person, set aside: {cause}")
+    if len(order) > PER_PARTITION_LOG_LIMIT:
+        cases = Counter(case for r in reports for case in r.cases or ["caught up"])
+        context.log.info(
+            f"{len(reports)} partition(s): {sum(r.records_read for r in reports)} read, "
+            f"{sum(r.rows_sent for r in reports)} inserted, cases {dict(cases)}"
+        )
     return reports, stuck
 
 

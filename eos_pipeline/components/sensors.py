@@ -4,10 +4,11 @@ Wiring only: each sensor reads the state through the adapters and Dagster's inst
 planner (:mod:`eos_pipeline.core.planning`, where every rule lives: which partitions, keys,
 priorities, retries, give-up) and turns its plan into Dagster objects.
 
-Cost per evaluation, whatever the number of partitions: one metadata + one ListOffsets request
-per topic (``end_offsets``, read_committed; a second ListOffsets only when a partition with
-nothing stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``), one run-storage query for runs in flight, one for queued runs (chDB) and one
+Cost per evaluation: one DescribeTopics + one ListOffsets request for all topics together
+(``end_offsets_of``, read_committed; a second ListOffsets only when a partition with nothing
+stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
+(``read_many``) on the process's shared keeper session (``adapters.keeper.shared``: no new
+session per tick), one run-storage query for runs in flight, one for queued runs (chDB) and one
 for failed runs, plus one event-log query per partition (or range, or table) that has failed
 runs from its current state and is still behind (why its newest run failed). No Spark, no
 ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
@@ -50,6 +51,8 @@ from eos_pipeline.adapters.kafka import (
     partition_count,
     start_offsets,
 )
+from eos_pipeline.adapters.kafka.offsets import TopicInfo, describe, end_offsets_of
+from eos_pipeline.adapters.keeper import shared_store
 from eos_pipeline.components.assets import (
     CHECK_NAME,
     CLICKHOUSE_SINK,
@@ -208,12 +211,13 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
                         missing.append(topic)
             return counts, missing
         kafka = kafka_resource(context, pipeline.name).settings()
+        # One request for every topic; Kafka not answering raises (the skip reason names it),
+        # a topic it refuses is missing.
+        infos = describe(kafka, pipeline.kafka.topics)
         for topic in pipeline.kafka.topics:
-            try:
-                counts[topic] = partition_count(kafka, topic)
-            except KafkaReadError as exc:
-                if not _missing(exc):
-                    raise  # unreachable: a fact for the skip reason, not a missing topic
+            if isinstance(info := infos[topic], TopicInfo):
+                counts[topic] = info.partitions
+            else:
                 missing.append(topic)
         return counts, missing
 
@@ -298,18 +302,17 @@ def clickhouse_lag_sensor(
         known = set(ordered)
         busy = _busy(context.instance, sink)
         topics: list[TopicState] = []
-        with keeper.store() as store:
+        with shared_store(keeper.settings()) as store:  # one session across ticks
             if pipeline.kafka.clusters:  # the active cluster's keys and physical topics
                 try:
                     topics = clickhouse_states(active_cluster(pipeline, store), store)
                 except SwitchInProgress as exc:
                     return dg.SkipReason(str(exc))
+            # every topic's ends in one ListOffsets; Kafka not answering raises (``guarded``)
+            found = {} if pipeline.kafka.clusters else end_offsets_of(kafka, pipeline.kafka.topics)
             for topic in [] if pipeline.kafka.clusters else pipeline.kafka.topics:
-                try:
-                    ends = end_offsets(kafka, topic)
-                except KafkaReadError as exc:
-                    if not _missing(exc):
-                        raise  # unreachable: the skip reason names it (``health.guarded``)
+                ends = found.get(topic)
+                if not isinstance(ends, dict):  # missing topic (unreachable raised above)
                     continue
                 records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
                 state = TopicState(

@@ -25,7 +25,9 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, end_offsets, start_offsets
+from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline.adapters.kafka.offsets import ends_and_starts
+from eos_pipeline.adapters.keeper import shared_store
 from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     DEAD_LETTER_GROUP,
@@ -285,19 +287,18 @@ def _topics_body(pipeline: Pipeline) -> Body:
         seen: dict[str, object] = {}
         missing: list[str] = []
         keeper: KeeperResource | None = getattr(context.resources, "keeper", None)
-        for index, topic in enumerate([*pipeline.kafka.topics, pipeline.dead_letter_topic]):
-            try:
-                ends = end_offsets(kafka, topic)
-                starts = start_offsets(kafka, topic)
-            except KafkaReadError as exc:
-                if "does not exist" not in str(exc):
-                    raise  # unreachable: observed as such by ``unreachable_events``
+        every = [*pipeline.kafka.topics, pipeline.dead_letter_topic]
+        # two ListOffsets in all; Kafka not answering raises (``unreachable_events``)
+        all_ends, all_starts = ends_and_starts(kafka, every)
+        for index, topic in enumerate(every):
+            ends, starts = all_ends.get(topic), all_starts.get(topic)
+            if not isinstance(ends, dict) or not isinstance(starts, dict):
                 missing.append(topic)
                 continue
             positions: dict[str, dict[int, int | None]] = {}
             source = index < len(pipeline.kafka.topics)
             if source and pipeline.clickhouse is not None and keeper is not None:
-                with keeper.store() as store:
+                with shared_store(keeper.settings()) as store:  # one session across ticks
                     records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
                 positions[CLICKHOUSE_SINK] = {
                     p: committed(sink_state(r.record)) for p, r in records.items()

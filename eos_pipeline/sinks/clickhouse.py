@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
@@ -37,12 +37,10 @@ from eos_pipeline.adapters.kafka import (
     KafkaBatch,
     KafkaReadError,
     KafkaSettings,
-    end_offsets,
     range_consumer,
     read_range,
-    start_offsets,
-    topic_id,
 )
+from eos_pipeline.adapters.kafka.offsets import TopicFacts
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
@@ -64,6 +62,10 @@ from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
 from eos_pipeline.sinks.resume import resolve_pending
 
 log = logging.getLogger(__name__)
+
+#: How long a run over many partitions keeps Kafka's answers (topic ids, end and start offsets,
+#: asked for all its partitions at once); see ``adapters.kafka.offsets``.
+SESSION_FACTS_MAX_AGE_S = 2.0
 
 
 class PositionLogChanged(LogChanged, KafkaReadError):
@@ -98,6 +100,8 @@ class ClickHousePartitionSync:
         self.fault = fault
         #: The Kafka consumer of a :meth:`reading` session, while one is open.
         self._consumer: Any = None
+        #: Kafka's answers: asked per use, or for all partitions of a reading session at once.
+        self._facts = TopicFacts(kafka)
         check_json_parser(spec, sink)
 
     # ------------------------------------------------------------------------------- entry points
@@ -166,14 +170,19 @@ class ClickHousePartitionSync:
         return report
 
     @contextmanager
-    def reading(self) -> Iterator[None]:
-        """Runs inside share one Kafka consumer (a run of several partitions opens one)."""
+    def reading(self, partitions: Sequence[TopicPartition] = ()) -> Iterator[None]:
+        """Runs inside share one Kafka consumer (a run of several partitions opens one), and
+        Kafka's answers for ``partitions`` (topic ids, ends, starts) are asked for all at once
+        and kept for :data:`SESSION_FACTS_MAX_AGE_S` (``adapters.kafka.offsets``)."""
         with range_consumer(self.kafka) as consumer:
             self._consumer = consumer
+            self._facts = TopicFacts(self.kafka, max_age_s=SESSION_FACTS_MAX_AGE_S)
+            self._facts.want(partitions)
             try:
                 yield
             finally:
                 self._consumer = None
+                self._facts = TopicFacts(self.kafka)
 
     def insert_rows(self, batch: KafkaBatch, part: OffsetRange) -> tuple[int, int]:
         """Insert ``part`` of ``batch`` under this sync's token name, no keeper write (a replay's
@@ -189,10 +198,12 @@ class ClickHousePartitionSync:
 
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
         """Kafka's id of ``tp.topic``, refusing a position read from another topic of that name
-        (``core.positions.check_same_log``); a record stored before ids were kept has none and
-        gets one with its next write."""
-        tid = topic_id(self.kafka, tp.topic)
+        (``core.positions.check_same_log``, on a fresh answer only); a record stored before ids
+        were kept has none and gets one with its next write."""
+        tid = self._facts.topic_id(tp.topic)
         stored = record.topic_id if record is not None else None
+        if stored is not None and stored != tid:  # refuse on a fresh answer only
+            tid = self._facts.info(tp.topic, fresh=True).topic_id
         check_same_log(
             str(tp), topic=tp.topic, stored_topic_id=stored, topic_id=tid, error=PositionLogChanged
         )
@@ -200,24 +211,30 @@ class ClickHousePartitionSync:
 
     def _log_end(self, tp: TopicPartition, state: SinkState | None) -> int:
         """Kafka's last stable offset of ``tp``, refusing a log that is not the stored state's
-        (a partition gone, a log ending before it: ``core.positions.check_same_log``)."""
-        ends = end_offsets(self.kafka, tp.topic)
+        (a partition gone, a log ending before it: ``core.positions.check_same_log``, on a
+        fresh answer only)."""
+        end = self._facts.end(tp)
+        if end is None or (state is not None and state.range.end > end):
+            end = self._facts.end(tp, fresh=True)  # refuse on a fresh answer only
         check_same_log(
             str(tp),
             topic=tp.topic,
             stored_partitions=[tp.partition],
-            present=ends,
+            present=() if end is None else (tp.partition,),
             position=state.range.end if state is not None else None,
-            log_end=ends.get(tp.partition),
+            log_end=end,
             error=PositionLogChanged,
         )
-        return ends[tp.partition]
+        assert end is not None  # partition-gone refused above
+        return end
 
     def _next_start(self, tp: TopicPartition, state: SinkState | None, target: int) -> int:
         """``core.positions.start_offset``, asking Kafka for the log start only if needed."""
         log_start = None
         if needs_log_start(state, self.spec.reset):
-            log_start = start_offsets(self.kafka, tp.topic)[tp.partition]
+            log_start = self._facts.start(tp)
+            if log_start is None:
+                raise KafkaReadError(f"{tp}: topic {tp.topic!r} has no such partition now")
         return start_offset(state, self.spec.reset, end=target, log_start=log_start)
 
     def _process(

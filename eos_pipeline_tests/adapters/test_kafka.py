@@ -109,3 +109,75 @@ def test_creating_an_existing_topic_again_is_accepted(
     create_topic(kafka_settings, topic_name, partitions=2)
     create_topic(kafka_settings, topic_name, partitions=2)
     assert partition_count(kafka_settings, topic_name) == 2
+
+
+def _count_admin_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts DescribeTopics and ListOffsets calls made through the shared admin client."""
+    from confluent_kafka.admin import AdminClient
+
+    counts = {"describe_topics": 0, "list_offsets": 0}
+    for name in counts:
+        original = getattr(AdminClient, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+            counts[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(AdminClient, name, counted)
+    return counts
+
+
+def test_offsets_of_many_topics_take_one_request_each_and_name_a_missing_topic(
+    kafka_settings: KafkaSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eos_pipeline.adapters.kafka.offsets import end_offsets_of, start_offsets_of
+
+    other = f"{topic_name}_b"
+    create_topic(kafka_settings, topic_name, partitions=3)
+    create_topic(kafka_settings, other, partitions=2)
+    _produce(kafka_settings, topic_name, partitions=3, per_partition=4)
+    _produce(kafka_settings, other, partitions=2, per_partition=2)
+    counts = _count_admin_calls(monkeypatch)
+    ends = end_offsets_of(kafka_settings, [topic_name, other, f"{topic_name}_missing"])
+    assert ends[topic_name] == {0: 4, 1: 4, 2: 4} and ends[other] == {0: 2, 1: 2}
+    assert isinstance(ends[f"{topic_name}_missing"], KafkaReadError)
+    assert counts == {"describe_topics": 1, "list_offsets": 1}
+    assert start_offsets_of(kafka_settings, [topic_name, other]) == {
+        topic_name: {0: 0, 1: 0, 2: 0},
+        other: {0: 0, 1: 0},
+    }
+
+
+def test_topic_facts_ask_once_per_round_for_every_named_partition_and_again_when_old(
+    kafka_settings: KafkaSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eos_pipeline.adapters.kafka.offsets import TopicFacts
+
+    other = f"{topic_name}_b"
+    create_topic(kafka_settings, topic_name, partitions=4)
+    create_topic(kafka_settings, other, partitions=2)
+    _produce(kafka_settings, topic_name, partitions=4, per_partition=3)
+    now = [0.0]
+    facts = TopicFacts(kafka_settings, max_age_s=5.0, clock=lambda: now[0])
+    named = [TopicPartition(topic_name, p) for p in range(4)] + [TopicPartition(other, 0)]
+    facts.want(named)
+    counts = _count_admin_calls(monkeypatch)
+    assert [facts.end(tp) for tp in named] == [3, 3, 3, 3, 0]
+    assert [facts.start(tp) for tp in named] == [0] * 5
+    assert facts.topic_id(topic_name) != facts.topic_id(other)
+    # one description of both topics, one ListOffsets per kind, for all five partitions
+    assert counts == {"describe_topics": 1, "list_offsets": 2}
+    assert facts.end(TopicPartition(topic_name, 9)) is None  # no such partition
+    _produce(kafka_settings, topic_name, partitions=4, per_partition=1)
+    assert facts.end(TopicPartition(topic_name, 0)) == 3  # within the round: the same answer
+    assert facts.end(TopicPartition(topic_name, 0), fresh=True) == 4  # asked again
+    now[0] = 6.0  # the round is over: the next lookup asks again, for all of them
+    counts.update(describe_topics=0, list_offsets=0)
+    assert facts.end(TopicPartition(topic_name, 1)) == 4
+    assert facts.end(TopicPartition(other, 0)) == 0
+    assert counts == {"describe_topics": 1, "list_offsets": 1}
+    # without a round (max_age_s 0) every lookup asks, for its one partition
+    single = TopicFacts(kafka_settings)
+    assert single.end(TopicPartition(topic_name, 2)) == 4
+    assert single.end(TopicPartition(topic_name, 2)) == 4
+    assert counts == {"describe_topics": 3, "list_offsets": 3}

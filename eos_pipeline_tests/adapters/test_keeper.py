@@ -389,6 +389,36 @@ def test_session_expiry_mid_run_loses_nothing_and_writes_continue(
     assert now is not None and now.version == 2 and now.record == written.record
 
 
+def test_readers_share_one_session_across_uses_which_survives_expiry_and_is_replaced_when_broken(
+    open_store: Callable[..., KeeperStateStore], zookeeper_hosts: str, root: str
+) -> None:
+    from eos_pipeline.adapters.keeper import close_shared_stores, shared_store
+
+    settings = KeeperSettings(zookeeper_hosts, root=root, session_timeout_s=4.0)
+    writer = open_store()
+    lease = writer.acquire(KEY)
+    writer.write(lease, 0, 10, "AFTER")
+    try:
+        with shared_store(settings) as first:
+            assert first.read(KEY).record.range_end == 10
+        with shared_store(settings) as second:  # the next tick: no new session
+            assert second is first and second.client.connected
+            session = second.client.client_id[0]
+        expire_session(first.client, zookeeper_hosts)
+        writer.write(lease, 10, 20, "AFTER")
+        with shared_store(settings) as third:  # kazoo opened a new session by itself
+            assert third is first and third.read(KEY).record.range_end == 20
+            assert third.client.client_id[0] != session
+        with pytest.raises(KeeperUnavailableError), shared_store(settings) as broken:
+            raise KeeperUnavailableError("as a read that timed out would")
+        assert broken.closed  # dropped: the next reader gets a new store
+        with shared_store(settings) as fresh:
+            assert fresh is not broken and fresh.read(KEY).record.range_end == 20
+    finally:
+        close_shared_stores()
+    assert fresh.closed
+
+
 def test_writer_whose_session_expired_while_another_took_over_is_fenced(
     open_store: Callable[..., KeeperStateStore], zookeeper_hosts: str
 ) -> None:

@@ -167,11 +167,11 @@ def test_a_check_meeting_a_stopped_spark_connect_server_is_not_run(tmp_path: Pat
 
 @pytest.mark.integration
 def test_a_run_meeting_a_stopped_broker_fails_naming_it_and_its_check_is_not_run(
-    tmp_path: Path, zookeeper_hosts: str
+    tmp_path: Path, zookeeper_hosts: str, chdb_path: str
 ) -> None:
     """The keeper answers (the session's ZooKeeper), the broker does not."""
     broker = f"127.0.0.1:{free_port()}"
-    defs = build_definitions(_config(tmp_path, broker, zookeeper_hosts))
+    defs = build_definitions(_config(tmp_path, broker, zookeeper_hosts, chdb=chdb_path))
     asset = _table(defs, "clickhouse")
     with dg.instance_for_test() as instance:
         # the run creates the table before it needs the broker; the check then reads both

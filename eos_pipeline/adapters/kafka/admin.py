@@ -95,12 +95,11 @@ def create_topic(
                 ) from None
 
 
-def _unreachable(settings: KafkaSettings, what: str, timeout: float, exc: object) -> KafkaReadError:
+def unreachable(settings: KafkaSettings, what: str, timeout: float, exc: object) -> KafkaReadError:
     """The error of a request the cluster did not answer: what, where, the cause and the fix
     (its words mark it transient for the retry rules, ``core.retries``). A definite refusal
     (an unknown topic, no authorization) keeps Kafka's own words, without "unreachable"."""
-    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    if isinstance(error, KafkaError) and not (error.retriable() or error.code() in _DOWN):
+    if isinstance(exc, KafkaException) and not is_down(exc):
         return KafkaReadError(f"could not {what} on {settings.bootstrap_servers}: {exc}")
     cause = f": {exc}" if str(exc) else ""
     return KafkaReadError(
@@ -114,11 +113,32 @@ def _unreachable(settings: KafkaSettings, what: str, timeout: float, exc: object
 _DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
 
 
+def is_down(exc: object) -> bool:
+    """True when ``exc`` says the cluster did not answer (not a refusal of the request)."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(error, KafkaError):
+        return True
+    if error.code() in _REFUSED:  # Kafka flags an unknown topic retriable; it is an answer
+        return False
+    return error.retriable() or error.code() in _DOWN
+
+
+#: Definite answers about one topic, whatever their retriable flag says.
+_REFUSED = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.UNKNOWN_TOPIC_ID,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
 def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
     try:
         meta = shared_admin(settings).list_topics(topic, timeout=timeout)
     except KafkaException as exc:
-        raise _unreachable(settings, f"read the metadata of topic {topic!r}", timeout, exc) from exc
+        raise unreachable(settings, f"read the metadata of topic {topic!r}", timeout, exc) from exc
     info = meta.topics.get(topic)
     if info is None or info.error is not None:
         raise KafkaReadError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
@@ -137,9 +157,9 @@ def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
     try:
         description = future.result(timeout)
     except FutureTimeout:
-        raise _unreachable(settings, f"describe topic {topic!r}", timeout, "") from None
+        raise unreachable(settings, f"describe topic {topic!r}", timeout, "") from None
     except KafkaException as exc:
-        raise _unreachable(settings, f"describe topic {topic!r}", timeout, exc) from exc
+        raise unreachable(settings, f"describe topic {topic!r}", timeout, exc) from exc
     return str(description.topic_id)
 
 
@@ -188,6 +208,6 @@ def _offsets(
         # the request carries its own timeout; the wait here only bounds a lost answer
         return {tp.partition: f.result(timeout + 5.0).offset for tp, f in futures.items()}  # type: ignore[attr-defined]
     except FutureTimeout:
-        raise _unreachable(settings, what, timeout, "") from None
+        raise unreachable(settings, what, timeout, "") from None
     except KafkaException as exc:
-        raise _unreachable(settings, what, timeout, exc) from exc
+        raise unreachable(settings, what, timeout, exc) from exc

@@ -46,7 +46,8 @@ ends only when someone acquires the partition again. Reads are retried with ``Ka
 connection loss and expiry (they are idempotent); writes rely on the CAS and the re-read above.
 Every call is bounded by ``operation_timeout_s``, then fails with :class:`KeeperUnavailableError`.
 
-A store and its leases are meant for one thread at a time.
+A store and its leases are meant for one thread at a time; readers that come back every few
+seconds (sensor ticks) share one started store per process (``shared``), not a session each.
 """
 
 from eos_pipeline.adapters.keeper.settings import (
@@ -56,6 +57,7 @@ from eos_pipeline.adapters.keeper.settings import (
     StateStore,
     default_writer_id,
 )
+from eos_pipeline.adapters.keeper.shared import close_shared_stores, shared_store
 from eos_pipeline.adapters.keeper.store import KeeperStateStore
 from eos_pipeline.core.keeper import ConflictError, FencedError, Lease
 
@@ -68,5 +70,7 @@ __all__ = [
     "KeeperUnavailableError",
     "Lease",
     "StateStore",
+    "close_shared_stores",
     "default_writer_id",
+    "shared_store",
 ]

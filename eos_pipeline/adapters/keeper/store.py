@@ -116,6 +116,11 @@ class KeeperStateStore:
         log.info("keeper connected to %s (root %s)", s.hosts, s.root)
         return self
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed store cannot be started again)."""
+        return self._closing
+
     def close(self) -> None:
         self._closing = True
         try:
