@@ -95,6 +95,7 @@ _PERSON_CLASSES = frozenset(
         "InvalidKeyError",
         "OffsetRegressionError",
         "CheckpointError",
+        "RegistryAccessError",
     }
 )
 #: Words of messages no retry can fix (checked before the transient ones: a read refused
