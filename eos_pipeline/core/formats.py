@@ -21,6 +21,7 @@ import base64
 import functools
 import io
 import json
+import re
 import struct
 import uuid
 from collections.abc import Sequence
@@ -252,6 +253,17 @@ def _proto_value(field: FieldDescriptor, value: Any) -> Any:
 # ---- the verdict ----------------------------------------------------------------------------
 
 
+#: An object's default repr (``<_io.BytesIO object at 0x7f...>``): its address differs from one
+#: process to the next, and a verdict's message must not.
+_OBJECT_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
+def _said(exc: Exception) -> str:
+    """What a decoder's exception says, the same for the same bytes in every process."""
+    text = _OBJECT_REPR.sub("the payload", str(exc))[:160]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def judge_framed(
     raw: bytes | None, kind: Format, contract: Contract, schemas: WriterSchemas
 ) -> Verdict:
@@ -283,12 +295,11 @@ def judge_framed(
             obj = decode_protobuf(writer, frame.message_indexes or (0,), frame.payload)
         else:
             obj = parse_object(frame.payload, contract)
-    except Exception as exc:
-        text = str(exc) or type(exc).__name__
+    except Exception as exc:  # any failure to decode these bytes is a verdict on them
         return Verdict(
             None,
             ErrorClass.DECODE_ERROR,
-            f"not a value of writer schema id {frame.schema_id}: {text[:160]}",
+            f"not a value of writer schema id {frame.schema_id}: {_said(exc)}",
         )
     if type(obj) is str:
         return Verdict(None, ErrorClass.DECODE_ERROR, obj)
