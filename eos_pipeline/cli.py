@@ -22,13 +22,16 @@ environment variables (flags win over them):
   EOS_SPARK_CORES            cores of local[N], or of each standalone worker (default: 2)
   EOS_SPARK_WORKERS          0: Spark in local mode; N: a standalone master + N workers (default: 0)
   EOS_SPARK_MASTER_PORT      standalone master port (default: 7077)
+  EOS_REGISTRY               1/0: whether `stack up` starts the schema registry (default: 1)
+  EOS_REGISTRY_PORT          schema registry port, API at /apis/ccompat/v7 (default: 8081)
   EOS_STACK_JVM_OPTIONS      options of every JVM the stack starts (default: -XX:+UseG1GC)
   EOS_ARTIFACT_CACHE         where fetched JVM jars are kept (default: ./.cache/jvm)
   EOS_MAVEN_REPOSITORY       Maven Central mirror to fetch from
   EOS_DEFS_DIR               defs folder of the code location (default: eos_pipeline/defs)
 
 examples:
-  eos-pipeline stack up                  start ZooKeeper, Kafka and Spark Connect, wait for each
+  eos-pipeline stack up                  start ZooKeeper, Kafka, the schema registry and Spark
+                                         Connect, wait for each
   eos-pipeline stack up --no-spark       ... only ZooKeeper and Kafka
   eos-pipeline stack up --spark-workers 1  ... Spark Connect on a standalone master + 1 worker
   eos-pipeline stack status              show what runs where

@@ -23,7 +23,7 @@ from clickhouse_connect.driver.client import Client
 from dagster_pyspark import PySparkResource
 from pyspark.sql import SparkSession
 
-from eos_dev.stack.services import Stack, StackConfig, free_port
+from eos_dev.stack.services import Stack, StackConfig, find_java, free_port
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline_tests.support.spark_server import SessionServer
@@ -49,6 +49,21 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfi
     stack.up()
     try:
         yield config
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real schema registry (the stack's Apicurio, Confluent-compatible API),
+    started by the same code as ``eos-pipeline stack up`` on a free port."""
+    config = StackConfig(
+        state_dir=tmp_path_factory.mktemp("registry"), registry=True, registry_port=free_port()
+    )
+    stack = Stack(config, say=lambda line: print(f"[registry] {line}"))
+    stack._start_registry(find_java())
+    try:
+        yield config.registry_url
     finally:
         stack.down()
 

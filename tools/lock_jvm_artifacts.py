@@ -193,10 +193,11 @@ def main(only: list[str]) -> None:
     unknown = sorted(set(only) - set(BUNDLES))
     if unknown:
         sys.exit(f"unknown bundle(s) {', '.join(unknown)}; known: {', '.join(BUNDLES)}")
-    pinned = json.loads(LOCK_FILE.read_text())["bundles"] if only else {}
-    bundles = {}
+    pinned = json.loads(LOCK_FILE.read_text())["bundles"]
+    # Bundles pinned by hand (an application archive, not a Maven closure: the registry) stay.
+    bundles = {name: bundle for name, bundle in pinned.items() if name not in BUNDLES}
     for name, spec in BUNDLES.items():
-        if only and name not in only and name in pinned:
+        if only and name not in only and name in pinned:  # re-resolve only the ones named
             bundles[name] = pinned[name]
         else:
             bundles[name] = {"about": spec["about"], "artifacts": resolve(name, spec)}

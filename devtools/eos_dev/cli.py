@@ -39,6 +39,12 @@ def _stack_config(args: argparse.Namespace) -> StackConfig:
         spark_cores=getattr(args, "spark_cores", None),
         spark_workers=getattr(args, "spark_workers", None),
         spark_master_port=getattr(args, "spark_master_port", None),
+        # `stack up` brings the schema registry too unless EOS_REGISTRY says otherwise.
+        registry=(
+            True
+            if args.command == "stack" and args.action == "up" and "EOS_REGISTRY" not in os.environ
+            else None
+        ),
     )
 
 
@@ -78,6 +84,8 @@ def _run_stack(args: argparse.Namespace) -> int:
         stack.up()
         print(f"zookeeper: {stack.config.zookeeper_hosts}")
         print(f"kafka:     {stack.config.kafka_bootstrap}")
+        if stack.config.registry:
+            print(f"registry:  {stack.config.registry_url}")
         if stack.config.spark:
             print(f"spark:     {stack.config.spark_connect_url}")
         if mirror_config is not None:

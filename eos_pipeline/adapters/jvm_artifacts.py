@@ -12,6 +12,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import tarfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -33,12 +35,15 @@ class Artifact:
     coords: str  # group:artifact:version[:classifier]
     sha256: str
     size: int
+    #: The file's extension on Maven Central: ``jar``, or ``tar.gz`` for an application archive
+    #: (the schema registry ships as one, unpacked by :func:`unpacked`).
+    packaging: str = "jar"
 
     @property
     def filename(self) -> str:
         _, artifact, version, *classifier = self.coords.split(":")
         suffix = f"-{classifier[0]}" if classifier else ""
-        return f"{artifact}-{version}{suffix}.jar"
+        return f"{artifact}-{version}{suffix}.{self.packaging}"
 
     def url(self, repository: str) -> str:
         group, artifact, version, *_ = self.coords.split(":")
@@ -115,6 +120,27 @@ def ensure_bundle(
         _download(artifact.url(repository), target, artifact)
         paths.append(target)
     return paths
+
+
+def unpacked(archive: Path) -> Path:
+    """The folder a verified ``.tar.gz`` from :func:`ensure_bundle` unpacks to, unpacked once.
+
+    Unpacked beside the archive into a temporary folder that is renamed only when complete, so
+    an interrupted unpack is redone, never mistaken for a finished one.
+    """
+    target = archive.with_name(archive.name.removesuffix(".tar.gz"))
+    if target.is_dir():
+        return target
+    partial = target.with_name(target.name + ".part")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(partial, filter="data")
+    try:
+        partial.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
 
 
 def ensure_all(

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
+from eos_pipeline.adapters.registry import decode_values
 from eos_pipeline.core import decode as core_decode
 from eos_pipeline.core.contract import ErrorClass, compile_contract, oversized, unwrap
 from eos_pipeline.core.schema import SchemaError, TableSchema
@@ -135,7 +136,7 @@ def _payload_arrays(
             return arrays, {}
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass  # a cast Arrow cannot vouch for: take the reference path
-    decoded = core_decode.decode_json(values, schema)
+    decoded = decode_values(values, schema)  # JSON, or framed via the registry (per worker)
     bad = {b.index: (str(b.error_class), b.message) for b in decoded.bad}
     arrays = []
     for i, col in enumerate(schema.columns):

@@ -18,6 +18,8 @@ from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.failover.switch import ClusterSet
 from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
 from eos_pipeline.core.keeper import validate_root, validate_topic
+from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
+from eos_pipeline.core.payload_format import Secret as CoreSecret
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
 #: Values of ``spark.remote`` meaning "no server: Spark in the run's own process".
@@ -186,10 +188,51 @@ class HudiTarget(_Strict):
         return validate_identifier(value, "name")
 
 
+class SchemaRegistry(_Strict):
+    """A Confluent-compatible schema registry (``format: avro | protobuf | json_schema``)."""
+
+    #: Base URL of the Confluent-compatible API (Apicurio: ``http://host:port/apis/ccompat/v7``).
+    url: Annotated[str, Field(pattern=r"^(https?|mock)://\S+$")]
+    #: HTTP basic auth; the password is best given as ``{env: NAME}``.
+    username: str | None = None
+    password: Secret | None = None
+    #: A bearer token instead of basic auth, e.g. ``{env: REGISTRY_TOKEN}``.
+    token: Secret | None = None
+    #: Seconds per request before the registry counts as unreachable (the run is retried).
+    timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+
+    @model_validator(mode="after")
+    def _auth(self) -> SchemaRegistry:
+        if self.password is not None and self.username is None:
+            raise ValueError("registry.password needs registry.username")
+        if self.token is not None and self.username is not None:
+            raise ValueError("registry: give either username/password or token, not both")
+        return self
+
+    def settings(self) -> RegistrySettings:
+        def secret(value: Secret | None) -> CoreSecret | None:
+            if value is None:
+                return None
+            if isinstance(value, EnvRef):
+                return CoreSecret(env=value.env)
+            return CoreSecret(value=value)
+
+        return RegistrySettings(
+            self.url.rstrip("/"),
+            self.username,
+            secret(self.password),
+            secret(self.token),
+            self.timeout_s,
+        )
+
+
 class Pipeline(_Strict):
     name: str
     kafka: KafkaSource
-    format: Literal["json"] = "json"
+    #: How record values are written: JSON objects, or Confluent-framed Avro, Protobuf or JSON
+    #: (JSON Schema) read through ``registry`` (docs/formats.md).
+    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
+    registry: SchemaRegistry | None = None
     #: Payload columns, ``name: ClickHouse type``, in order. Source columns are added.
     schema_: Annotated[dict[str, str], Field(alias="schema", min_length=1)]
     reset: Literal["earliest", "latest"] = "earliest"
@@ -243,6 +286,17 @@ class Pipeline(_Strict):
         return columns
 
     @model_validator(mode="after")
+    def _format(self) -> Pipeline:
+        if self.format != "json" and self.registry is None:
+            raise ValueError(f"format {self.format} needs a schema registry: set registry.url")
+        return self
+
+    @property
+    def payload_format(self) -> PayloadFormat:
+        registry = None if self.registry is None else self.registry.settings()
+        return PayloadFormat(Format(self.format), registry)
+
+    @model_validator(mode="after")
     def _targets(self) -> Pipeline:
         if self.clickhouse is None and self.hudi is None:
             raise ValueError("a pipeline needs at least one target: 'clickhouse' and/or 'hudi'")
@@ -269,7 +323,7 @@ class Pipeline(_Strict):
     @property
     def table_schema(self) -> TableSchema:
         # Hudi has no separate timestamp type for Kafka's: both targets carry the same columns.
-        return TableSchema.from_mapping(self.schema_, SourceColumns())
+        return TableSchema.from_mapping(self.schema_, SourceColumns(), self.payload_format)
 
     @property
     def dead_letter_topic(self) -> str:

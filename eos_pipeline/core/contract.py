@@ -17,6 +17,13 @@ Per record, checked in this order (the first failing rule names the error class)
    and the column has no default and is not nullable; ``TypeMismatch`` when the JSON token does
    not fit the column (see :data:`TOKENS`).
 
+Framed formats (``format: avro | protobuf | json_schema``, see :mod:`core.formats`) replace
+rule 3 by three checks: ``BadFraming`` (no Confluent header: magic byte 0, a 4-byte schema id,
+Protobuf message indexes), ``UnknownSchemaId`` (the registry has no schema with that id) and
+``DecodeError`` (the bytes are not a value of the writer schema, or that schema is of another
+format); rule 4 then judges the decoded record's fields as it judges a JSON object's. A registry
+that cannot be reached is never a verdict: the run fails and is retried.
+
 Keys that are not declared columns are ignored; a repeated key keeps its last value. The values
 the contract returns are canonical Python values (``int``, ``float``, ``bool``, ``str``,
 ``Decimal``, ``date``, aware ``datetime`` in UTC, lists, dicts), which each sink converts to its
@@ -45,6 +52,7 @@ __all__ = [
     "compile_contract",
     "is_required",
     "judge",
+    "judge_object",
     "oversized",
     "parse_object",
     "unwrap",
@@ -62,6 +70,11 @@ class ErrorClass(StrEnum):
     DECODE_ERROR = "DecodeError"
     MISSING_FIELD = "MissingField"
     TYPE_MISMATCH = "TypeMismatch"
+    #: Framed formats only (Avro, Protobuf, JSON Schema): the value does not start with the
+    #: Confluent header (magic byte 0, a 4-byte schema id; for Protobuf, valid message indexes).
+    BAD_FRAMING = "BadFraming"
+    #: Framed formats only: the registry answers that it has no schema with the header's id.
+    UNKNOWN_SCHEMA_ID = "UnknownSchemaId"
     #: Not a decoding verdict: a batch re-sent inside a range a crash left open, which cannot
     #: carry its first attempt's token (ClickHouse sink only; the range itself is recovered).
     UNRECOVERABLE_REPLAY = "UnrecoverableReplay"
@@ -209,15 +222,30 @@ def parse_object(raw: bytes, contract: Contract) -> dict[str, Any] | str:
 
 
 def judge(raw: bytes | None, contract: Contract) -> Verdict:
-    """Apply the contract to one value (size is judged by :func:`oversized` first)."""
+    """Apply the contract to one JSON value (size is judged by :func:`oversized` first)."""
     if raw is None:
-        return Verdict(None, ErrorClass.TOMBSTONE, "null value (tombstone): no row to insert")
+        return TOMBSTONE_VERDICT
     obj = parse_object(raw, contract)
     if type(obj) is str:
         return Verdict(None, ErrorClass.DECODE_ERROR, obj)
+    return judge_object(obj, contract)  # type: ignore[arg-type]
+
+
+#: The verdict on a null value, whatever the format.
+TOMBSTONE_VERDICT: Final = Verdict(
+    None, ErrorClass.TOMBSTONE, "null value (tombstone): no row to insert"
+)
+
+
+def judge_object(obj: dict[str, Any], contract: Contract) -> Verdict:
+    """Rule 4 on a decoded record: the declared columns, in order, from a field mapping.
+
+    JSON objects come here from :func:`parse_object`; Avro, Protobuf and JSON Schema records
+    from :mod:`core.formats`, as the same JSON-like values, so one set of rules judges all.
+    """
     row = []
     for rule in contract.fields:
-        value = obj.get(rule.name, _MISSING)  # type: ignore[union-attr]
+        value = obj.get(rule.name, _MISSING)
         if value is _MISSING or value is None:
             if rule.has_default:
                 row.append(rule.default)

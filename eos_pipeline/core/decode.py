@@ -57,7 +57,12 @@ class Decoded:
 
 
 def decode_json(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:
-    """Judge each value by the contract (:mod:`core.contract`); rows hold canonical values."""
+    """Judge each value by the contract (:mod:`core.contract`); rows hold canonical values.
+
+    JSON pipelines only: framed formats are decoded by ``adapters.registry.decode_values``.
+    """
+    if schema.format.kind.framed:
+        raise ValueError(f"decode_json cannot read {schema.format.kind.value} values")
     contract = compile_contract(schema)
     out = Decoded(columns={name: [] for name in contract.names})
     cols = [out.columns[name] for name in contract.names]
@@ -196,6 +201,8 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
     :func:`decode_json` on the same values. The checks below are bulk byte scans, no Python
     loop over the records.
     """
+    if schema.format.kind.framed:
+        return None  # Avro/Protobuf/JSON Schema: judged per record (adapters.registry)
     plan = _arrow_plan(schema)
     count = len(values)
     if plan is None or count == 0:

@@ -94,6 +94,8 @@ def native_plan(schema: TableSchema) -> NativePlan | None:
     Float32 is left out (ClickHouse and Python may round a decimal to float32 differently), and
     so are dates, times, decimals, UUIDs, IPs, FixedString and containers.
     """
+    if schema.format.kind.framed:
+        return None  # ClickHouse parses JSON lines only; framed values are decoded per record
     contract = compile_contract(schema)
     columns = []
     for col, rule in zip(schema.columns, contract.fields, strict=True):

@@ -91,6 +91,7 @@ _OTHER_CLASSES: dict[str, Fault] = {
             "KeeperAuthError",
             "NoAuthError",
             "AuthFailedError",
+            "RegistryAccessError",
         ),
         Fault.NEEDS_PERSON,
     ),

@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from eos_pipeline.core.payload_format import JSON_FORMAT, PayloadFormat
+
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # Types written without arguments.
@@ -302,6 +304,8 @@ class TableSchema:
 
     columns: tuple[Column, ...]
     source: SourceColumns = field(default_factory=SourceColumns)
+    #: How the record values are written (JSON, or Avro/Protobuf/JSON Schema via a registry).
+    format: PayloadFormat = JSON_FORMAT
 
     def __post_init__(self) -> None:
         cols = tuple(self.columns)
@@ -318,12 +322,16 @@ class TableSchema:
 
     @classmethod
     def from_mapping(
-        cls, columns: Mapping[str, str], source: SourceColumns | None = None
+        cls,
+        columns: Mapping[str, str],
+        source: SourceColumns | None = None,
+        payload_format: PayloadFormat = JSON_FORMAT,
     ) -> TableSchema:
         """Build from ``{"name": "Type"}`` as found in configuration; order is kept."""
         return cls(
             tuple(Column(name, ch_type) for name, ch_type in columns.items()),
             source or SourceColumns(),
+            payload_format,
         )
 
     def _source_names(self) -> set[str]:

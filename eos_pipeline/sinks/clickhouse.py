@@ -42,8 +42,9 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.kafka.offsets import TopicFacts
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
+from eos_pipeline.adapters.registry import decode_values
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
-from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
+from eos_pipeline.core.decode import add_source_columns, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.failover.table_position import row_topic
@@ -377,7 +378,7 @@ class ClickHousePartitionSync:
             )
             sent = self.sink.insert_chunk(self.spec.database, self.spec.table, table, token)
             return sent, dead
-        decoded = decode_json(values, self.spec.schema)
+        decoded = decode_values(values, self.spec.schema)  # JSON, or framed via the registry
         if decoded.bad:
             dead += self.dead_letters.send(
                 batch.tp,

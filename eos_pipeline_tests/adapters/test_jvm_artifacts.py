@@ -77,3 +77,36 @@ def test_real_cache_matches_the_lock(tmp_path: Path) -> None:
     expected = {a.filename: a.sha256 for a in bundles["zookeeper"]}
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths} == expected
     assert json.loads(json.dumps(expected))  # the lock is plain JSON data
+
+
+def test_an_application_archive_is_verified_then_unpacked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("app-runner.jar")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"jar"))
+    data = buffer.getvalue()
+    art = Artifact("org.example:app:1.0:all", hashlib.sha256(data).hexdigest(), len(data), "tar.gz")
+    assert art.filename == "app-1.0-all.tar.gz"
+    archive = tmp_path / "repo" / "org" / "example" / "app" / "1.0" / art.filename
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(data)
+    _with_lock(monkeypatch, (tmp_path / "repo").as_uri(), art)
+    [path] = ensure_bundle("demo", tmp_path / "cache")
+    home = artifacts.unpacked(path)
+    assert home == path.parent / "app-1.0-all" and (home / "app-runner.jar").read_bytes() == b"jar"
+    (home / "app-runner.jar").write_bytes(b"kept")
+    assert artifacts.unpacked(path) == home  # unpacked once: a finished folder is reused
+    assert (home / "app-runner.jar").read_bytes() == b"kept"
+
+
+def test_the_registry_is_pinned_as_an_archive_on_java_17() -> None:
+    """Apicurio 2.6 runs on the stack's Java 17 (3.x needs 21): the pin must stay on 2.x."""
+    _, bundles = load_lock()
+    [registry] = bundles["registry"]
+    assert registry.packaging == "tar.gz" and ":2.6." in registry.coords

@@ -45,6 +45,10 @@ class StackConfig:
     #: 0: the Connect server runs Spark in local mode; N: a standalone master and N workers.
     spark_workers: int = 0
     spark_master_port: int = 7077
+    #: Start the schema registry (Apicurio, Confluent-compatible API) too; ``stack up`` does.
+    registry: bool = False
+    registry_port: int = 8081
+    registry_heap: str = "384m"
     #: JVM options of every JVM the stack starts (ZooKeeper, Kafka, MirrorMaker 2, the Connect
     #: server), from ``EOS_STACK_JVM_OPTIONS`` when set. Long-lived stacks keep the default;
     #: short-lived ones (tests, CI) can trade peak speed for less start-up CPU.
@@ -63,6 +67,7 @@ class StackConfig:
             ("controller_port", "EOS_KAFKA_CONTROLLER_PORT"),
             ("spark_connect_port", "EOS_SPARK_CONNECT_PORT"),
             ("spark_master_port", "EOS_SPARK_MASTER_PORT"),
+            ("registry_port", "EOS_REGISTRY_PORT"),
         ):
             if var in env:
                 try:
@@ -82,6 +87,8 @@ class StackConfig:
             values["spark_memory"] = env["EOS_SPARK_MEMORY"]
         if "EOS_SPARK" in env:
             values["spark"] = env["EOS_SPARK"].strip().lower() in ("1", "true", "yes", "on")
+        if "EOS_REGISTRY" in env:
+            values["registry"] = env["EOS_REGISTRY"].strip().lower() in ("1", "true", "yes", "on")
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "state_dir" in values:
             values["state_dir"] = Path(str(values["state_dir"])).resolve()
@@ -98,6 +105,11 @@ class StackConfig:
     @property
     def spark_connect_url(self) -> str:
         return f"sc://{self.host}:{self.spark_connect_port}"
+
+    @property
+    def registry_url(self) -> str:
+        """The schema registry's Confluent-compatible API (what a client's ``url`` takes)."""
+        return f"http://{self.host}:{self.registry_port}/apis/ccompat/v7"
 
     @property
     def spark_master_url(self) -> str:

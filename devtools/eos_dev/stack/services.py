@@ -1,5 +1,8 @@
 """The local development stack: ZooKeeper and a KRaft Kafka broker as background JVM processes.
 
+With ``registry=True`` (``stack up`` sets it) also a schema registry, Apicurio's
+Confluent-compatible API (see :mod:`eos_dev.stack.registry`).
+
 On request (``spark=True``, ``stack up --spark``) also a long-lived Spark: a Spark Connect server
 and, with ``spark_workers`` > 0, a standalone master and workers behind it (see
 :mod:`eos_dev.stack.spark_connect`).
@@ -38,6 +41,7 @@ from eos_dev.stack.processes import (
     pid_alive,
     port_in_use,
 )
+from eos_dev.stack.registry import start_registry
 from eos_dev.stack.zookeeper import start_zookeeper, zookeeper_ready
 from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 
@@ -86,6 +90,8 @@ class Stack:
         return pid if pid is not None and pid_alive(pid) else None
 
     def _endpoint(self, name: str) -> str:
+        if name == "registry":
+            return self.config.registry_url
         if name.startswith("spark-"):
             from eos_dev.stack.spark_connect import spark_endpoint
 
@@ -93,10 +99,12 @@ class Stack:
         return self.config.zookeeper_hosts if name == "zookeeper" else self.config.kafka_bootstrap
 
     def services(self) -> list[str]:
-        """Services in start order: the two base ones, then Spark's if asked for or running."""
+        """Services in start order: the two base ones, the registry if asked for or running, then
+        Spark's if asked for or running."""
         from eos_dev.stack.spark_connect import spark_services
 
-        return [*self.SERVICES, *spark_services(self)]
+        registry = ["registry"] if self.config.registry or self._read_pid("registry") else []
+        return [*self.SERVICES, *registry, *spark_services(self)]
 
     # public --------------------------------------------------------------------------------
     def status(self) -> list[ServiceStatus]:
@@ -124,6 +132,8 @@ class Stack:
             spark_ready = launch_spark(self, java)
         self._start_zookeeper(java)
         self._start_kafka(java)
+        if self.config.registry:
+            self._start_registry(java)
         if spark_ready is not None:
             spark_ready()
 
@@ -190,3 +200,6 @@ class Stack:
 
     def _start_kafka(self, java: str) -> None:
         start_kafka(self, java)
+
+    def _start_registry(self, java: str) -> None:
+        start_registry(self, java)

@@ -1,0 +1,184 @@
+"""The schema registry behind framed formats: writer schemas by id, cached, with honest errors.
+
+confluent-kafka's :class:`SchemaRegistryClient` talks to any Confluent-compatible registry
+(Confluent's, Apicurio's ``/apis/ccompat/v7``, Karapace; ``mock://`` for unit tests). This
+adapter asks it for the schema of an id and keeps the answer for the life of the process: an
+id's schema never changes once registered, so each id costs one request per process (the run's
+and each Spark Python worker's).
+
+What an answer means for a record (see :mod:`core.formats`):
+
+* the schema: decode with it;
+* HTTP 404 with the registry's "schema not found" code (40403): ``UnknownSchemaId`` dead letter;
+* no answer, a timeout or a 5xx: :class:`RegistryUnavailableError`, never a dead letter, the
+  run fails and is retried with backoff;
+* 401/403, or a 404 that is not the registry's (a wrong URL): an error for a person.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from eos_pipeline.core.decode import Decoded, decode_json
+from eos_pipeline.core.formats import RegistryUnavailableError, WriterSchema, decode_framed
+from eos_pipeline.core.payload_format import RegistrySettings, Secret
+from eos_pipeline.core.schema import SchemaError, TableSchema
+
+__all__ = [
+    "RegistryAccessError",
+    "RegistrySchemas",
+    "RegistryUnavailableError",
+    "client_config",
+    "decode_values",
+    "schemas_for",
+]
+
+#: The registry's error codes for "no schema with this id": 40403 (Confluent's API, Apicurio's
+#: too) and 40400 (confluent-kafka's ``mock://`` registry).
+SCHEMA_NOT_FOUND = frozenset({40403, 40400})
+#: Requests a client makes before an unreachable registry counts as unavailable (each one
+#: already waits ``timeout_s``): the run fails soon and the sensor's backoff takes over.
+_MAX_RETRIES = 1
+
+
+class RegistryAccessError(SchemaError):
+    """The registry refused the credentials, or the URL names no registry: needs a person."""
+
+
+def _secret(secret: Secret | None, what: str) -> str | None:
+    if secret is None:
+        return None
+    if secret.env is None:
+        return secret.value
+    value = os.environ.get(secret.env)
+    if value is None:
+        # "MissingSecretError" is read as needing a person by the run-failure diagnosis.
+        raise RegistryAccessError(
+            f"registry.{what}: environment variable {secret.env} is not set in this process"
+        )
+    return value
+
+
+def client_config(settings: RegistrySettings) -> dict[str, Any]:
+    """confluent-kafka's client settings for ``settings``, secrets read from the environment."""
+    conf: dict[str, Any] = {
+        "url": settings.url,
+        "timeout": settings.timeout_s,
+        "max.retries": _MAX_RETRIES,
+        "retries.wait.ms": 200,
+        "retries.max.wait.ms": 1000,
+    }
+    if settings.username is not None:
+        password = _secret(settings.password, "password") or ""
+        conf["basic.auth.user.info"] = f"{settings.username}:{password}"
+    token = _secret(settings.token, "token")
+    if token is not None:
+        conf["bearer.auth.credentials.source"] = "STATIC_TOKEN"
+        conf["bearer.auth.token"] = token
+        conf["bearer.auth.logical.cluster"] = ""  # Confluent Cloud's; other registries ignore it
+    return conf
+
+
+class RegistrySchemas:
+    """:class:`core.formats.WriterSchemas` over one registry, every answer kept (ids included
+    that the registry does not know: a record's verdict must not change within a process)."""
+
+    def __init__(self, settings: RegistrySettings, client: Any | None = None) -> None:
+        self.settings = settings
+        self.client = client or SchemaRegistryClient.new_client(client_config(settings))
+        self._known: dict[int, WriterSchema | None] = {}
+        self._lock = threading.Lock()
+        #: Requests made and answers served from the cache, for the run's metadata.
+        self.lookups = 0
+        self.hits = 0
+
+    def get(self, schema_id: int) -> WriterSchema | None:
+        with self._lock:
+            if schema_id in self._known:
+                self.hits += 1
+                return self._known[schema_id]
+        found = self._fetch(schema_id)
+        with self._lock:
+            self.lookups += 1
+            self._known[schema_id] = found
+        return found
+
+    def _fetch(self, schema_id: int) -> WriterSchema | None:
+        try:
+            schema = self.client.get_schema(schema_id, fmt="serialized")
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404 and exc.error_code in SCHEMA_NOT_FOUND:
+                return None
+            raise self._error(exc) from exc
+        except Exception as exc:  # httpx2's connection errors, timeouts, a closed socket
+            raise RegistryUnavailableError(
+                f"schema registry at {self.settings.url} could not be reached while looking up "
+                f"schema id {schema_id}: {type(exc).__name__}: {exc}"
+            ) from exc
+        dependencies = self._references(schema, set()) if schema.references else ()
+        return WriterSchema(schema.schema_type or "AVRO", schema.schema_str, dependencies)
+
+    def _references(self, schema: Any, seen: set[str]) -> tuple[str, ...]:
+        """Protobuf imports, each after its own, fetched as the registry names them."""
+        out: list[str] = []
+        for ref in schema.references or ():
+            if ref.name in seen:
+                continue
+            seen.add(ref.name)
+            try:
+                registered = self.client.get_version(ref.subject, ref.version, True, "serialized")
+            except SchemaRegistryError as exc:
+                raise self._error(exc) from exc
+            except Exception as exc:
+                raise RegistryUnavailableError(
+                    f"schema registry at {self.settings.url} could not be reached while looking "
+                    f"up reference {ref.subject} v{ref.version}: {exc}"
+                ) from exc
+            out.extend(self._references(registered.schema, seen))
+            out.append(registered.schema.schema_str)
+        return tuple(out)
+
+    def _error(self, exc: SchemaRegistryError) -> Exception:
+        status = exc.http_status_code
+        if status in (401, 403):
+            return RegistryAccessError(
+                f"schema registry at {self.settings.url}: not authorized (HTTP {status}): check "
+                "registry.username/password or registry.token"
+            )
+        if status == 404:
+            return RegistryAccessError(
+                f"schema registry at {self.settings.url} answered 404 without its 'schema not "
+                f"found' code: invalid url? It must be the Confluent-compatible API "
+                f"(Apicurio: .../apis/ccompat/v7). Answer: {exc}"
+            )
+        return RegistryUnavailableError(
+            f"schema registry at {self.settings.url} could not be reached (HTTP {status}): {exc}"
+        )
+
+
+_PROCESS_SCHEMAS: dict[RegistrySettings, RegistrySchemas] = {}
+_PROCESS_LOCK = threading.Lock()
+
+
+def schemas_for(settings: RegistrySettings) -> RegistrySchemas:
+    """This process's one :class:`RegistrySchemas` per registry (its cache lives as long)."""
+    with _PROCESS_LOCK:
+        found = _PROCESS_SCHEMAS.get(settings)
+        if found is None:
+            found = _PROCESS_SCHEMAS[settings] = RegistrySchemas(settings)
+        return found
+
+
+def decode_values(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:
+    """Judge each value by the contract in the pipeline's format (the per-record path of both
+    sinks). Raises :class:`RegistryUnavailableError` rather than judge without the registry."""
+    if not schema.format.kind.framed:
+        return decode_json(values, schema)
+    assert schema.format.registry is not None
+    return decode_framed(values, schema, schemas_for(schema.format.registry))
