@@ -215,6 +215,33 @@ class SecureStack(Stack):
                 out = out.replace(cfg.password(user), "***")
             raise StackError(f"formatting Kafka storage failed:\n{out}")
 
+    def down(self, timeout: float = 20.0) -> None:
+        """Stop the brokers together, then the ZooKeeper servers together.
+
+        One by one, the last broker would wait out its controlled shutdown for a quorum that is
+        already gone (30 s, then a kill): stopped together, they all leave in a few seconds.
+        """
+        cfg = self.config
+        for group in (
+            [_kafka(n) for n in cfg.kafka_nodes],
+            [_zookeeper(n) for n in cfg.keeper_nodes],
+        ):
+            pids = {name: pid for name in group if (pid := self._running_pid(name))}
+            for name, pid in pids.items():
+                self.say(f"stopping {name} (pid {pid})")
+                self._signal_group(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while any(pid_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            for name, pid in pids.items():
+                if pid_alive(pid):
+                    self.say(f"{name} did not stop within {timeout:.0f}s; killing it")
+                    self._signal_group(pid, signal.SIGKILL)
+                    while pid_alive(pid):
+                        time.sleep(0.05)
+            for name in group:
+                self._pidfile(name).unlink(missing_ok=True)
+
     # ------------------------------------------------------------------------------ ACLs
 
     def grant(self, acls: list[PipelineAcl]) -> None:

@@ -96,7 +96,13 @@ def create_topic(
 
 
 def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
-    meta = shared_admin(settings).list_topics(topic, timeout=timeout)
+    admin = shared_admin(settings)
+    try:
+        meta = admin.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+            raise
+        raise settings.no_answer(f"cannot list topic {topic!r}", timeout, admin) from exc
     info = meta.topics.get(topic)
     if info is None or info.error is not None:
         raise KafkaReadError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
@@ -114,6 +120,8 @@ def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
     try:
         description = future.result(timeout)
+    except FutureTimeout:
+        raise settings.no_answer(f"cannot describe topic {topic!r}", timeout, admin) from None
     except KafkaException as exc:
         raise KafkaReadError(
             f"cannot describe topic {topic!r} on {settings.bootstrap_servers}: {exc}"
