@@ -28,6 +28,8 @@ from eos_pipeline.adapters.keeper import KeeperSettings
 #: Where the tests put the pipeline's secrets: read by the product through ``{env: NAME}``.
 KAFKA_PASSWORD_ENV = "EOS_TEST_SECURE_KAFKA_PASSWORD"
 KEEPER_PASSWORD_ENV = "EOS_TEST_SECURE_KEEPER_PASSWORD"
+#: Spark's Java Kafka client takes its password inside ``sasl.jaas.config``: a secret as a whole.
+KAFKA_JAAS_ENV = "EOS_TEST_SECURE_KAFKA_JAAS"
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +44,14 @@ def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureSta
         print(f"[timing] secured stack up in {time.monotonic() - started:.1f}s")
         os.environ[KAFKA_PASSWORD_ENV] = config.password(PIPELINE)
         os.environ[KEEPER_PASSWORD_ENV] = config.password(f"keeper-{KEEPER_PIPELINE}")
+        os.environ[KAFKA_JAAS_ENV] = config.java_client_config(PIPELINE)["sasl.jaas.config"]
         yield stack
     finally:
         pids = stack.processes()
         stack.down()
         os.environ.pop(KAFKA_PASSWORD_ENV, None)
         os.environ.pop(KEEPER_PASSWORD_ENV, None)
+        os.environ.pop(KAFKA_JAAS_ENV, None)
         left = [pid for pid in pids if pid_alive(pid)]
         assert not left, f"secured stack down left processes {left}"
 
@@ -128,6 +132,12 @@ pipelines:
         sasl.username: {PIPELINE}
         sasl.password: {{env: {KAFKA_PASSWORD_ENV}}}
         ssl.ca.location: '{cfg.tls_dir / "ca.pem"}'
+      spark_client:
+        security.protocol: SASL_SSL
+        sasl.mechanism: SCRAM-SHA-512
+        sasl.jaas.config: {{env: {KAFKA_JAAS_ENV}}}
+        ssl.truststore.type: PEM
+        ssl.truststore.location: '{cfg.tls_dir / "ca.pem"}'
     schema: {{id: Int64, name: String}}
     batch: {{max_records: 1000}}
     clickhouse: {{database: {database}, table: events}}

@@ -17,6 +17,7 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from pyspark.sql import SparkSession
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
@@ -24,7 +25,7 @@ from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
 from eos_pipeline.core.keeper_record import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import clickhouse_key
+from eos_pipeline.defs.assets import clickhouse_key, hudi_key
 from eos_pipeline.defs.builder import build_definitions
 from eos_pipeline.defs.config import parse_config
 from eos_pipeline.defs.partitions import keys_for, partitions_name
@@ -187,6 +188,42 @@ def test_partition_leader_sigkilled_mid_run_then_next_run_completes_exact(
             _assert_exact(s, chdb_client, database, 1)
     finally:
         s.stack.restart(f"kafka-{leader}")
+
+
+@pytest.mark.spark
+def test_hudi_on_the_secured_stack_is_exact(
+    secured: Secured, chdb_client: Client, spark: SparkSession, tmp_path: Path
+) -> None:
+    s = secured
+    s.create_topics(2, s.topic, s.dead_letter_topic)
+    s.produce({0: 12, 1: 9}, bad_every=5)
+    hudi_path = str(tmp_path / "hudi")
+    text = s.pipelines_yaml(chdb_client.path, f"db_{s.pipeline}", hudi_path)
+    config = parse_config(text, "secured.yaml")
+    defs = build_definitions(config)
+    keys = keys_for(s.topic, 2)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(partitions_name(s.pipeline), keys)
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=dg.AssetSelection.assets(hudi_key(config.pipelines[0])),
+            tags={
+                "dagster/asset_partition_range_start": keys[0],  # one run, one commit
+                "dagster/asset_partition_range_end": keys[1],
+            },
+            instance=instance,
+            resources=defs.resources,
+            raise_on_error=False,
+        )
+        assert result.success, [e.message for e in result.all_events if e.is_failure]
+    rows = spark.read.format("hudi").load(hudi_path).groupBy("_partition", "_offset").count()
+    counts = {(r[0], r[1]): r[2] for r in rows.collect()}
+    ends = end_offsets(s.admin(), s.topic)
+    dead = _dead(s)
+    expected = {
+        (p, o): 1 for p in ends for o in _records(s, p, ends[p]) if o not in dead.get(p, set())
+    }
+    assert counts == expected and sum(len(v) for v in dead.values()) == 4
 
 
 def _zookeeper_leader(s: Secured) -> str:
