@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +34,14 @@ from eos_dev.stack.services import Stack
 from eos_dev.stack.spark_cluster import launch, spark_env
 from eos_dev.stack.spark_connect import CONNECT, connect_command, server_jars
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.skipif(
+        shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
+        reason="nginx is not installed (tools/setup_system.sh installs it)",
+    ),
+]
 
 _CLIENT = """
 import json, os, sys

@@ -123,6 +123,8 @@ def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
     except FutureTimeout:
         raise settings.no_answer(f"cannot describe topic {topic!r}", timeout, admin) from None
     except KafkaException as exc:
+        if exc.args[0].code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+            raise settings.no_answer(f"cannot describe topic {topic!r}", timeout, admin) from exc
         raise KafkaReadError(
             f"cannot describe topic {topic!r} on {settings.bootstrap_servers}: {exc}"
         ) from exc

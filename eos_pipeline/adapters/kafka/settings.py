@@ -63,8 +63,8 @@ class KafkaSettings:
                 "security.protocol, ssl.ca.location); the run read and wrote nothing."
             )
         return KafkaReadError(
-            f"{what}: no answer from Kafka at {self.bootstrap_servers} within {timeout:g} s; "
-            "is the cluster up and reachable from here?"
+            f"{what}: no answer from Kafka at {self.bootstrap_servers} (timed out after "
+            f"{timeout:g} s); is the cluster up and reachable from here?"
         )
 
     def redacted_config(self) -> dict[str, Any]:
