@@ -36,6 +36,7 @@ examples:
   eos-pipeline stack up --spark-workers 1  ... Spark Connect on a standalone master + 1 worker
   eos-pipeline stack status              show what runs where
   eos-pipeline stack up --mirror         ... plus a second Kafka cluster (B) and MirrorMaker 2
+  eos-pipeline stack up --secure         ... plus 3 SASL_SSL brokers (ACLs) and a ZooKeeper ensemble
                                          copying topics both ways (T on A is A.T on B)
   eos-pipeline stack restart-mirror      restart MirrorMaker 2 (it resumes from its offsets)
   eos-pipeline stack down                stop everything, leaving no process behind
@@ -103,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mirror.add_argument(
         "--mirror-rest-port", type=int, default=9096, help="MirrorMaker 2's internal REST port"
+    )
+    stack.add_argument(
+        "--secure",
+        action="store_true",
+        help="with up: also start the secured replicated stack (3 SASL_SSL brokers with ACLs, "
+        "a 3-server ZooKeeper with auth; fixed ports 19101-19118); docs/security.md",
     )
     spark = stack.add_argument_group("Spark")
     spark.add_argument(

@@ -180,6 +180,8 @@ def xdist_group(nodeid: str) -> str:
     every file that uses the two-cluster MirrorMaker 2 stack (three JVMs: started once per run,
     not once per worker)."""
     path = nodeid.split("::", 1)[0]
+    if path.startswith("eos_pipeline_tests/secured/"):
+        return "secured-stack"  # six JVMs, started once per run (secured/conftest.py)
     return "mirror-stack" if _uses_mirror_stack(path) else path
 
 

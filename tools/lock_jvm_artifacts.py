@@ -25,7 +25,7 @@ LOCK_FILE = Path(__file__).resolve().parents[1] / "eos_pipeline" / "adapters" / 
 # name -> (root coordinates, extra coordinates, artifactId prefixes to leave out, why)
 BUNDLES: dict[str, dict] = {
     "kafka": {
-        "roots": ["org.apache.kafka:kafka_2.13:4.1.2", "org.slf4j:slf4j-simple:1.7.36"],
+        "roots": ["org.apache.kafka:kafka_2.13:4.3.1", "org.slf4j:slf4j-simple:1.7.36"],
         "exclude": [],
         "about": "Apache Kafka broker, run in KRaft mode (combined broker + controller)",
     },
@@ -42,7 +42,12 @@ BUNDLES: dict[str, dict] = {
         "about": "ZooKeeper, the keeper state store",
     },
     "spark-kafka": {
-        "roots": ["org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7"],
+        # kafka-clients named at the root so that it wins over the connector's 3.4.1
+        # (CVE-2024-31141, CVE-2025-27817/27818; fixed in 3.9.1): see docs/versions.md.
+        "roots": [
+            "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7",
+            "org.apache.kafka:kafka-clients:3.9.1",
+        ],
         # Already inside PySpark's own jars directory, at the versions Spark was built with.
         "exclude": [
             "hadoop-client",
@@ -50,6 +55,7 @@ BUNDLES: dict[str, dict] = {
             "slf4j-api",
             "lz4-java",
             "snappy-java",
+            "zstd-jni",  # kafka-clients 3.9.1 asks for 1.5.6; PySpark's 1.5.5 serves it
             "jsr305",
             "commons-logging",
             "spark-tags",
@@ -74,6 +80,7 @@ BUNDLES: dict[str, dict] = {
             "org.apache.spark:spark-streaming-kafka-0-10_2.12:3.5.5",
             "com.twitter:bijection-avro_2.12:0.9.7",
             "com.google.protobuf:protobuf-java:3.21.7",
+            "org.apache.kafka:kafka-clients:3.9.1",  # not the DStream's 3.4.1 (docs/versions.md)
         ],
         # Their poms pull Spark 3.4, Hive, AWS and GCP clients: the bundle already holds what
         # the streamer needs from those, PySpark the rest.
@@ -116,7 +123,7 @@ BUNDLES: dict[str, dict] = {
         # binding MM2 would be silent; log4j-slf4j-impl routes it to the log4j-core 2.x that
         # connect-runtime already depends on.
         "roots": [
-            "org.apache.kafka:connect-mirror:4.1.2",
+            "org.apache.kafka:connect-mirror:4.3.1",
             "org.apache.logging.log4j:log4j-slf4j-impl:2.25.3",
         ],
         "exclude": [],

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Debian packages the test suite needs beyond Python and Java: Chromium (the UI walked in a real
-# browser) and PostgreSQL (a production-like Dagster instance). Installs only what is missing,
-# as root or with password-less sudo; elsewhere it says so and the tests that need a package
-# skip with that reason. Called by `make test`.
+# browser), PostgreSQL (a production-like Dagster instance) and nginx (the TLS endpoint of the
+# token-checked Spark Connect server). Installs only what is missing, as root or with
+# password-less sudo; elsewhere it says so and the tests that need a package skip with that
+# reason. Called by `make test`.
 set -uo pipefail
 
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+# nginx: the TLS endpoint in front of the token-checked Spark Connect server (secured tests).
+{ command -v nginx || [ -x /usr/sbin/nginx ]; } >/dev/null 2>&1 || need+=(nginx)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ]; then

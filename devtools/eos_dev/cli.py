@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from eos_dev.stack.mirror import MirrorCluster, MirrorConfig, MirrorStack
+from eos_dev.stack.secure import SecureStack
+from eos_dev.stack.secure_config import PIPELINE, SecureStackConfig
 from eos_dev.stack.services import ServiceStatus, Stack, StackConfig, StackError
 
 
@@ -96,6 +98,8 @@ def _run_stack(args: argparse.Namespace) -> int:
                 f"clusters:  {first}={mirror.bootstrap(first)} {second}={mirror.bootstrap(second)}"
             )
             print(f"mm2:       {mirror.config.rest_url}  (T on {first} is {first}.T on {second})")
+        if getattr(args, "secure", False):
+            _secure_up(stack.config)
         print(f"state:     {stack.config.state_dir}  (stop with: eos-pipeline stack down)")
     elif args.action == "restart-mirror":
         mirror_dir = stack.config.state_dir / "mirror"
@@ -112,10 +116,38 @@ def _run_stack(args: argparse.Namespace) -> int:
         if MirrorConfig.load(mirror_dir) is not None:
             # MirrorMaker 2 first: it holds clients of the main Kafka.
             MirrorStack.from_state_dir(mirror_dir).down()
+        secure_dir = stack.config.state_dir / "secure"
+        if secure_dir.exists():
+            SecureStack(SecureStackConfig.default(secure_dir)).down()
         stack.down()
         print("stack stopped")
     else:
-        for service in stack.status() + _mirror_services(stack.config.state_dir / "mirror"):
+        secure_dir = stack.config.state_dir / "secure"
+        secured = (
+            SecureStack(SecureStackConfig.default(secure_dir)).status()
+            if secure_dir.exists()
+            else []
+        )
+        for service in (
+            stack.status() + _mirror_services(stack.config.state_dir / "mirror") + secured
+        ):
             state = f"running (pid {service.pid})" if service.running else "stopped"
             print(f"{service.name:<16} {state:<22} {service.endpoint:<26} log: {service.log}")
     return 0
+
+
+def _secure_up(main: StackConfig) -> None:
+    """The secured replicated stack beside the plain one; secrets are named, never printed."""
+    secure = SecureStack(
+        SecureStackConfig.default(main.state_dir / "secure", cache_dir=main.cache_dir)
+    )
+    secure.up()
+    cfg = secure.config
+    print(f"secured kafka:     {cfg.kafka_bootstrap}  (SASL_SSL SCRAM-SHA-512, user {PIPELINE})")
+    print(f"  ca:              {cfg.tls_dir / 'ca.pem'}")
+    print(f"  password file:   {cfg.state_dir / 'secrets' / (PIPELINE + '.password')}")
+    print(
+        f"secured zookeeper: {cfg.zookeeper_hosts}  (digest user eos-pipeline, "
+        f"root {cfg.keeper_root})"
+    )
+    print(f"  password file:   {cfg.state_dir / 'secrets' / 'keeper-eos-pipeline.password'}")

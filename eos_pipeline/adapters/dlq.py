@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaError, KafkaException
+
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.replay import dead_offsets, is_marker, marker_headers
@@ -51,7 +53,18 @@ class DeadLetterWriter:
         self._producer = None
 
     def ensure_topic(self, partitions: int = 1) -> None:
-        create_topic(self.settings, self.topic, partitions)
+        """Create the topic if missing, with the broker's default replication factor (a
+        replicated cluster's ``min.insync.replicas`` would refuse writes to a single copy).
+
+        A principal allowed to write dead letters but not to create topics is refused even for
+        a topic that exists (Kafka authorizes CREATE before it looks): that answer is taken as
+        "exists"; a topic that is really missing or unwritable fails the send, named there.
+        """
+        try:
+            create_topic(self.settings, self.topic, partitions, replication_factor=-1)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise
 
     def send(
         self, source: TopicPartition, letters: Sequence[DeadLetter], timeout: float = 60.0
@@ -95,9 +108,15 @@ class DeadLetterWriter:
                     self._producer.poll(0.1)
         remaining = self._producer.flush(timeout)
         if remaining or failures:
+            hint = (
+                f"; the Kafka principal needs WRITE on topic {self.topic!r} (an ACL), and the "
+                "topic must exist"
+                if any("authoriz" in f.lower() or "unknown topic" in f.lower() for f in failures)
+                else ""
+            )
             raise RuntimeError(
                 f"dead-letter topic {self.topic!r}: {remaining} records unacknowledged, "
-                f"errors: {failures[:3]}; the partition's position was not moved"
+                f"errors: {failures[:3]}; the partition's position was not moved{hint}"
             )
         return len(letters)
 

@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 from confluent_kafka import (
     IsolationLevel,
@@ -95,12 +96,19 @@ def create_topic(
                 ) from None
 
 
-def unreachable(settings: KafkaSettings, what: str, timeout: float, exc: object) -> KafkaReadError:
+def unreachable(
+    settings: KafkaSettings, what: str, timeout: float, exc: object, client: Any = None
+) -> KafkaReadError:
     """The error of a request the cluster did not answer: what, where, the cause and the fix
     (its words mark it transient for the retry rules, ``core.retries``). A definite refusal
-    (an unknown topic, no authorization) keeps Kafka's own words, without "unreachable"."""
+    (an unknown topic, no authorization) keeps Kafka's own words, without "unreachable"; a
+    cluster that refused this client's credentials says so and what to fix
+    (``KafkaSettings.refused``)."""
     if isinstance(exc, KafkaException) and not is_down(exc):
         return KafkaReadError(f"could not {what} on {settings.bootstrap_servers}: {exc}")
+    refused = settings.refused(f"could not {what}", client)
+    if refused is not None:
+        return refused
     cause = f": {exc}" if str(exc) else ""
     return KafkaReadError(
         f"could not {what} on {settings.bootstrap_servers} within {timeout:g} s (unreachable or "
@@ -135,10 +143,12 @@ _REFUSED = frozenset(
 
 
 def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
+    admin = shared_admin(settings)
     try:
-        meta = shared_admin(settings).list_topics(topic, timeout=timeout)
+        meta = admin.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
-        raise unreachable(settings, f"read the metadata of topic {topic!r}", timeout, exc) from exc
+        what = f"read the metadata of topic {topic!r}"
+        raise unreachable(settings, what, timeout, exc, admin) from exc
     info = meta.topics.get(topic)
     if info is None or info.error is not None:
         raise KafkaReadError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
@@ -157,9 +167,9 @@ def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
     try:
         description = future.result(timeout)
     except FutureTimeout:
-        raise unreachable(settings, f"describe topic {topic!r}", timeout, "") from None
+        raise unreachable(settings, f"describe topic {topic!r}", timeout, "", admin) from None
     except KafkaException as exc:
-        raise unreachable(settings, f"describe topic {topic!r}", timeout, exc) from exc
+        raise unreachable(settings, f"describe topic {topic!r}", timeout, exc, admin) from exc
     return str(description.topic_id)
 
 

@@ -54,9 +54,9 @@ def describe(
         try:
             d = future.result(timeout)
         except FutureTimeout:
-            raise unreachable(settings, f"describe topic {name!r}", timeout, "") from None
+            raise unreachable(settings, f"describe topic {name!r}", timeout, "", admin) from None
         except KafkaException as exc:
-            error = unreachable(settings, f"describe topic {name!r}", timeout, exc)
+            error = unreachable(settings, f"describe topic {name!r}", timeout, exc, admin)
             if is_down(exc):
                 raise error from exc  # the cluster did not answer: a fact for the caller
             found[name] = KafkaReadError(  # a definite refusal of this topic alone
@@ -93,9 +93,9 @@ def list_offsets(
         try:
             found[ktp.topic][ktp.partition] = future.result(timeout).offset
         except FutureTimeout:
-            raise unreachable(settings, what, timeout, "") from None
+            raise unreachable(settings, what, timeout, "", admin) from None
         except KafkaException as exc:
-            raise unreachable(settings, what, timeout, exc) from exc
+            raise unreachable(settings, what, timeout, exc, admin) from exc
     return found
 
 

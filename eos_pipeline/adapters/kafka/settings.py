@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from eos_pipeline.core.failover.identity import record_fingerprint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
@@ -28,7 +30,51 @@ class KafkaSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict)
 
     def config(self, **extra: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap_servers, **self.client_config, **extra}
+        # The client's refusals (a wrong password, a TLS mismatch) reach only its error
+        # callback, while requests just time out: remember them so a timeout can name them.
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "error_cb": self._remember_refusal,
+            **self.client_config,
+            **extra,
+        }
+
+    def _key(self) -> tuple[str, str]:
+        return self.bootstrap_servers, str(self.client_config.get("sasl.username", ""))
+
+    def _remember_refusal(self, error: KafkaError) -> None:
+        if error.code() in _REFUSALS:
+            _LAST_REFUSAL[self._key()] = error.str()
+
+    def no_answer(self, what: str, timeout: float, client: Any = None) -> KafkaReadError:
+        """The error for a request that got no answer: the cluster's refusal of this client's
+        credentials if it refused them (what to fix), else an unreachable cluster.
+
+        ``client`` (whose request went unanswered) is polled once first: librdkafka hands its
+        errors to the callback only from a poll.
+        """
+        refused = self.refused(what, client)
+        if refused is not None:
+            return refused
+        return KafkaReadError(
+            f"{what}: no answer from Kafka at {self.bootstrap_servers} (timed out after "
+            f"{timeout:g} s); is the cluster up and reachable from here?"
+        )
+
+    def refused(self, what: str, client: Any = None) -> KafkaReadError | None:
+        """The cluster's refusal of this client's credentials, if it refused them (what to
+        fix); None when it did not (``client``, whose request went unanswered, is polled once
+        first: librdkafka hands its errors to the callback only from a poll)."""
+        if client is not None:
+            client.poll(0)
+        refusal = _LAST_REFUSAL.get(self._key())
+        if not refusal:
+            return None
+        return KafkaReadError(
+            f"{what}: Kafka at {self.bootstrap_servers} refused this client: {refusal}. "
+            "Fix the pipeline's kafka.client settings (sasl.username / sasl.password, "
+            "security.protocol, ssl.ca.location); the run read and wrote nothing."
+        )
 
     def redacted_config(self) -> dict[str, Any]:
         """The client settings safe to show: secret values (passwords, JAAS, keys) masked."""
@@ -48,6 +94,11 @@ class KafkaSettings:
 #: transaction's commit marker, or on a reused consumer's metadata lookups. Readers of ranges
 #: that are in the log lose nothing by asking for an early answer.
 RANGE_FETCH_WAIT_MS = 10
+
+#: librdkafka errors that mean "the cluster will not talk to this client as configured".
+_REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+#: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.no_answer`.
+_LAST_REFUSAL: dict[tuple[str, str], str] = {}
 
 _SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
 

@@ -1,0 +1,38 @@
+"""What a Kafka request that got no answer says, and how the sensors' retry rule reads it."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
+
+_SECRET = "s3cr3t-pw"
+
+
+def _diagnose(message: str) -> Fault:
+    return diagnose(FailureFacts(errors=(("KafkaReadError", message),))).fault
+
+
+def test_an_unanswered_request_is_transient_and_names_no_secret() -> None:
+    settings = KafkaSettings("h1:9093", {"sasl.username": "fresh-user", "sasl.password": _SECRET})
+    message = str(settings.no_answer("cannot describe topic 't'", 10))
+    assert "no answer from Kafka at h1:9093" in message and _SECRET not in message
+    assert _diagnose(message) is Fault.TRANSIENT
+
+
+def test_a_refused_login_is_named_with_what_to_fix_and_needs_a_person() -> None:
+    settings = KafkaSettings("h2:9093", {"sasl.username": "u2", "sasl.password": _SECRET})
+    refusal = KafkaError(
+        KafkaError._AUTHENTICATION,
+        "SASL authentication error: Authentication failed during authentication due to invalid "
+        "credentials with SASL mechanism SCRAM-SHA-512",
+    )
+    settings.config()["error_cb"](refusal)  # what librdkafka calls from a poll
+    message = str(settings.no_answer("cannot describe topic 't'", 10))
+    assert "refused this client" in message and "sasl.password" in message
+    assert _SECRET not in message
+    assert _diagnose(message) is Fault.NEEDS_PERSON
+    # Another user of the same cluster is not blamed for it.
+    other = KafkaSettings("h2:9093", {"sasl.username": "u3"})
+    assert "refused" not in str(other.no_answer("x", 10))
