@@ -63,7 +63,10 @@ def _walk_ui(ui: str, shots: Path) -> dict[str, str]:
     with browser.ui_walker(ui, shots) as walker:
         return {
             "lineage": walker.open(
-                "/asset-groups/demo", "demo-events.dlq", "lineage", settle=("1 / 1 Passed", 2)
+                "/assets/kafka/demo-events?view=lineage&lineageScope=downstream&lineageDepth=3",
+                "demo-events.dlq",
+                "lineage",
+                settle=("1 / 1 Passed", 2),
             ),
             "clickhouse": walker.open("/assets/clickhouse/demo/events", "Columns", "clickhouse"),
             "hudi": walker.open("/assets/hudi/demo_events", "Columns", "hudi"),

@@ -352,7 +352,12 @@ def clickhouse_lag_sensor(
         ]
         if ANY_PARTITION not in busy and not (chdb_path and plan.runs):
             behind = set(ordered) - _caught_up(topics)
-            requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path)
+            at = {
+                partition_key(TopicPartition(t.topic, p)): committed(state)
+                for t in topics
+                for p, state in t.records.items()
+            }
+            requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path, at)
         return _result(context, plan, requests)
 
     def _heals(
@@ -362,8 +367,10 @@ def clickhouse_lag_sensor(
         busy: set[str],
         plan: Plan,
         chdb_path: str | None,
+        at: dict[str, int | None],
     ) -> list[dg.RunRequest]:
-        """Runs that record the true state of caught-up partitions a killed run left failed."""
+        """Runs that record the true state of caught-up partitions a killed run left failed
+        (``at``: each key's committed position, the state a heal run starts from)."""
         planned = {r.partition_key for r in plan.runs if r.partition_key}
         for r in plan.runs:
             planned.update(run_partitions(r.tags, ordered))
@@ -373,6 +380,8 @@ def clickhouse_lag_sensor(
                 SINK_TAG: sink,
                 SINK_PARTITION_TAG: f"{sink}.{key}",
                 PRIORITY_TAG: NORMAL_PRIORITY,
+                # a sensor's run, like every other: the state it starts from (caught up)
+                START_STATE_TAG: f"caught-up:{at.get(key)}",
             }
             if chdb_path:
                 tags[CHDB_PATH_TAG] = chdb_path

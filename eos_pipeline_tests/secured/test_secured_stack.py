@@ -23,12 +23,12 @@ from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
-from eos_pipeline.core.keeper_record import KeeperKey
+from eos_pipeline.components.assets import clickhouse_key, hudi_key
+from eos_pipeline.components.builder import build_definitions
+from eos_pipeline.components.config import parse_config
+from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.defs.assets import clickhouse_key, hudi_key
-from eos_pipeline.defs.builder import build_definitions
-from eos_pipeline.defs.config import parse_config
-from eos_pipeline.defs.partitions import keys_for, partitions_name
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline_tests.secured.conftest import Secured, names, outputs_of
 from eos_pipeline_tests.sinks.clickhouse_stage import SCHEMA
