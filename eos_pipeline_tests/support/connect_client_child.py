@@ -39,7 +39,7 @@ def main(job: dict[str, Any]) -> dict[str, Any]:
             "error": type(clear).__name__,
             "message": str(clear)[:2000],
         }
-    return {"ok": True, "seconds": time.monotonic() - began, "count": count}
+    return {"ok": True, "seconds": time.monotonic() - began, "count": int(count)}
 
 
 if __name__ == "__main__":
