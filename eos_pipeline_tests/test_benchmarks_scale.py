@@ -9,44 +9,21 @@ Kafka requests per tick that does not depend on the partition count.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline_tests.support.benchmark_child import run_smoke
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_scale_smoke_run_at_64_partitions_writes_every_figure(
     kafka_settings: KafkaSettings, zookeeper_hosts: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "scale.json"
-    # A separate process: the benchmark opens its own chDB engine (one data path per process).
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.scale",
-            "--smoke",
-            "--kafka-bootstrap",
-            kafka_settings.bootstrap_servers,
-            "--zookeeper-hosts",
-            zookeeper_hosts,
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = run_smoke("benchmarks.scale", kafka_settings, zookeeper_hosts, out, timeout=120)
     doc = json.loads(out.read_text())
     assert doc["checks"] == {"64 wide": True, "64 many": True}
     rows = {r["layout"]: r for r in doc["sizes"]}
@@ -62,4 +39,4 @@ def test_scale_smoke_run_at_64_partitions_writes_every_figure(
         assert lag["keeper"] == row["topics"] + 64, lag
         run = row["catch_up"]
         assert run["seconds"] > 0 and run["event_log_records"] > 0 and run["rss_peak_mb"] > 0
-    assert "| partitions | layout |" in done.stdout
+    assert "| partitions | layout |" in stdout

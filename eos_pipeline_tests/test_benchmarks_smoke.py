@@ -8,44 +8,21 @@ and the SVG were written.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline_tests.support.benchmark_child import run_smoke
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_smoke_run_measures_everything_and_writes_json_and_svg(
     kafka_settings: KafkaSettings, zookeeper_hosts: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "results"
-    # A separate process: the harness opens its own chDB engine (one data path per process).
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--smoke",
-            "--kafka-bootstrap",
-            kafka_settings.bootstrap_servers,
-            "--zookeeper-hosts",
-            zookeeper_hosts,
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = run_smoke("benchmarks", kafka_settings, zookeeper_hosts, out, timeout=600)
     doc = json.loads((out / "latest.json").read_text())
     figures = {f["name"]: f for f in doc["figures"]}
     for name in (
@@ -85,4 +62,4 @@ def test_smoke_run_measures_everything_and_writes_json_and_svg(
     )
     assert (out / "latest.svg").read_text().startswith("<svg")
     assert len(list(out.glob("bench-*.json"))) == 1
-    assert "| measurement |" in done.stdout and "exactly-once checks: all passed" in done.stdout
+    assert "| measurement |" in stdout and "exactly-once checks: all passed" in stdout

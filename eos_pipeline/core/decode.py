@@ -27,7 +27,7 @@ import functools
 import io
 import mmap
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from eos_pipeline.core.contract import ErrorClass, compile_contract, judge, unwrap
+from eos_pipeline.core.contract import (
+    Contract,
+    ErrorClass,
+    Verdict,
+    compile_contract,
+    judge,
+    unwrap,
+)
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import SourceColumns, TableSchema
 
@@ -64,10 +71,20 @@ def decode_json(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:
     if schema.format.kind.framed:
         raise ValueError(f"decode_json cannot read {schema.format.kind.value} values")
     contract = compile_contract(schema)
+    return collect(values, contract, lambda raw: judge(raw, contract))
+
+
+def collect(
+    values: Sequence[bytes | None],
+    contract: Contract,
+    verdict_of: Callable[[bytes | None], Verdict],
+) -> Decoded:
+    """Each value's verdict (``verdict_of``) gathered into the contract's columns and the bad
+    records: the one shape every format's decoder returns."""
     out = Decoded(columns={name: [] for name in contract.names})
     cols = [out.columns[name] for name in contract.names]
     for i, raw in enumerate(values):
-        verdict = judge(raw, contract)
+        verdict = verdict_of(raw)
         if verdict.row is None:
             assert verdict.error_class is not None
             out.bad.append(BadRecord(i, verdict.error_class, verdict.message))

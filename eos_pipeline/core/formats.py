@@ -57,7 +57,7 @@ from eos_pipeline.core.contract import (
     judge_object,
     parse_object,
 )
-from eos_pipeline.core.decode import BadRecord, Decoded
+from eos_pipeline.core.decode import Decoded, collect
 from eos_pipeline.core.errors import Transient
 from eos_pipeline.core.payload_format import Format
 from eos_pipeline.core.schema import TableSchema
@@ -313,15 +313,4 @@ def decode_framed(
     """:func:`core.decode.decode_json`'s counterpart for framed formats: same shape, same rules."""
     contract = compile_contract(schema)
     kind = schema.format.kind
-    out = Decoded(columns={name: [] for name in contract.names})
-    cols = [out.columns[name] for name in contract.names]
-    for i, raw in enumerate(values):
-        verdict = judge_framed(raw, kind, contract, schemas)
-        if verdict.row is None:
-            assert verdict.error_class is not None
-            out.bad.append(BadRecord(i, verdict.error_class, verdict.message))
-            continue
-        for column, value in zip(cols, verdict.row, strict=True):
-            column.append(value)
-        out.index.append(i)
-    return out
+    return collect(values, contract, lambda raw: judge_framed(raw, kind, contract, schemas))
