@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaException
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters import hudi_timeline
-from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
+from eos_pipeline.adapters.kafka import KafkaSettings, TopicMissingError, partition_count
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import (
     MirrorReadError,
@@ -325,10 +325,11 @@ def _state(record: KeeperRecord) -> tuple[object, ...]:
 
 
 def partitions_of(settings: KafkaSettings, topic: str) -> int:
-    """Partitions of a physical topic, 0 when it does not exist (yet) on that cluster."""
+    """Partitions of a physical topic, 0 when it does not exist (yet) on that cluster; a cluster
+    that does not answer raises (read as "no topic", it would hide what it holds)."""
     try:
         return partition_count(settings, topic)
-    except Exception:
+    except TopicMissingError:
         return 0
 
 

@@ -16,8 +16,9 @@ as for one cluster, see ``core.positions.committed_low``), where the position is
   Records never read on any cluster since (dead letters or markers at a stretch's end) are
   not compared.
 
-Every cluster must answer: a cluster that is down cannot show what it holds, so the check step
-fails naming it (run it again once the cluster is back). Wiring only.
+Every cluster must answer: a cluster that is down cannot show what it holds, so the check files
+no verdict and names it (``checks.evaluated``); the next evaluation after it is back judges.
+Wiring only.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.

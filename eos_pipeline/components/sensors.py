@@ -47,6 +47,7 @@ from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkp
 from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
+    TopicMissingError,
     end_offsets,
     partition_count,
     start_offsets,
@@ -269,7 +270,7 @@ def _caught_up(topics: list[TopicState]) -> set[str]:
 
 def _missing(exc: KafkaReadError) -> bool:
     """A topic that does not exist (skipped), not a cluster that does not answer (raised)."""
-    return "does not exist" in str(exc)
+    return isinstance(exc, TopicMissingError)
 
 
 def _exists(kafka: KafkaSettings, topic: str) -> bool:

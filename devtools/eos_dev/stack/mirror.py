@@ -230,8 +230,9 @@ class MirrorStack:
         found += self._mirror.status()
         return found
 
-    def up(self, timeout: float = 120.0) -> None:
-        """Start what is not running, then prove both flows replicate (idempotent)."""
+    def up(self, timeout: float = 120.0, stalled_after: float = STALLED_SECONDS) -> None:
+        """Start what is not running, then prove both flows replicate (idempotent). A running
+        MM2 that replicates nothing for ``stalled_after`` seconds is restarted."""
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / CONFIG_FILE).write_text(cfg.to_json())
@@ -256,7 +257,7 @@ class MirrorStack:
                         probe,
                         pid,
                         self._mirror.log_path("mirrormaker"),
-                        timeout=min(STALLED_SECONDS, timeout),
+                        timeout=min(stalled_after, timeout),
                     )
                 except StackError as exc:  # stalled or dead: a fresh MM2 resumes from its offsets
                     self.say(f"mirrormaker is not replicating ({_first_line(exc)}); restarting it")
