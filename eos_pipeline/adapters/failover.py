@@ -154,13 +154,24 @@ class SwitchReport:
     target: str
     steps: tuple[str, ...]
     moves: list[Move] = field(default_factory=list)
-    #: Per target partition (``cluster:topic[partition]``): records read to check the mark,
-    #: and how many of them precede it (re-read, already written).
+    #: Per target partition (``cluster:topic[partition]``): records the check read in the
+    #: mark's window (from the re-read start to the window's end, the next offset sync) and how
+    #: many of them are the *re-read*: from the start through the copy, already written, which
+    #: the sink skips (the docs' bound, ``offset.lag.max`` + 1). The rest lie after the copy:
+    #: read by the check only, the sink writes them (:meth:`reread`, :meth:`past_copy`).
     checked: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: Per moved position with a mark (same keys, Hudi's too): where its re-read starts, which
     #: bound set that (``"timestamp"`` or ``"syncs"``) and where the syncs alone would start it.
     starts: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float = 0.0
+
+    def reread(self) -> dict[str, int]:
+        """Per partition, the records from the re-read start through the copy (skipped)."""
+        return {k: through for k, (_, through) in self.checked.items()}
+
+    def past_copy(self) -> dict[str, int]:
+        """Per partition, the records after the copy the check read up to the window's end."""
+        return {k: read - through for k, (read, through) in self.checked.items()}
 
 
 def _positions(
