@@ -205,8 +205,11 @@ def read_offset_syncs(
     policy: ReplicationPolicy = DEFAULT_POLICY,
     timeout: float = 30.0,
     consumer: Consumer | None = None,
+    written_at: dict[TopicPartition, int] | None = None,
 ) -> SyncHistory:
     """Fold the syncs of ``flow`` written since ``history.source_position`` into ``history``.
+
+    ``written_at`` gets, per upstream partition, when MM2 wrote the latest sync read (ms).
 
     ``settings`` reach the cluster holding the syncs (``flow.offset_syncs_cluster(location)``:
     the flow's source by MM2's default, so while that cluster is down its syncs are only what
@@ -227,7 +230,10 @@ def read_offset_syncs(
             ) from None
         start = max(history.source_position, low)
         for msg in _consume(consumer, topic, SYNCS_PARTITION, start, high, timeout):
-            history.add(decode_offset_sync(msg.key(), msg.value()))
+            sync = decode_offset_sync(msg.key(), msg.value())
+            history.add(sync)
+            if written_at is not None:
+                written_at[sync.tp] = msg.timestamp()[1]
         history.source_position = max(history.source_position, high)
     return history
 
