@@ -298,7 +298,12 @@ def _run_replay(args: argparse.Namespace) -> int:
 def _run_failover(args: argparse.Namespace) -> int:
     from eos_pipeline.adapters.failover import switch
     from eos_pipeline.adapters.failover_status import read_status
-    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.adapters.kafka import KafkaReadError
+    from eos_pipeline.adapters.keeper import (
+        KeeperSettings,
+        KeeperStateStore,
+        KeeperUnavailableError,
+    )
     from eos_pipeline.components.config import ConfigError, EnvRef
     from eos_pipeline.components.failover import describe, failover_pipeline, find_pipeline
     from eos_pipeline.components.project import load_project
@@ -322,7 +327,8 @@ def _run_failover(args: argparse.Namespace) -> int:
                 print("\n".join(status.lines()))
                 return 0
             report = switch(st, fp, args.to)
-    except (ConfigError, FailoverError) as exc:
+    except (ConfigError, FailoverError, KeeperUnavailableError, KafkaReadError) as exc:
+        # the expected faults, named with their endpoint (a cluster or ZooKeeper not answering)
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for name, value in describe(report).items():
