@@ -75,6 +75,7 @@ class FailoverStatus:
                 head += f", lag {f.lag} records"
             out.append(head)
             out += [f"  {name}: no replica on {f.flow.target} yet" for name in f.missing]
+            out += [f"  {name}: not on {f.flow.source}, nothing to copy" for name in f.absent]
             for p in f.partitions:
                 x = p.facts
                 sync = (
@@ -166,17 +167,18 @@ def _flow(
     now_ms = time.time() * 1000
     ends, starts = ends_and_starts(source, fp.topics)
     r_ends, r_starts = ends_and_starts(target, [_remote(fp, flow, t) for t in fp.topics])
-    parts, missing = [], []
+    parts, missing, absent = [], [], []
     for topic in fp.topics:
         remote = _remote(fp, flow, topic)
         t_ends, t_starts = ends[topic], starts[topic]
         if isinstance(t_ends, KafkaReadError) or isinstance(t_starts, KafkaReadError):
-            missing.append(f"{topic} (not on {flow.source})")
+            absent.append(topic)
             continue
         for p in sorted(t_ends):
             got, low = r_ends.get(remote), r_starts.get(remote)
             if isinstance(got, KafkaReadError) or got is None or p not in got:
-                missing.append(f"{topic}[{p}]")
+                if t_ends[p] > t_starts[p]:  # records to copy, and nowhere to copy them yet
+                    missing.append(f"{topic}[{p}]")
                 continue
             earlier = before.get(remote)
             moved = isinstance(earlier, dict) and got[p] > earlier.get(p, got[p])
@@ -201,7 +203,7 @@ def _flow(
                 remote_moved=moved,
             )
             parts.append(judge(facts, fresh_s))
-    return FlowReplication(flow, tuple(parts), missing=tuple(missing))
+    return FlowReplication(flow, tuple(parts), missing=tuple(missing), absent=tuple(absent))
 
 
 def _syncs(

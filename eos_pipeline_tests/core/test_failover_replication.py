@@ -68,3 +68,33 @@ def test_an_unreachable_cluster_is_a_state_not_a_lag() -> None:
     [advice] = failback_advice("A", [down])
     assert "must wait: A unreachable" in advice
     assert FlowReplication(Flow("A", "B"), missing=("T[0]",)).state == STALLED
+
+
+def test_the_printed_status_names_each_case() -> None:
+    from eos_pipeline.adapters.failover_status import FailoverStatus
+    from eos_pipeline.core.failover.switch import ActiveState
+
+    exact = judge(_facts(copied_to=97, uncopied_records=3, sync_age_s=4.0, last_sync=(96, 120)))
+    bound = judge(_facts(partition=1, remote_moved=True))
+    status = FailoverStatus(
+        "orders",
+        ActiveState("A").begun("B"),
+        (
+            FlowReplication(Flow("A", "B"), (exact, bound), missing=("T[2]",), absent=("U",)),
+            FlowReplication(Flow("B", "A"), unreachable=(("B", "Kafka at b:9092 did not ..."),)),
+        ),
+    )
+    assert status.lines() == [
+        "orders: active cluster A (0 switches so far); a switch A -> B is in flight (rerun "
+        "`eos-pipeline failover --pipeline orders --to B`)",
+        "A->B: stalled, lag 43 records",
+        "  T[2]: no replica on B yet",
+        "  U: not on A, nothing to copy",
+        "  T[0]: replicating, lag 3; source end 100, copied up to 97; replica end 130 (not "
+        "moving); last sync 96->120 4 s ago",
+        "  T[1]: replicating, lag 40 at most; source end 100, copied up to at least 60 (by the "
+        "syncs); replica end 130 (moving); no offset sync",
+        "B->A: unreachable: B: Kafka at b:9092 did not ...",
+        "a switch to B would wait for 43 records: MM2 is not copying A->B (no sync lately, the "
+        "replica does not move); restart it (local stack: `eos-pipeline stack restart-mirror`)",
+    ]

@@ -91,8 +91,10 @@ class FlowReplication:
     partitions: tuple[PartitionReplication, ...] = ()
     #: Per cluster alias that did not answer: the endpoint and the cause.
     unreachable: tuple[tuple[str, str], ...] = ()
-    #: Partitions whose replica does not exist yet (MM2 has not created it).
+    #: Partitions holding records whose replica does not exist yet (MM2 has not created it).
     missing: tuple[str, ...] = ()
+    #: Pipeline topics the flow's source does not have: nothing to copy.
+    absent: tuple[str, ...] = ()
 
     @property
     def state(self) -> str:
