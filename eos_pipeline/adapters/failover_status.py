@@ -123,27 +123,17 @@ def read_status(
                     down[f] = ((f.target, str(exc)),)
         if before and sample_s > 0:
             time.sleep(sample_s)
-        flows_read = tuple(
-            _flow_or_fault(fp, f, before[f], readers, fresh_s)
-            if f in before
-            else FlowReplication(f, unreachable=down[f])
-            for f in flows
-        )
+
+        def flow_or_fault(f: Flow) -> FlowReplication:
+            if f not in before:
+                return FlowReplication(f, unreachable=down[f])
+            try:
+                return _flow(fp, f, before[f], readers, fresh_s)
+            except KafkaReadError as exc:  # a cluster lost after its probe: named, not raised
+                return FlowReplication(f, unreachable=((str(f), str(exc)),))
+
+        flows_read = tuple(flow_or_fault(f) for f in flows)
     return FailoverStatus(fp.name, state, flows_read)
-
-
-def _flow_or_fault(
-    fp: FailoverPipeline,
-    flow: Flow,
-    before: dict[str, dict[int, int] | KafkaReadError],
-    readers: MirrorReaders,
-    fresh_s: float,
-) -> FlowReplication:
-    """The flow read, or the read that failed named (a cluster lost after its probe)."""
-    try:
-        return _flow(fp, flow, before, readers, fresh_s)
-    except KafkaReadError as exc:
-        return FlowReplication(flow, unreachable=((str(flow), str(exc)),))
 
 
 def _remote(fp: FailoverPipeline, flow: Flow, topic: str) -> str:
