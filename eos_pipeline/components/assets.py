@@ -24,7 +24,6 @@ The exactly-once checks live in :mod:`eos_pipeline.components.checks`.
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
 from typing import Any
 
 import dagster as dg
@@ -272,9 +271,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         foreign = sorted({tp.topic for tp in tps} - {topic})
         if foreign:
             raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
-        needs_keeper = source_of(pipeline).needs_keeper
-        with context.resources.keeper.store() if needs_keeper else nullcontext() as store:
-            source = source_of(pipeline).at(kafka, store)
+        with source_of(pipeline).opened(context, kafka) as source:
             sync = source.hudi_sync(
                 spec,
                 spark,

@@ -39,7 +39,6 @@ one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
 
 import dagster as dg
 
@@ -189,8 +188,8 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         """Partitions per topic (and topics not found), on the active cluster if clustered:
         a logical topic has as many partitions as the largest of its physical topics there."""
         kafka = kafka_resource(context, pipeline.name).settings()
-        with context.resources.keeper.store() if source.needs_keeper else nullcontext() as store:
-            return source.at(kafka, store).partition_counts(pipeline.kafka.topics)
+        with source.opened(context, kafka) as reading:
+            return reading.partition_counts(pipeline.kafka.topics)
 
     def _body(
         context: dg.SensorEvaluationContext, _: str | None
@@ -393,10 +392,8 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
 
         # the table's position against the ends (a clustered one's on the active cluster)
         try:
-            with context.resources.keeper.store() if source.needs_keeper else nullcontext() as st:
-                ends, checkpoint, lows = source.at(kafka, st).hudi_positions(
-                    table, topic, needs_starts
-                )
+            with source.opened(context, kafka) as reading:
+                ends, checkpoint, lows = reading.hudi_positions(table, topic, needs_starts)
         except SwitchInProgress as exc:
             return dg.SkipReason(str(exc))
         except HudiTimelineError as exc:

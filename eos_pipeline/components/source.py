@@ -10,7 +10,10 @@ switch's view of the same configuration (``components.failover``, ``eos-pipeline
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from eos_pipeline.adapters.failover import FailoverPipeline
 from eos_pipeline.adapters.kafka import KafkaSettings
@@ -44,6 +47,16 @@ class PipelineSource:
         if kafka.clusters:
             return ", ".join(f"{alias}={servers}" for alias, servers in kafka.clusters.items())
         return kafka.bootstrap_servers if isinstance(kafka.bootstrap_servers, str) else "(env)"
+
+    @contextmanager
+    def opened(self, context: Any, kafka: KafkaSettings) -> Iterator[Source]:
+        """:meth:`at` with the keeper session it needs from ``context``'s ``keeper`` resource,
+        open while the source is used (one cluster needs none: its Hudi asset has no keeper)."""
+        if not self.switches:
+            yield OneCluster(kafka)
+            return
+        with context.resources.keeper.store() as store:
+            yield self.at(kafka, store)
 
     def at(self, kafka: KafkaSettings, store: KeeperStateStore | None = None) -> Source:
         """The source of one run or tick: ``kafka`` (the pipeline's Kafka resource) for one
