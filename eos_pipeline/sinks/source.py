@@ -219,8 +219,8 @@ class ActiveCluster(Source):
     def __init__(self, fp: FailoverPipeline, store: KeeperStateStore) -> None:
         self.fp = fp
         self.store = store
-        self.cluster: str | None = FailoverStates(store).active(fp.name, fp.initial)
-        self.alias: str = self.cluster
+        self.alias = FailoverStates(store).active(fp.name, fp.initial)
+        self.cluster: str | None = self.alias
         self.kafka = fp.settings[self.alias]
 
     def physical_topics(self, topic: str) -> list[str]:
