@@ -101,7 +101,7 @@ def clickhouse_identity_proofs(
     tps: list[TopicPartition],
 ) -> list[IdentityProof]:
     """One identity proof per Dagster partition in ``tps``, over every cluster's stretches."""
-    from eos_pipeline.components.failover import failover_pipeline
+    from eos_pipeline.components.source import failover_pipeline
 
     fp = failover_pipeline(pipeline)
     source = spec.schema.source
@@ -133,7 +133,7 @@ def hudi_identity_proofs(
     from pyspark.sql import functions as F
 
     from eos_pipeline.adapters.hudi_timeline import latest_commit
-    from eos_pipeline.components.failover import failover_pipeline
+    from eos_pipeline.components.source import failover_pipeline
     from eos_pipeline.core.failover.table_position import stored_position
 
     assert pipeline.hudi is not None

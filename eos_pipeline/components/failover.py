@@ -6,43 +6,15 @@ from the Dagster UI. Both call :func:`eos_pipeline.adapters.failover.switch`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
-import os
 
 import dagster as dg
 
-from eos_pipeline.adapters.failover import FailoverPipeline, SwitchReport, switch
-from eos_pipeline.adapters.kafka import KafkaSettings
-from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
-from eos_pipeline.components.config import EnvRef, Pipeline, PipelinesFile
+from eos_pipeline.adapters.failover import SwitchReport, switch
+from eos_pipeline.components.config import Pipeline, PipelinesFile
 from eos_pipeline.components.resources import KeeperResource
+from eos_pipeline.components.source import failover_pipeline, source_of
 from eos_pipeline.core.failover.bounds import TIMESTAMP
-from eos_pipeline.core.failover.switch import ClusterSet, SwitchRefused
-
-
-def failover_pipeline(pipeline: Pipeline) -> FailoverPipeline:
-    """The switch's view of ``pipeline``; refuses a pipeline configured with one cluster."""
-    source = pipeline.kafka
-    initial = source.initial_cluster
-    if initial is None:
-        raise SwitchRefused(
-            f"pipeline {pipeline.name!r} has no 'kafka.clusters' in its configuration: it reads "
-            "one cluster and cannot switch"
-        )
-    client = {
-        k: os.environ.get(v.env, "") if isinstance(v, EnvRef) else v
-        for k, v in source.client.items()
-    }
-    sinks = (CLICKHOUSE_SINK,) if pipeline.clickhouse is not None else ()
-    return FailoverPipeline(
-        name=pipeline.name,
-        topics=tuple(source.topics),
-        sinks=sinks,
-        clusters=ClusterSet.parse(list(source.clusters), source.mirror_flows),
-        settings={a: KafkaSettings(s, dict(client)) for a, s in source.clusters.items()},
-        initial=initial,
-        offset_syncs_location=source.offset_syncs_location,
-        hudi_table=pipeline.hudi.path if pipeline.hudi is not None else None,
-    )
+from eos_pipeline.core.failover.switch import SwitchRefused
 
 
 def find_pipeline(config: PipelinesFile, name: str) -> Pipeline:
@@ -104,6 +76,6 @@ def failover_job(pipelines: PipelinesFile) -> dg.JobDefinition:
 
 def failover_jobs(config: PipelinesFile) -> list[dg.JobDefinition]:
     """The job, only when a pipeline names several clusters (one-cluster files are unchanged)."""
-    if any(p.kafka.clusters for p in config.pipelines):
+    if any(source_of(p).switches for p in config.pipelines):
         return [failover_job(config)]
     return []
