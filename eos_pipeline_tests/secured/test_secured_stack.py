@@ -30,7 +30,7 @@ from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline_tests.secured.conftest import Secured, names, outputs_of
+from eos_pipeline_tests.secured.conftest import Secured, names, outputs_of, secrets_of
 from eos_pipeline_tests.sinks.clickhouse_stage import SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -82,11 +82,7 @@ def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, p
 
 
 def _secrets(s: Secured) -> list[str]:
-    cfg = s.config
-    return [cfg.password(u) for u in ("eos-admin", "eos-pipeline", "eos-mirror")] + [
-        cfg.password("keeper-eos-pipeline"),
-        cfg.tls_dir.joinpath("keystore.password").read_text().strip(),
-    ]
+    return secrets_of(s.config)
 
 
 def _sync(s: Secured, kafka, store, client: Client, database: str) -> ClickHousePartitionSync:
