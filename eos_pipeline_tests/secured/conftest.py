@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -25,6 +26,8 @@ from eos_dev.stack.secure_config import KEEPER_PIPELINE, PIPELINE, SecureStackCo
 from eos_dev.stack.secure_mirror import SecureMirror
 from eos_pipeline.adapters.kafka import KafkaSettings, idempotent_producer, produce_all
 from eos_pipeline.adapters.keeper import KeeperSettings
+from eos_pipeline.components.assets import clickhouse_key, hudi_key
+from eos_pipeline.components.config import Pipeline
 
 #: Where the tests put the pipeline's secrets: read by the product through ``{env: NAME}``.
 KAFKA_PASSWORD_ENV = "EOS_TEST_SECURE_KAFKA_PASSWORD"
@@ -195,6 +198,37 @@ def secure_mirror(
 def secured(secure_stack: SecureStack) -> Secured:
     topic, dlq, pipeline = names(secure_stack.config.topic_prefix)
     return Secured(secure_stack, topic, dlq, pipeline)
+
+
+def materialize_clickhouse(
+    defs: dg.Definitions, instance: dg.DagsterInstance, key: str, pipeline: Pipeline
+) -> dg.ExecuteInProcessResult:
+    """One run of ``pipeline``'s ClickHouse asset on partition ``key`` (failures returned)."""
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks],
+        selection=dg.AssetSelection.assets(clickhouse_key(pipeline)),
+        partition_key=key,
+        instance=instance,
+        resources=defs.resources,
+        raise_on_error=False,
+    )
+
+
+def materialize_hudi(
+    defs: dg.Definitions, instance: dg.DagsterInstance, keys: list[str], pipeline: Pipeline
+) -> dg.ExecuteInProcessResult:
+    """One run of ``pipeline``'s Hudi asset over the partition range ``keys`` (one commit)."""
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks],
+        selection=dg.AssetSelection.assets(hudi_key(pipeline)),
+        tags={
+            "dagster/asset_partition_range_start": keys[0],
+            "dagster/asset_partition_range_end": keys[-1],
+        },
+        instance=instance,
+        resources=defs.resources,
+        raise_on_error=False,
+    )
 
 
 def secrets_of(config: SecureStackConfig) -> list[str]:

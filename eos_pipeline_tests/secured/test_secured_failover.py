@@ -23,13 +23,18 @@ from eos_dev.stack.secure_config import ADMIN, SecureStackConfig
 from eos_dev.stack.secure_mirror import MAIN, PEER, SecureMirror
 from eos_pipeline.adapters.kafka import KafkaSettings, idempotent_producer, produce_all
 from eos_pipeline.cli import main as cli_main
-from eos_pipeline.components.assets import clickhouse_key, hudi_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import wait_for_records
-from eos_pipeline_tests.secured.conftest import Secured, outputs_of, secrets_of
+from eos_pipeline_tests.secured.conftest import (
+    Secured,
+    materialize_clickhouse,
+    materialize_hudi,
+    outputs_of,
+    secrets_of,
+)
 from eos_pipeline_tests.support.defs_folder import write_defs
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -77,30 +82,8 @@ def _wait_replicated(
 
 def _run_both_sinks(defs: dg.Definitions, instance: dg.DagsterInstance, pipeline, keys) -> None:
     """The ClickHouse partitions one run each, then Hudi's in one run (one commit)."""
-    results = [
-        dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=dg.AssetSelection.assets(clickhouse_key(pipeline)),
-            partition_key=key,
-            instance=instance,
-            resources=defs.resources,
-            raise_on_error=False,
-        )
-        for key in keys
-    ]
-    results.append(
-        dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=dg.AssetSelection.assets(hudi_key(pipeline)),
-            tags={
-                "dagster/asset_partition_range_start": keys[0],
-                "dagster/asset_partition_range_end": keys[-1],
-            },
-            instance=instance,
-            resources=defs.resources,
-            raise_on_error=False,
-        )
-    )
+    results = [materialize_clickhouse(defs, instance, key, pipeline) for key in keys]
+    results.append(materialize_hudi(defs, instance, keys, pipeline))
     for r in results:
         assert r.success, [e.message for e in r.all_events if e.is_failure]
 

@@ -28,7 +28,6 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
-from eos_pipeline.components.assets import clickhouse_key, hudi_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.partitions import keys_for, partitions_name
@@ -37,7 +36,14 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSync
 from eos_pipeline.sinks.hudi_spec import HudiTableSpec
-from eos_pipeline_tests.secured.conftest import Secured, names, outputs_of, secrets_of
+from eos_pipeline_tests.secured.conftest import (
+    Secured,
+    materialize_clickhouse,
+    materialize_hudi,
+    names,
+    outputs_of,
+    secrets_of,
+)
 from eos_pipeline_tests.sinks.clickhouse_stage import SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -75,17 +81,6 @@ def _records(s: Secured, partition: int, end: int) -> list[int]:
     from eos_pipeline.core.offsets import OffsetRange
 
     return read_range(s.admin(), TopicPartition(s.topic, partition), OffsetRange(0, end)).offsets
-
-
-def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, pipeline):
-    return dg.materialize(
-        [*defs.assets, *defs.asset_checks],
-        selection=dg.AssetSelection.assets(clickhouse_key(pipeline)),
-        partition_key=key,
-        instance=instance,
-        resources=defs.resources,
-        raise_on_error=False,
-    )
 
 
 def _secrets(s: Secured) -> list[str]:
@@ -128,8 +123,10 @@ def test_demo_pipeline_is_exact_on_the_secured_stack_and_no_secret_shows(
     storage.mkdir()
     with dg.instance_for_test(temp_dir=str(storage)) as instance:
         instance.add_dynamic_partitions(partitions_name(s.pipeline), keys)
-        results = [_materialize(defs, instance, k, pipeline) for k in keys]
-        again = [_materialize(defs, instance, k, pipeline) for k in keys]  # nothing new, twice
+        results = [materialize_clickhouse(defs, instance, k, pipeline) for k in keys]
+        again = [
+            materialize_clickhouse(defs, instance, k, pipeline) for k in keys
+        ]  # nothing new, twice
         assert all(r.success for r in results + again), [
             e.message for r in results + again for e in r.all_events if e.is_failure
         ]
@@ -207,17 +204,7 @@ def test_hudi_on_the_secured_stack_is_exact(
     keys = keys_for(s.topic, 2)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(s.pipeline), keys)
-        result = dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=dg.AssetSelection.assets(hudi_key(config.pipelines[0])),
-            tags={
-                "dagster/asset_partition_range_start": keys[0],  # one run, one commit
-                "dagster/asset_partition_range_end": keys[1],
-            },
-            instance=instance,
-            resources=defs.resources,
-            raise_on_error=False,
-        )
+        result = materialize_hudi(defs, instance, keys, config.pipelines[0])  # one commit
         assert result.success, [e.message for e in result.all_events if e.is_failure]
     rows = spark.read.format("hudi").load(hudi_path).groupBy("_partition", "_offset").count()
     counts = {(r[0], r[1]): r[2] for r in rows.collect()}
@@ -357,7 +344,7 @@ def _refused_materialization(s: Secured, chdb_client: Client, yaml_text: str) ->
     key = keys_for(s.topic, 1)[0]
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(s.pipeline), [key])
-        result = _materialize(defs, instance, key, config.pipelines[0])
+        result = materialize_clickhouse(defs, instance, key, config.pipelines[0])
     assert not result.success
     failures = [e for e in result.all_events if e.is_step_failure]
     assert failures
