@@ -153,6 +153,7 @@ def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
 _LONGEST_FIRST = (
     "mirror-stack",  # 330 s in CI (2026-11-25, the per-group summary)
     "eos_pipeline_tests/faults/test_dagster_kills.py",  # 200-230 s
+    "secured-stack",  # 200 s alone (2026-11-27, -n 0): with its failover peer and MM2
     "eos_pipeline_tests/faults/test_chaos.py",  # 190 s
     "eos_pipeline_tests/test_demo.py",  # 140 s
     "eos_pipeline_tests/faults/test_hudi_faults.py",  # 120 s
