@@ -38,7 +38,7 @@ one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` 
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import dagster as dg
 
@@ -169,13 +169,33 @@ def where(pipeline: Pipeline) -> Callable[[dg.SensorEvaluationContext], dict[str
 
 
 def _result(
-    context: dg.SensorEvaluationContext, plan: Plan, requests: list[dg.RunRequest]
+    context: dg.SensorEvaluationContext,
+    plan: Plan,
+    requests: list[dg.RunRequest],
+    added: Sequence[dg.AddDynamicPartitionsRequest] = (),
 ) -> dg.SensorResult | dg.SkipReason:
     for message in plan.given_up:
         context.log.warning(message)
-    if not requests:
+    if not requests and not added:
         return dg.SkipReason(plan.skip_reason)
-    return dg.SensorResult(run_requests=requests)
+    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=list(added))
+
+
+def _registering(
+    partitions: dg.DynamicPartitionsDefinition,
+    ordered: list[str],
+    ends: Mapping[str, Mapping[int, int]],
+) -> tuple[list[str], list[dg.AddDynamicPartitionsRequest]]:
+    """The keys a lag tick plans with, and a request adding the ones for Kafka partitions it
+    sees that the partitions sensor has not added yet (a cold start, a topic grown): Dagster
+    adds them before it launches the tick's runs, so the first tick that sees a backlog asks
+    for its runs instead of the tick after the partitions sensor's. Removing stray keys stays
+    with the partitions sensor (``core.partition_plan``: one rule for which keys exist)."""
+    counts = {topic: max(by_partition) + 1 for topic, by_partition in ends.items() if by_partition}
+    new = plan_new_partitions(set(ordered), counts).keys
+    if not new:
+        return ordered, []
+    return [*ordered, *new], [partitions.build_add_request(list(new))]
 
 
 def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
@@ -258,7 +278,9 @@ def clickhouse_lag_sensor(
         busy = _busy(context.instance, sink)
 
         def needs_starts(state: TopicState) -> bool:
-            return clickhouse_needs_log_starts(state, known, busy, pipeline.reset)
+            # a partition seen now is planned now, registered or not (``_registering``)
+            seen = {partition_key(TopicPartition(state.topic, p)) for p in state.ends}
+            return clickhouse_needs_log_starts(state, known | seen, busy, pipeline.reset)
 
         with shared_store(keeper.settings()) as store:  # one session across ticks
             try:  # one cluster's topics, or the active cluster's keys and physical topics
@@ -267,6 +289,12 @@ def clickhouse_lag_sensor(
                 )
             except SwitchInProgress as exc:
                 return dg.SkipReason(str(exc))
+        ordered, added = _registering(
+            partitions,
+            ordered,
+            {t.topic: t.ends for t in topics if t.topic in pipeline.kafka.topics},
+        )
+        known = set(ordered)
         failures = failed_runs(context.instance, sink)
         plan = plan_clickhouse(
             sink,
@@ -304,7 +332,7 @@ def clickhouse_lag_sensor(
                 for p, state in t.records.items()
             }
             requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path, at)
-        return _result(context, plan, requests)
+        return _result(context, plan, requests, added)
 
     def _heals(
         context: dg.SensorEvaluationContext,
