@@ -62,6 +62,7 @@ from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTab
 from eos_pipeline.sinks.clusters import active_sync, physical_partitions
 from eos_pipeline.sinks.follow import merge_hudi_reports, merge_reports
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
+from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 CHECK_NAME = "exactly_once"
 #: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product
@@ -217,6 +218,7 @@ def clickhouse_asset(
         metadata, partition_values = clickhouse_run_metadata(
             reports, row_counts, clustered=bool(pipeline.kafka.clusters), table_rows=table_rows
         )
+        metadata.update(evolution_metadata(sync.follower))
         if stuck:  # the partitions written get their materializations; the run fails
             fail_naming(context, stuck, partition_values)
         per_partition(context, partition_values)
@@ -224,6 +226,17 @@ def clickhouse_asset(
         return dg.MaterializeResult(metadata=metadata)
 
     return _clickhouse
+
+
+def evolution_metadata(follower: SchemaFollower) -> dict[str, Any]:
+    """A subject's table: the writer schema id it is at, and the evolutions this run applied
+    (schema ids, columns added and widened, when)."""
+    if not follower.follows:
+        return {}
+    out: dict[str, Any] = {"schema_id": follower.schema.schema_id}
+    if follower.applied:
+        out["schema_evolution"] = dg.MetadataValue.json(follower.applied)
+    return out
 
 
 def _run_order(store: Any, pipeline: Pipeline, keys: Iterable[str]) -> list[str]:

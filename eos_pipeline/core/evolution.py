@@ -22,12 +22,12 @@ the two column lists, so every retry of a range decides the same. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from eos_pipeline.core.contract import is_required
 from eos_pipeline.core.errors import NeedsPerson
-from eos_pipeline.core.schema import Column, TableSchema
+from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 from eos_pipeline.core.values import unwrap
 
 #: Each family's types from narrow to wide: a column of a later type holds every value of an
@@ -164,3 +164,40 @@ def plan_evolution(table: TableSchema, writer: Sequence[Column], *, writer_id: i
         if col.name not in theirs and is_required(col):
             raise refuse(col.name, f"has no such field, and column {col.sql_type} has no default")
     return Evolution(old, writer_id, tuple(added), tuple(widened))
+
+
+def holds(column: Column, actual_type: str) -> bool:
+    """True when a table column of ``actual_type`` holds every value of ``column`` (the same
+    type, or one a past evolution widened it to)."""
+    try:
+        actual = Column(column.name, actual_type, default=column.default)
+    except SchemaError:
+        return False
+    return _compare(actual, column) in ("same", "fits")
+
+
+def catch_up(schema: TableSchema, existing: Mapping[str, str]) -> Evolution:
+    """What an existing table (``existing``: column name -> type) lacks of ``schema``, a subject's
+    columns resolved at load that may be newer than the table: columns to add and to widen.
+    Raises :class:`IncompatibleSchemaChange` for a required column the table lacks."""
+    assert schema.schema_id is not None
+    added, widened = [], []
+    for col in schema.columns:
+        if col.name not in existing:
+            if is_required(col):
+                raise IncompatibleSchemaChange(
+                    f"field {col.name!r}: schema id {schema.schema_id} requires it (no default), "
+                    f"and the existing table has no such column. {WHAT_TO_DO}",
+                    col.name,
+                    None,
+                    schema.schema_id,
+                )
+            added.append(col)
+        elif not holds(col, existing[col.name]):
+            try:
+                actual = Column(col.name, existing[col.name], default=col.default)
+            except SchemaError:
+                continue  # not ours to widen: the table check names the mismatch
+            if _compare(actual, col) == "wider":
+                widened.append(_widened(actual, col))
+    return Evolution(None, schema.schema_id, tuple(added), tuple(widened))
