@@ -347,6 +347,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         )
         metadata, partition_values = hudi_run_metadata(report, row_counts, context.partition_keys)
         metadata.update(followed)
+        metadata.update(evolution_metadata(sync.follower))
         per_partition(context, partition_values)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
