@@ -121,3 +121,27 @@ def test_a_written_schema_needs_no_registry_at_load() -> None:
     text += "    schema: {id: Int64}\n"
     defs = build_definitions(parse_config(text, "p.yaml"))
     assert isinstance(defs, dg.Definitions)
+
+
+def test_an_evolution_is_in_the_materialization_and_needs_a_person_when_refused() -> None:
+    from eos_pipeline.components.assets import evolution_metadata
+    from eos_pipeline.components.range_run import person_cause
+    from eos_pipeline.core.evolution import IncompatibleSchemaChange, plan_evolution
+    from eos_pipeline.core.payload_format import Format, PayloadFormat
+    from eos_pipeline.core.registry_columns import avro_columns
+    from eos_pipeline.core.schema import Column, TableSchema
+    from eos_pipeline.sinks.schema_follow import SchemaFollower
+
+    fmt = PayloadFormat(Format.AVRO, RegistrySettings("mock://meta"))
+    follower = SchemaFollower(TableSchema(avro_columns(AVRO), format=fmt, schema_id=4))
+    assert evolution_metadata(follower) == {"schema_id": 4}
+    newer = (*follower.schema.columns, Column("channel", "String", default="web"))
+    follower.adopt(plan_evolution(follower.schema, newer, writer_id=8))
+    metadata = evolution_metadata(follower)
+    assert metadata["schema_id"] == 8
+    (applied,) = metadata["schema_evolution"].data
+    assert applied["columns_added"] == ["channel String"] and applied["from_schema_id"] == 4
+    # hand-written schemas never evolve: no such metadata
+    assert evolution_metadata(SchemaFollower(TableSchema(avro_columns(AVRO), format=fmt))) == {}
+    refused = IncompatibleSchemaChange("field 'x': ...", "x", 4, 9)
+    assert person_cause(refused) is not None

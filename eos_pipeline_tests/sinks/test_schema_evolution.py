@@ -223,3 +223,31 @@ def test_an_incompatible_schema_stops_only_its_partition(evo: EvoRig) -> None:
         hudi.run(partitions=[0])
     assert hudi.run(partitions=[1]).instant_time is not None
     assert {p for p, _ in evo.hudi_rows(("id",))} == {1}
+
+
+def test_a_table_older_than_the_subject_at_load_catches_up_and_a_newer_one_is_accepted(
+    chdb_client: Client,
+) -> None:
+    """Definitions that load a newer schema than the table (a restart after a change no record
+    carried yet) add and widen its columns; an older one than the table leaves it as it is."""
+    database, url = f"evo_{uuid.uuid4().hex[:8]}", "http://registry.invalid"
+    sink = ClickHouseSink(chdb_client)
+    sink.ensure_table(database, "sales", pinned_schema(url, V1, 1))
+    sink.ensure_table(database, "sales", pinned_schema(url, V2, 2))
+    types = dict(
+        chdb_client.query(
+            f"SELECT name, type FROM system.columns WHERE database = '{database}'"
+        ).result_rows
+    )
+    assert [types[c] for c in COLUMNS[2:]] == [
+        "Int64", "Float64", "Nullable(String)", "String", "Nullable(String)"
+    ]  # fmt: skip
+    sink.ensure_table(database, "sales", pinned_schema(url, V1, 1))  # accepted as it is
+    assert (
+        dict(
+            chdb_client.query(
+                f"SELECT name, type FROM system.columns WHERE database = '{database}'"
+            ).result_rows
+        )
+        == types
+    )
