@@ -4,6 +4,7 @@ resolved once when the definitions load, and the assets show them (issue 27)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -145,3 +146,32 @@ def test_an_evolution_is_in_the_materialization_and_needs_a_person_when_refused(
     assert evolution_metadata(SchemaFollower(TableSchema(avro_columns(AVRO), format=fmt))) == {}
     refused = IncompatibleSchemaChange("field 'x': ...", "x", 4, 9)
     assert person_cause(refused) is not None
+
+
+def _clickhouse_only(url: str) -> str:
+    return _yaml(url).replace("    hudi: {path: /tmp/nowhere/orders, table: orders}\n", "")
+
+
+def test_a_defs_folder_pipeline_resolves_its_subject_when_the_component_loads(
+    tmp_path: Path,
+) -> None:
+    from eos_pipeline.components.project import load_project
+    from eos_pipeline_tests.support.defs_folder import write_defs
+
+    url = "mock://subject-component"
+    schema_id = _registered(url)
+    folder = write_defs(_clickhouse_only(url), tmp_path / "defs")
+    project = load_project(folder)
+    assert project.config.pipeline("orders").table_schema.schema_id == schema_id
+    repo = project.definitions().get_repository_def()
+    key = dg.AssetKey(["clickhouse", "shop", "orders"])
+    shown = repo.assets_defs_by_key[key].specs_by_key[key].metadata["dagster/column_schema"]
+    assert [c.name for c in shown.columns][-4:] == ["id", "amount", "note", "level"]
+    # the registry down when the component loads: Dagster names the component, the cause is
+    # the one line
+    down = write_defs(_clickhouse_only("http://127.0.0.1:9"), tmp_path / "down")
+    with pytest.raises(Exception, match="orders") as failed:
+        load_project(down)
+    cause = failed.value.__cause__
+    assert isinstance(cause, SubjectUnavailableError), failed.value
+    assert "orders/defs.yaml: pipeline 'orders': columns from registry subject" in str(cause)
