@@ -170,7 +170,7 @@ class HudiTableSync:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        self._follow_writers(wanted)
+        self.follow_writers(wanted)
         spec = self.spec
         # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
         # and counts records and bad rows per partition; the bad rows are only fetched if there
@@ -290,7 +290,7 @@ class HudiTableSync:
         )
 
     # ------------------------------------------------------------------------------- internals
-    def _follow_writers(self, wanted: Mapping[TopicPartition, OffsetRange]) -> None:
+    def follow_writers(self, wanted: Mapping[TopicPartition, OffsetRange]) -> None:
         """Decode and write with the newest writer schema of the transaction's ranges.
 
         Hudi evolves its table schema on write (a new nullable column; older rows read NULL),

@@ -94,3 +94,58 @@ def test_a_column_may_become_nullable() -> None:
     table = TableSchema((Column("a", "Int32"),), schema_id=1)
     evolution = plan_evolution(table, (Column("a", "Nullable(Int64)"),), writer_id=2)
     assert [(c.name, c.sql_type) for c in evolution.widened] == [("a", "Nullable(Int64)")]
+
+
+def _proto(name: str, extra: bool) -> Any:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{name}.proto", package="evo", syntax="proto3")
+    msg = fdp.message_type.add(name="Sale")
+    msg.field.add(name="id", number=1, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
+    kind = fdp.enum_type.add(name="Kind")
+    for n, symbol in enumerate(["UNKNOWN", "A", "B"] if extra else ["UNKNOWN", "A"]):
+        kind.value.add(name=symbol, number=n)
+    msg.field.add(name="kind", number=2, type=f.TYPE_ENUM, label=f.LABEL_OPTIONAL,
+                  type_name=".evo.Kind")  # fmt: skip
+    if extra:  # a new plain field and a new optional one
+        msg.field.add(name="qty", number=3, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
+        note = msg.field.add(name="note", number=4, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+        note.proto3_optional, note.oneof_index = True, 0
+        msg.oneof_decl.add(name="_note")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("evo.Sale"))
+
+
+def test_new_protobuf_fields_and_enum_symbols_are_followed_and_old_records_read_defaults() -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from eos_pipeline.adapters.registry import RegistrySchemas
+    from eos_pipeline.core.formats import decode_framed
+    from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
+    from eos_pipeline.core.registry_columns import protobuf_columns
+
+    old, new = _proto("v1", extra=False), _proto("v2", extra=True)
+    settings = RegistrySettings("mock://evolution-proto")
+    table = TableSchema(protobuf_columns(old.DESCRIPTOR),
+                        format=PayloadFormat(Format.PROTOBUF, settings), schema_id=1)  # fmt: skip
+    evolution = plan_evolution(table, protobuf_columns(new.DESCRIPTOR), writer_id=2)
+    assert [(c.name, c.sql_type, c.default) for c in evolution.added] == [
+        ("qty", "Int64", 0),
+        ("note", "Nullable(String)", None),
+    ]
+    assert evolution.widened == ()  # a new enum symbol is still a String
+    client = SchemaRegistryClient.new_client({"url": settings.url})
+    ctx = SerializationContext("evo", MessageField.VALUE)
+    conf = {"use.deprecated.format": False}
+    values = [
+        ProtobufSerializer(old, client, conf)(old(id=1, kind=1), ctx),
+        ProtobufSerializer(new, client, conf)(new(id=2, kind=2, qty=5, note="x"), ctx),
+    ]
+    decoded = decode_framed(values, evolution.apply(table), RegistrySchemas(settings, client))
+    assert decoded.bad == []
+    assert decoded.columns["qty"] == [0, 5] and decoded.columns["note"] == [None, "x"]
+    assert decoded.columns["kind"] == ["A", "B"]
