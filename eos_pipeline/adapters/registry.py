@@ -123,10 +123,7 @@ class RegistrySchemas:
                 return None
             raise self._error(exc) from exc
         except Exception as exc:  # httpx2's connection errors, timeouts, a closed socket
-            raise RegistryUnavailableError(
-                f"schema registry at {self.settings.url} could not be reached while looking up "
-                f"schema id {schema_id}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._unreachable(f"schema id {schema_id}", exc) from exc
         dependencies = self._references(schema, set()) if schema.references else ()
         return WriterSchema(schema.schema_type or "AVRO", schema.schema_str, dependencies)
 
@@ -144,10 +141,7 @@ class RegistrySchemas:
                 ) from None
             raise self._error(exc) from None
         except Exception as exc:
-            raise RegistryUnavailableError(
-                f"schema registry at {self.settings.url} could not be reached while looking up "
-                f"the latest schema of subject {subject!r}: {type(exc).__name__}: {exc}"
-            ) from None
+            raise self._unreachable(f"the latest schema of subject {subject!r}", exc) from None
 
     def _references(self, schema: Any, seen: set[str]) -> tuple[str, ...]:
         """Protobuf imports, each after its own, fetched as the registry names them."""
@@ -161,13 +155,16 @@ class RegistrySchemas:
             except SchemaRegistryError as exc:
                 raise self._error(exc) from exc
             except Exception as exc:
-                raise RegistryUnavailableError(
-                    f"schema registry at {self.settings.url} could not be reached while looking "
-                    f"up reference {ref.subject} v{ref.version}: {exc}"
-                ) from exc
+                raise self._unreachable(f"reference {ref.subject} v{ref.version}", exc) from exc
             out.extend(self._references(registered.schema, seen))
             out.append(registered.schema.schema_str)
         return tuple(out)
+
+    def _unreachable(self, what: str, exc: Exception) -> RegistryUnavailableError:
+        return RegistryUnavailableError(
+            f"schema registry at {self.settings.url} could not be reached while looking up "
+            f"{what}: {type(exc).__name__}: {exc}"
+        )
 
     def _error(self, exc: SchemaRegistryError) -> Exception:
         status = exc.http_status_code
