@@ -163,6 +163,7 @@ _LONGEST_FIRST = (
     "eos_pipeline_tests/defs/test_hudi_asset.py",  # 80 s
     "eos_pipeline_tests/faults/test_infrastructure.py",  # 55 s
     "eos_pipeline_tests/adapters/test_hudi_metadata_table.py",  # 55 s
+    "eos_pipeline_tests/faults/test_schema_evolution_kills.py",  # 55 s (3 Spark children)
 )
 _ROOT = Path(__file__).resolve().parent.parent
 _MIRROR_FIXTURES = re.compile(r"\b(?:mirror_stack|cluster_settings)\b")

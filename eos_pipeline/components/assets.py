@@ -61,6 +61,7 @@ from eos_pipeline.core.positions import sink_state
 from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 from eos_pipeline.sinks.follow import merge_hudi_reports, merge_reports
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
+from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 CHECK_NAME = "exactly_once"
 #: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product
@@ -208,6 +209,7 @@ def clickhouse_asset(
         metadata, partition_values = clickhouse_run_metadata(
             reports, row_counts, clustered=source.cluster is not None, table_rows=table_rows
         )
+        metadata.update(evolution_metadata(sync.follower))
         if stuck:  # the partitions written get their materializations; the run fails
             fail_naming(context, stuck, partition_values)
         per_partition(context, partition_values)
@@ -215,6 +217,17 @@ def clickhouse_asset(
         return dg.MaterializeResult(metadata=metadata)
 
     return _clickhouse
+
+
+def evolution_metadata(follower: SchemaFollower) -> dict[str, Any]:
+    """A subject's table: the writer schema id it is at, and the evolutions this run applied
+    (schema ids, columns added and widened, when)."""
+    if not follower.follows:
+        return {}
+    out: dict[str, Any] = {"schema_id": follower.schema.schema_id}
+    if follower.applied:
+        out["schema_evolution"] = dg.MetadataValue.json(follower.applied)
+    return out
 
 
 def _run_order(store: Any, pipeline: Pipeline, keys: Iterable[str]) -> list[str]:
@@ -309,6 +322,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         )
         metadata, partition_values = hudi_run_metadata(report, row_counts, context.partition_keys)
         metadata.update(followed)
+        metadata.update(evolution_metadata(sync.follower))
         per_partition(context, partition_values)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
