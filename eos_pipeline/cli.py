@@ -24,6 +24,8 @@ environment variables (flags win over them):
   EOS_SPARK_MASTER_PORT      standalone master port (default: 7077)
   EOS_REGISTRY               1/0: whether `stack up` starts the schema registry (default: 1)
   EOS_REGISTRY_PORT          schema registry port, API at /apis/ccompat/v7 (default: 8081)
+  EOS_REGISTRY_ADDRESS       host:port of the registry the demo's Avro pipeline reads
+                             (default: the stack's, which `demo` then starts)
   EOS_STACK_JVM_OPTIONS      options of every JVM the stack starts (default: -XX:+UseG1GC)
   EOS_ARTIFACT_CACHE         where fetched JVM jars are kept (default: ./.cache/jvm)
   EOS_MAVEN_REPOSITORY       Maven Central mirror to fetch from
