@@ -140,15 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="run the main job end to end on the local stack, driven by Dagster",
-        description="Bring the local stack up, produce sample events (a few malformed), start "
-        "`dagster dev` (UI URL printed) and let its sensors move the events into ClickHouse and "
-        "Hudi; when both are caught up, print per partition what landed next to the Kafka "
-        "offsets, then stop Dagster (or keep the UI with --keep-ui).",
+        description="Bring the local stack up (schema registry included), produce sample "
+        "events to a JSON topic and an Avro one (a few malformed), start `dagster dev` (UI URL "
+        "printed) and let its sensors move the events into ClickHouse and Hudi; when all is "
+        "caught up, print per partition what landed next to the Kafka offsets and check that "
+        "each topic is exact, then stop Dagster (or keep the UI with --keep-ui).",
     )
     _add_stack_options(demo)
     demo.add_argument("--work-dir", type=Path, default=Path(".state/demo"), help="demo outputs")
     demo.add_argument("--records", type=int, default=1000, help="records to produce")
-    demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic")
+    demo.add_argument("--partitions", type=int, default=3, help="partitions of each demo topic")
     demo.add_argument("--keep-ui", action="store_true", help="keep Dagster running at the end")
     demo.add_argument(
         "--dagster-home", type=Path, default=Path(".dagster_home"), help="DAGSTER_HOME to use"
