@@ -156,11 +156,6 @@ def count_tables(request: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def count_hudi(table_path: str) -> dict[int, list[int]]:
-    """Rows and distinct offsets per partition of a Hudi table's latest snapshot."""
-    return hudi_offsets(table_path)[0]
-
-
 def hudi_offsets(table_path: str) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
     """Rows and distinct offsets per partition of a Hudi table's latest snapshot, and the
     distinct offsets of each partition.
