@@ -13,7 +13,7 @@ deserializer must refuse exactly the records judged on their bytes (``BadFraming
 ``UnknownSchemaId``, ``DecodeError``) and read every row's fields as the tables hold them.
 
 ``EOS_DIFF_RECORDS`` sets how many records are generated (CI: a few hundred; a long run:
-``EOS_DIFF_RECORDS=20000``). The count judged is printed.
+``EOS_DIFF_RECORDS=20000``, 50 to 200 records per schema). The count judged is printed.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ from eos_pipeline_tests.support.framed_differential import judge_alike, table_ag
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 RECORDS = int(os.environ.get("EOS_DIFF_RECORDS", "300"))
+#: Records per schema at most: more on a long run, where each schema's Spark job and
+#: registration, not its records, take the time.
+PER_SCHEMA = max(12, RECORDS // 100)
+MIN_PER_SCHEMA = max(1, RECORDS // 400)
 _I64 = (-(2**63), 2**63 - 1)
 _I32 = (-(2**31), 2**31 - 1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -190,7 +194,7 @@ def proto_tables(draw: st.DrawFn) -> tuple[list[str], int, TableSchema, list[lis
         draw, [(f"f{n}_{kind}", FIELD_KINDS[kind][4]) for n, kind in enumerate(kinds, start=1)]
     )
     values = st.tuples(*(FIELD_KINDS[k][3] for k in kinds)).map(list)
-    records = draw(st.lists(values, min_size=1, max_size=12))
+    records = draw(st.lists(values, min_size=MIN_PER_SCHEMA, max_size=PER_SCHEMA))
     return kinds, placement, table, records
 
 
@@ -249,7 +253,9 @@ def test_protobuf_records_get_one_verdict_from_every_decoder(
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(proto_tables(), st.lists(st.sampled_from([0] * 6 + [1, 2, 3, 4, 5]), min_size=12))
+    @given(
+        proto_tables(), st.lists(st.sampled_from([0] * 6 + [1, 2, 3, 4, 5]), min_size=PER_SCHEMA)
+    )
     def generate(
         table: tuple[list[str], int, TableSchema, list[list[Any]]], damage: list[int]
     ) -> None:
