@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from eos_dev.stack.services import Stack, StackConfig, free_port
+from eos_dev.stack.services import Stack, StackConfig, find_java, free_port
 
 
 @contextlib.contextmanager
@@ -35,4 +35,19 @@ def private_stack(
         stack.down()
 
 
-__all__ = ["private_stack"]
+@contextlib.contextmanager
+def private_registry(workdir: Path, say: Callable[[str], None] | None = None) -> Iterator[str]:
+    """The stack's schema registry alone under ``workdir / "registry"`` on a free port: its
+    Confluent-compatible URL; always stopped."""
+    config = StackConfig(
+        state_dir=Path(workdir) / "registry", registry=True, registry_port=free_port()
+    )
+    stack = Stack(config, say=say or (lambda _line: None))
+    try:
+        stack._start_registry(find_java())
+        yield config.registry_url
+    finally:
+        stack.down()
+
+
+__all__ = ["private_registry", "private_stack"]

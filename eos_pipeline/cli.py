@@ -24,6 +24,8 @@ environment variables (flags win over them):
   EOS_SPARK_MASTER_PORT      standalone master port (default: 7077)
   EOS_REGISTRY               1/0: whether `stack up` starts the schema registry (default: 1)
   EOS_REGISTRY_PORT          schema registry port, API at /apis/ccompat/v7 (default: 8081)
+  EOS_REGISTRY_ADDRESS       host:port of the registry the demo's Avro pipeline reads
+                             (default: the stack's, which `demo` then starts)
   EOS_STACK_JVM_OPTIONS      options of every JVM the stack starts (default: -XX:+UseG1GC)
   EOS_ARTIFACT_CACHE         where fetched JVM jars are kept (default: ./.cache/jvm)
   EOS_MAVEN_REPOSITORY       Maven Central mirror to fetch from
@@ -139,15 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="run the main job end to end on the local stack, driven by Dagster",
-        description="Bring the local stack up, produce sample events (a few malformed), start "
-        "`dagster dev` (UI URL printed) and let its sensors move the events into ClickHouse and "
-        "Hudi; when both are caught up, print per partition what landed next to the Kafka "
-        "offsets, then stop Dagster (or keep the UI with --keep-ui).",
+        description="Bring the local stack up (schema registry included), produce sample "
+        "events to a JSON topic and an Avro one (a few malformed), start `dagster dev` (UI URL "
+        "printed) and let its sensors move the events into ClickHouse and Hudi; when all is "
+        "caught up, print per partition what landed next to the Kafka offsets and check that "
+        "each topic is exact, then stop Dagster (or keep the UI with --keep-ui).",
     )
     _add_stack_options(demo)
     demo.add_argument("--work-dir", type=Path, default=Path(".state/demo"), help="demo outputs")
     demo.add_argument("--records", type=int, default=1000, help="records to produce")
-    demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic")
+    demo.add_argument("--partitions", type=int, default=3, help="partitions of each demo topic")
     demo.add_argument("--keep-ui", action="store_true", help="keep Dagster running at the end")
     demo.add_argument(
         "--dagster-home", type=Path, default=Path(".dagster_home"), help="DAGSTER_HOME to use"

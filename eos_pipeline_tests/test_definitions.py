@@ -18,7 +18,7 @@ from eos_pipeline.definitions import parse_partition_key, partition_key
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_code_location_loads_the_demo_pipeline() -> None:
+def test_code_location_loads_the_demo_pipelines() -> None:
     dg.Definitions.validate_loadable(definitions.defs)
     repo = definitions.defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
@@ -27,12 +27,16 @@ def test_code_location_loads_the_demo_pipeline() -> None:
         "clickhouse/demo/events",
         "hudi/demo_events",
         "kafka/demo-events.dlq",
+        # the Avro pipeline (eos_pipeline/defs/demo_avro)
+        "kafka/demo-avro",
+        "clickhouse/demo/events_avro",
+        "hudi/demo_events_avro",
+        "kafka/demo-avro.dlq",
     }
     assert {s.name for s in repo.sensor_defs} == {
-        "demo_partitions",
-        "demo_topics",
-        "demo_clickhouse_lag",
-        "demo_hudi_lag",
+        f"{pipeline}_{sensor}"
+        for pipeline in ("demo", "demo_avro")
+        for sensor in ("partitions", "topics", "clickhouse_lag", "hudi_lag")
     }
     hudi = repo.assets_defs_by_key[dg.AssetKey(["hudi", "demo_events"])]
     assert hudi.backfill_policy == dg.BackfillPolicy.single_run()
@@ -91,7 +95,13 @@ def test_every_resource_and_each_of_its_settings_has_a_description() -> None:
     from dagster._core.remote_representation.external_data import RepositorySnap
 
     snap = RepositorySnap.from_def(definitions.defs.get_repository_def())
-    assert {r.name for r in snap.resources} == {"clickhouse", "keeper", "spark", "kafka_demo"}
+    assert {r.name for r in snap.resources} == {
+        "clickhouse",
+        "keeper",
+        "spark",
+        "kafka_demo",
+        "kafka_demo_avro",
+    }
     for resource in snap.resources:
         assert len(resource.resource_snapshot.description or "") > 40, resource.name
         undescribed = [f.name for f in resource.config_field_snaps if not f.description]

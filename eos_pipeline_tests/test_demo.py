@@ -2,9 +2,11 @@
 
 One demo run (module fixture) serves three tests:
 
-* the data the demo prints: per partition, Kafka's end offset equals the distinct offsets in
-  each table plus the dead letters, and rows equal distinct offsets (no duplicate); every run
-  succeeded and every exactly-once check passed;
+* the data the demo prints, for its JSON topic and its Avro one (Confluent framing, the
+  session's real registry, a few records with a bad magic byte or an unknown schema id): per
+  partition, Kafka's end offset equals the distinct offsets in each table plus the dead
+  letters, rows equal distinct offsets (no duplicate), and the demo's own check found both
+  tables holding the same offsets; every run succeeded and every exactly-once check passed;
 * a production-like instance: the demo runs on a Dagster instance kept in a real PostgreSQL
   server; once caught up, more records are produced and a backfill over every partition of
   both tables is launched (as the UI's button does) while the sensors keep running: afterwards
@@ -25,6 +27,7 @@ import io
 import json
 import time
 import traceback
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +37,14 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
-from eos_dev.demo import PIPELINE, count_in_child, progress, run_demo
+from eos_dev.demo import (
+    AVRO_PIPELINE,
+    PIPELINE,
+    REGISTRY_ADDRESS_ENV,
+    count_in_child,
+    progress,
+    run_demo,
+)
 from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, idempotent_producer, produce_all
 from eos_pipeline.core.offsets import TopicPartition
@@ -154,10 +164,12 @@ def _backfill_then_settle(
 def demo_run(
     local_stack: StackConfig,
     spark_connect: StackConfig,
+    schema_registry: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[DemoRun]:
     """The demo as ``make demo`` runs it: Hudi runs are thin clients of a Connect server (here
-    the session's, named by ``EOS_SPARK_REMOTE`` as the demo names the stack's)."""
+    the session's, named by ``EOS_SPARK_REMOTE`` as the demo names the stack's), the Avro
+    pipeline reads the session's registry (named by ``EOS_REGISTRY_ADDRESS``)."""
     root = tmp_path_factory.mktemp("demo")
     result = DemoRun(home=root / "home", log=root / "work" / "dagster.log")
     args = argparse.Namespace(
@@ -194,6 +206,7 @@ def demo_run(
     )
     with server as url, pytest.MonkeyPatch.context() as env:
         env.setenv("EOS_SPARK_REMOTE", spark_connect.spark_connect_url)
+        env.setenv(REGISTRY_ADDRESS_ENV, urllib.parse.urlsplit(schema_registry).netloc)
         args.postgres_url = url
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
@@ -207,15 +220,31 @@ def test_demo_sensors_drive_both_tables_to_the_kafka_end(demo_run: DemoRun) -> N
     assert demo_run.code == 0, demo_run.out
     out = demo_run.out
     assert "Dagster UI: http://127.0.0.1:" in out
-    header = next(
-        i for i, line in enumerate(out.splitlines()) if line.split()[:2] == ["partition", "kafka"]
-    )
-    rows = [line.split() for line in out.splitlines()[header + 1 : header + 3]]
-    assert [int(r[0]) for r in rows] == [0, 1]
-    for _, end, ch_rows, ch_distinct, hudi_rows, hudi_distinct, dlq in (map(int, r) for r in rows):
-        assert end > 0
-        assert ch_rows == ch_distinct == end - dlq
-        assert hudi_rows == hudi_distinct == end - dlq
+    lines = out.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.split()[:2] == ["partition", "kafka"]]
+    # one table per pipeline, named on the line above it: the JSON topic, then the Avro one
+    assert [lines[i - 1].split()[1] for i in headers] == [f"{PIPELINE}:", f"{AVRO_PIPELINE}:"]
+    dead_by_topic = []
+    for header in headers:
+        rows = [line.split() for line in lines[header + 1 : header + 3]]
+        assert [int(r[0]) for r in rows] == [0, 1]
+        dead = 0
+        for _, end, ch_rows, ch_distinct, hudi_rows, hudi_distinct, dlq in (
+            map(int, r) for r in rows
+        ):
+            assert end > 0
+            assert ch_rows == ch_distinct == end - dlq
+            assert hudi_rows == hudi_distinct == end - dlq
+            dead += dlq
+        dead_by_topic.append(dead)
+    # the framed kinds of bad record were dead-lettered from the Avro topic, each class once
+    # per source record whichever sink wrote it
+    assert dead_by_topic[1] >= 2
+    (classes,) = [line for line in lines if line.startswith("dead-letter topic demo-avro.dlq")]
+    assert "BadFraming" in classes and "UnknownSchemaId" in classes, classes
+    # the demo's own check: both tables hold the same offsets, with the dead letters all of them
+    for topic in ("demo-events", "demo-avro"):
+        assert any(line.startswith(f"{topic}: exact") for line in lines), out
 
     # the instance configuration used is the project's, and dagster dev says nothing else
     assert "will not be used to configure Dagster" not in demo_run.log.read_text(errors="replace")

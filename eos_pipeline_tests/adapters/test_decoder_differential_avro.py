@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections import Counter
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -31,12 +31,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from eos_pipeline.adapters.registry import decode_values
-from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.formats import plain
 from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-from eos_pipeline.core.schema import Column, TableSchema
-from eos_pipeline_tests.adapters.test_decoder_differential import same, spark_verdicts
+from eos_pipeline.core.schema import TableSchema
+from eos_pipeline_tests.support.framed_differential import judge_alike, table_against
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -96,36 +94,19 @@ FIELD_KINDS: dict[str, tuple[Any, st.SearchStrategy[Any], list[str]]] = {
 def avro_tables(draw: st.DrawFn) -> tuple[str, TableSchema, list[dict[str, Any]]]:
     """An Avro record schema, a table schema against it, and records of the Avro schema."""
     kinds = draw(st.lists(st.sampled_from(sorted(FIELD_KINDS)), min_size=1, max_size=5))
-    fields, columns, values = [], [], {}
+    fields, values = [], {}
     for n, kind in enumerate(kinds):
-        avro_type, strategy, column_types = FIELD_KINDS[kind]
+        avro_type, strategy, _ = FIELD_KINDS[kind]
         name = f"f{n}_{kind}"
         if isinstance(avro_type, dict) and avro_type.get("type") == "enum":
             avro_type = dict(avro_type, name=f"Sym{n}")
         fields.append({"name": name, "type": avro_type})
-        # mostly a column that fits, so that most schemas also give rows
-        column_type = draw(st.sampled_from([column_types[0]] * 8 + column_types[1:]))
-        columns.append(Column(name, column_type))
         values[name] = strategy
-    if draw(st.integers(0, 3)) == 0:  # a column the writer does not have
-        columns.append(
-            draw(
-                st.sampled_from(
-                    [
-                        Column("absent", "Int64", default=5),
-                        Column("absent", "Nullable(String)"),
-                        Column("absent", "String"),  # required: every record is MissingField
-                    ]
-                )
-            )
-        )
+    table = table_against(
+        draw, [(f"f{n}_{kind}", FIELD_KINDS[kind][2]) for n, kind in enumerate(kinds)]
+    )
     schema = json.dumps({"type": "record", "name": "Gen", "fields": fields})
     records = draw(st.lists(st.fixed_dictionaries(values), min_size=1, max_size=12))
-    table = TableSchema(tuple(columns))
-    try:
-        compile_contract(table)
-    except ValueError:
-        table = TableSchema(tuple(Column(c.name, "String", nullable=True) for c in columns))
     return schema, table, records
 
 
@@ -171,51 +152,18 @@ def test_avro_records_get_one_verdict_from_every_decoder(
     generate()
     settings_ = RegistrySettings(schema_registry)
     read_back = AvroDeserializer(client)
-    tally: dict[str, int] = {}
+    tally: Counter[str] = Counter()
     for subject, table, records in cases:
         schema = TableSchema(table.columns, format=PayloadFormat(Format.AVRO, settings_))
-        pairs: list[tuple[bytes | None, bytes | None]] = [(None, v) for v, _, _ in records]
-        decoded = decode_values([v for _, v in pairs], schema)
-        reference: dict[int, tuple[str, Any]] = {
-            b.index: (str(b.error_class), b.message) for b in decoded.bad
-        }
-        for n, position in enumerate(decoded.index):
-            reference[position] = ("row", {k: v[n] for k, v in decoded.columns.items()})
-        got = spark_verdicts(spark, schema, pairs)
-        for i, (value, record, how) in enumerate(records):
-            kind, ref_value = reference[i]
-            got_kind, got_value = got[i]
-            assert kind == got_kind, f"{subject} record {record!r}: {reference[i]} vs {got[i]}"
-            if kind != "row":
-                assert ref_value == got_value
-                tally[kind] = tally.get(kind, 0) + 1
-                continue
-            assert how in (0,), f"damaged record {value!r} ({how}) became a row"
-            for name, want in ref_value.items():
-                assert same(want, got_value[name]), (subject, name, want, got_value[name])
-            # confluent-kafka reads the same fields from the same bytes
-            theirs = plain(read_back(value, SerializationContext(subject, MessageField.VALUE)))
-            for column in schema.columns:
-                if column.name in theirs and theirs[column.name] is not None:
-                    expected = theirs[column.name]
-                    mine = ref_value[column.name]
-                    assert _close(expected, mine), (subject, column, expected, mine)
-            tally["row"] = tally.get("row", 0) + 1
+        ctx = SerializationContext(subject, MessageField.VALUE)
+        judge_alike(
+            spark,
+            schema,
+            subject,
+            [(value, how) for value, _, how in records],
+            lambda value, ctx=ctx: plain(read_back(value, ctx)),
+            tally,
+        )
     judged = sum(tally.values())
     print(f"[differential-avro] {judged} records in {len(cases)} schemas judged alike: {tally}")
     assert tally.get("row", 0) > judged // 10 and judged - tally.get("row", 0) > judged // 10
-
-
-def _close(raw: Any, canonical: Any) -> bool:
-    """A value as Avro holds it against the contract's canonical value of the same field."""
-    if isinstance(raw, str) and not isinstance(canonical, str):
-        return True  # an ISO date/time or base64 text, converted by the contract's rules
-    if isinstance(raw, float) and isinstance(canonical, float):
-        return raw == canonical or (raw != raw and canonical != canonical)
-    if isinstance(raw, Decimal | int) and isinstance(canonical, Decimal | int):
-        return Decimal(raw) == Decimal(canonical)
-    if isinstance(raw, list) and isinstance(canonical, list):
-        return len(raw) == len(canonical) and all(map(_close, raw, canonical))
-    if isinstance(raw, dict) and isinstance(canonical, dict):
-        return raw.keys() == canonical.keys() and all(_close(raw[k], canonical[k]) for k in raw)
-    return raw == canonical

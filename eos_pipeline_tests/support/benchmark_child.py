@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from eos_pipeline.adapters.kafka import KafkaSettings
@@ -15,10 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_smoke(
-    module: str, kafka: KafkaSettings, zookeeper_hosts: str, out: Path, timeout: float
+    module: str,
+    kafka: KafkaSettings,
+    zookeeper_hosts: str,
+    out: Path,
+    timeout: float,
+    extra: Sequence[str] = (),
 ) -> str:
-    """``python -m <module> --smoke`` writing to ``out``: its stdout; fails the test with its
-    output when it fails."""
+    """``python -m <module> --smoke [extra]`` writing to ``out``: its stdout; fails the test
+    with its output when it fails."""
     done = subprocess.run(
         [
             sys.executable,
@@ -31,6 +37,7 @@ def run_smoke(
             zookeeper_hosts,
             "--out",
             str(out),
+            *extra,
         ],
         cwd=ROOT,
         capture_output=True,
