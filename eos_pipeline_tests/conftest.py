@@ -154,6 +154,7 @@ _LONGEST_FIRST = (
     "mirror-stack",  # 330 s in CI (2026-11-25, the per-group summary)
     "eos_pipeline_tests/faults/test_dagster_kills.py",  # 200-230 s
     "eos_pipeline_tests/faults/test_chaos.py",  # 190 s
+    "eos_pipeline_tests/test_ui_faults.py",  # 145 s alone (230 s on a loaded machine)
     "eos_pipeline_tests/test_demo.py",  # 140 s
     "eos_pipeline_tests/faults/test_hudi_faults.py",  # 120 s
     "eos_pipeline_tests/faults/test_connect_faults.py",  # 105 s
