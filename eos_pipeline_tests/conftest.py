@@ -155,6 +155,7 @@ _LONGEST_FIRST = (
     "eos_pipeline_tests/faults/test_dagster_kills.py",  # 200-230 s
     "secured-stack",  # 200 s alone (2026-11-27, -n 0): with its failover peer and MM2
     "eos_pipeline_tests/faults/test_chaos.py",  # 190 s
+    "eos_pipeline_tests/test_ui_faults.py",  # 145 s alone (230 s on a loaded machine)
     "eos_pipeline_tests/test_demo.py",  # 140 s
     "eos_pipeline_tests/faults/test_hudi_faults.py",  # 120 s
     "eos_pipeline_tests/faults/test_connect_faults.py",  # 105 s

@@ -37,7 +37,13 @@ from eos_pipeline.components.asset_metadata import (
 )
 from eos_pipeline.components.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.components.config import Pipeline
-from eos_pipeline.components.following import follow_hudi_run, follow_run, policy_of, recording
+from eos_pipeline.components.following import (
+    follow_hudi_run,
+    follow_run,
+    policy_of,
+    record_caught_up,
+    recording,
+)
 from eos_pipeline.components.health import named_faults
 from eos_pipeline.components.hudi_run_metadata import (
     clustered_hudi_result,
@@ -192,6 +198,7 @@ def clickhouse_asset(
                     where = (spec.database, spec.table, topic, tp.partition)
                     return sink.count(*where, source=spec.schema.source)
 
+                record_caught_up(context, reports, rows)
                 step = recording(context, sync.run, rows)
                 reports = merge_reports(follow_run(context, policy, step, reports, kafka))
             # one count() per partition on the sorting key's prefix: cheap

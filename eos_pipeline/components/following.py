@@ -79,6 +79,41 @@ def _ends(kafka: Any) -> Callable[[Sequence[TopicPartition]], dict[TopicPartitio
 
 #: Least time between two materializations of one partition recorded while following.
 RECORD_EVERY_SECONDS = 10.0
+#: Tag a following run sets on itself: while it follows, since when; once it ended, why. The
+#: Runs list and the run's page show it, so a run up for minutes reads as following, not stuck.
+FOLLOWING_TAG = "eos_pipeline/following"
+
+
+def _clock() -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime())
+
+
+def record_caught_up(
+    context: dg.AssetExecutionContext,
+    reports: Sequence[SyncReport],
+    row_count: Callable[[TopicPartition], int],
+) -> None:
+    """Before following: each partition's caught-up state as its materialization (position,
+    rows), so the asset shows the partitions filled while the run goes on, not "0 % filled"
+    until it ends minutes later; and the run tagged as following."""
+    from eos_pipeline.components.partitions import partition_key
+
+    for report in reports:
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=context.asset_key,
+                partition=partition_key(report.tp),
+                description=f"caught up; run {context.run.run_id[:8]} is following the stream "
+                f"(in progress, not failed): it records each partition again at most every "
+                f"{RECORD_EVERY_SECONDS:g} s while records arrive",
+                metadata={
+                    "position": report.end,
+                    "dagster/row_count": row_count(report.tp),
+                    "following": True,
+                },
+            )
+        )
+    context.instance.add_run_tags(context.run.run_id, {FOLLOWING_TAG: f"since {_clock()}"})
 
 
 def recording(
@@ -136,6 +171,7 @@ def follow_run(
     waiting = _others_waiting(context, chdb_path, CHDB_PATH_TAG)
     out, why = follow(run, reports, _ends(kafka), policy, others_waiting=waiting)
     context.log.info(f"following ended: {why}; {len(out) - len(reports)} step(s) while following")
+    context.instance.add_run_tags(context.run.run_id, {FOLLOWING_TAG: f"ended {_clock()}: {why}"})
     return out
 
 

@@ -52,9 +52,9 @@ def heal_requests(
     tags_for: Callable[[str], dict[str, str]],
     now: float,
 ) -> list[dg.RunRequest]:
-    """Runs for the partitions whose newest failed run (``failed``: newest first) is newer than
-    their latest materialization, except those in ``skip`` (lagging or in flight). One
-    materialization query per such partition."""
+    """Runs for the partitions whose newest failed run (``failed``: newest first) ended after
+    their latest materialization (made by that run or before it), except those in ``skip``
+    (lagging or in flight). One materialization query per such partition."""
     newest: dict[str, RunInfo] = {}
     for run in failed:
         if run.ended_at is None or now - run.ended_at > HEAL_WINDOW_SECONDS:
@@ -69,11 +69,10 @@ def heal_requests(
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key]), limit=1
         ).records
-        if records and (
-            records[0].event_log_entry.run_id == run.run_id
-            or records[0].timestamp >= (run.ended_at or 0.0)
-        ):
-            continue  # materialized by that run or since: Dagster shows it as it is
+        if records and records[0].timestamp >= (run.ended_at or 0.0):
+            continue  # materialized since that run ended: Dagster shows it as it is
+        # A materialization by the failed run itself (a following run records its partitions
+        # as it goes) does not clear it: its check did not run and shows "failed".
         requests.append(
             dg.RunRequest(
                 run_key=f"heal:{run.run_id}:{key}",

@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -241,6 +241,10 @@ def guarded(
             if fault is None:
                 raise
             failed = streak.failed(now)
+            if on_fault is not None:
+                # the fault's events replace what the sensor last recorded: once reachable
+                # again, its body records at once (its own cursor would say "no change")
+                failed = replace(failed, inner=None)
             context.log.warning(fault.message())
             return dg.SensorResult(
                 skip_reason=skip_reason(fault, failed, interval, now),

@@ -34,7 +34,13 @@ from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 if TYPE_CHECKING:
     from eos_pipeline.sinks.replay import ReplayReport
 
-__all__ = ["ReplayConfig", "clickhouse_replay_job", "hudi_replay_job", "replay_job_name"]
+__all__ = [
+    "DRY_RUN_TAG",
+    "ReplayConfig",
+    "clickhouse_replay_job",
+    "hudi_replay_job",
+    "replay_job_name",
+]
 
 
 class ReplayConfig(dg.Config):
@@ -47,6 +53,10 @@ class ReplayConfig(dg.Config):
     dry_run: bool = Field(
         default=True, description="only show what the replay would do; false: replay"
     )
+
+
+#: Tag of a replay run: whether it was a dry run (``true``: nothing written) or replayed.
+DRY_RUN_TAG = "eos_pipeline/dry_run"
 
 
 def replay_job_name(pipeline: str, sink: str) -> str:
@@ -79,6 +89,9 @@ def _finish(
     for line in lines:
         context.log.info(line)
     metadata: dict[str, Any] = {"plan": dg.MetadataValue.md("\n".join(f"- {x}" for x in lines))}
+    # run config is not shown in the Runs list; the tag is, so a dry run never passes for a
+    # replay that wrote (or the other way round)
+    context.instance.add_run_tags(context.run_id, {DRY_RUN_TAG: "true" if dry_run else "false"})
     if dry_run:
         context.log.info("dry run: nothing was written; launch with dry_run: false to replay")
         metadata["dry_run"] = True

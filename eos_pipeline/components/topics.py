@@ -79,7 +79,10 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
             kinds={"kafka", "topic"},
             description=f"Kafka topic {topic} on {where}: the source of pipeline "
             f"{pipeline.name}. Observed by the {pipeline.name}_topics sensor (records held, "
-            "last stable offset and each sink's lag per partition).",
+            "last stable offset and each sink's lag per partition; when the broker cannot be "
+            "read, reachable: false, since when and why). The product never writes a topic, "
+            "so Dagster shows it 'Never materialized' with 'No automations': its state is the "
+            "latest observation under Metadata, its history under Events.",
             owners=pipeline.owners or None,
         )
         for topic in pipeline.kafka.topics
@@ -131,6 +134,8 @@ def observation(
 ) -> dg.AssetObservation:
     """One observation of a topic: the per-partition table and plottable totals."""
     metadata: dict[str, object] = {
+        # the counterpart of an outage's ``reachable: false`` (``unreachable_events``)
+        "reachable": True,
         "partitions": _table(rows, sinks),
         "partition_count": len(rows),
         "records_held": sum(r.held for r in rows),

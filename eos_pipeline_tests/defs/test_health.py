@@ -44,3 +44,39 @@ def test_the_streak_counts_failed_ticks_and_keeps_the_sensors_own_cursor() -> No
     reason = skip_reason(fault, second, 30, 130.0)
     assert reason.startswith("Kafka broker a1:9092 unreachable since 00:01:40 UTC (2 failed ticks)")
     assert "next try at 00:02:40 UTC (every 30 s)" in reason and "Fix: start the broker" in reason
+
+
+def test_a_sensor_that_records_its_outage_forgets_its_last_digest_and_records_again_at_once() -> (
+    None
+):
+    """The topics sensor's cursor is the digest of what it last observed; the outage's own
+    observations replace that, so once the broker answers the body must observe at once (with
+    the old digest it would see "no change" for up to a minute and the page would go on saying
+    unreachable)."""
+    import dagster as dg
+
+    from eos_pipeline.components.health import guarded
+
+    seen: list[str | None] = []
+    down = {"now": True}
+
+    def body(context: dg.SensorEvaluationContext, inner: str | None) -> dg.SkipReason:
+        seen.append(inner)
+        if down["now"]:
+            raise KafkaReadError("could not ... (unreachable or timed out)")
+        return dg.SkipReason("observed")
+
+    def where(_: dg.SensorEvaluationContext) -> dict[str, str]:
+        return WHERE
+
+    with_events = guarded(body, where, 1, on_fault=lambda fault, streak: [])
+    without = guarded(body, where, 1)
+    before = Streak(inner="digest").encode()
+    for evaluate, kept in ((with_events, None), (without, "digest")):
+        down["now"] = True
+        failed = evaluate(dg.build_sensor_context(cursor=before))
+        assert failed.skip_reason is not None and failed.cursor is not None
+        assert Streak.parse(failed.cursor).inner == kept
+        down["now"] = False
+        evaluate(dg.build_sensor_context(cursor=failed.cursor))
+        assert seen[-1] == kept

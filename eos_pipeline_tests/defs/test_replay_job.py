@@ -19,7 +19,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.partitions import keys_for, partitions_name
-from eos_pipeline.components.replay import replay_job_name
+from eos_pipeline.components.replay import DRY_RUN_TAG, replay_job_name
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.replay import ClickHouseReplay
 from eos_pipeline_tests.support.defs_folder import write_defs
@@ -82,10 +82,13 @@ def test_replay_job_dry_run_then_replay_repairs_the_table_and_the_check_passes(
         plan = dry.output_for_node(f"{rig.pipeline}_replay_clickhouse_range")["plan"]
         assert any("delete the table's rows" in line for line in plan)
         assert _counts(chdb_client, rig) == damaged  # a dry run writes nothing
+        # the Runs list tells a dry run from a replay by its tag (run config is not shown)
+        assert instance.get_run_by_id(dry.run_id).tags[DRY_RUN_TAG] == "true"
 
         done = _replay(defs, instance, rig, start=5, end=25, dry_run=False)
         assert done.success
         assert _counts(chdb_client, rig) == expected
+        assert instance.get_run_by_id(done.run_id).tags[DRY_RUN_TAG] == "false"
         observed = instance.fetch_observations(dg.AssetKey(asset.path), limit=1).records
         assert observed and observed[0].partition_key == key
         check = materialize().get_asset_check_evaluations()[0]

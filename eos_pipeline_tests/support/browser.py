@@ -43,25 +43,56 @@ def missing_reason() -> str | None:
 
 
 class UiWalker:
-    """One page, the UI's URL, and a folder for screenshots."""
+    """One page, the UI's URL, and a folder for screenshots. ``graphql`` holds the bodies of
+    the GraphQL answers the last page opened received (what the page was given to show)."""
 
     def __init__(self, page: Any, ui: str, shots: Path) -> None:
         self.page, self.ui, self.shots = page, ui, shots
+        self.graphql: list[str] = []
+        self._answers: list[Any] = []
+        page.on("response", self._keep)
+
+    def _keep(self, response: Any) -> None:
+        if "/graphql" in response.url:
+            self._answers.append(response)
+
+    def _read_answers(self) -> list[str]:
+        bodies = []
+        for response in self._answers:
+            with contextlib.suppress(Exception):  # an answer the page dropped on reload
+                bodies.append(response.text())
+        self._answers = []
+        return bodies
 
     def open(
-        self, path: str, wait_for: str, name: str, *, settle: tuple[str, int] = ("", 0)
+        self,
+        path: str,
+        wait_for: str,
+        name: str,
+        *,
+        settle: tuple[str, int] = ("", 0),
+        full_page: bool = True,
+        scroll_to: str = "",
     ) -> str:
         """Open ``path``, wait until ``wait_for`` is shown, then until nothing says Loading
         (and ``settle``'s text is shown that many times), save a screenshot, return the text.
 
         On a loaded machine a page's last queries can stay unanswered for long; the page is then
         loaded again once (what the test asserts is only read after that)."""
+        self._answers = []
         for attempt in range(2):
             if attempt == 0:
                 self.page.goto(self.ui + path)
             else:
                 self.page.reload()
-            self.page.get_by_text(wait_for, exact=False).first.wait_for(timeout=60_000)
+            try:
+                self.page.get_by_text(wait_for, exact=False).first.wait_for(timeout=60_000)
+            except Exception as exc:  # show what the page said instead
+                self.page.screenshot(path=str(self.shots / f"{name}-timeout.png"), full_page=True)
+                text = self.page.inner_text("body")
+                raise AssertionError(
+                    f"{path}: {wait_for!r} not shown; the page says:\n{text}"
+                ) from exc
             self._dismiss_welcome()
             with contextlib.suppress(Exception):  # the page's remaining queries landing
                 self.page.wait_for_function(
@@ -72,7 +103,12 @@ class UiWalker:
                 )
                 break
         self.page.wait_for_timeout(1000)
-        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+        if scroll_to:  # the part of a long page a viewport screenshot should show
+            self.page.get_by_text(scroll_to, exact=True).first.scroll_into_view_if_needed()
+            self.page.mouse.wheel(0, 300)
+            self.page.wait_for_timeout(300)
+        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
+        self.graphql = self._read_answers()
         return str(self.page.inner_text("body"))
 
     def _dismiss_welcome(self) -> None:
@@ -115,13 +151,19 @@ def launch_backfill(ui: str, asset_paths: list[list[str]], partitions: list[str]
         "assetSelection": [{"path": path} for path in asset_paths],
         "fromFailure": False,
     }
-    body = json.dumps({"query": LAUNCH_BACKFILL, "variables": {"params": params}}).encode()
-    request = urllib.request.Request(
-        f"{ui}/graphql", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        answer = json.load(response)
+    answer = graphql(ui, LAUNCH_BACKFILL, {"params": params})
     result = answer["data"]["launchPartitionBackfill"]
     if result["__typename"] != "LaunchBackfillSuccess":
         raise RuntimeError(f"backfill not launched: {answer}")
     return str(result["backfillId"])
+
+
+def graphql(ui: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One call to the UI's GraphQL endpoint, as the page makes it; the whole answer."""
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(
+        f"{ui}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer: dict[str, Any] = json.load(response)
+    return answer
