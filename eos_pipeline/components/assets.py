@@ -13,11 +13,10 @@ inserted, offsets skipped and cropped by the state machine, dead letters, the st
 case, lag after the run, the partition's rows in the table as ``dagster/row_count``) and as a
 markdown table. Dagster records one materialization per partition of a run; each carries its
 partition's own numbers (partition-scoped asset metadata); the Hudi commit's totals stay under
-``commit_*`` (built by :mod:`~eos_pipeline.components.clickhouse_run_metadata` and
-:mod:`~eos_pipeline.components.hudi_run_metadata`). The definitions carry each table's identity the
-way Dagster's integrations do: ``dagster/table_name``, ``dagster/column_schema`` (the declared
-columns, source columns first), ``dagster/uri`` for the Hudi path, and code references (added by
-the builder).
+``commit_*`` (all built by :mod:`~eos_pipeline.components.metadata`). The definitions carry each
+table's identity the way Dagster's integrations do: ``dagster/table_name``,
+``dagster/column_schema`` (the declared columns, source columns first), ``dagster/uri`` for the
+Hudi path, and code references (added by the builder).
 
 The exactly-once checks live in :mod:`eos_pipeline.components.checks`.
 """
@@ -30,22 +29,18 @@ import dagster as dg
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.components.asset_metadata import (
-    CLICKHOUSE_SINK,
-    clickhouse_definition_metadata,
-    code_version,
-    hudi_definition_metadata,
-)
-from eos_pipeline.components.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.following import follow_hudi_run, follow_run, policy_of, recording
 from eos_pipeline.components.health import named_faults
-from eos_pipeline.components.hudi_run_metadata import (
+from eos_pipeline.components.metadata import (
+    CLICKHOUSE_SINK,
+    clickhouse_definition_metadata,
+    clickhouse_run_metadata,
     clustered_hudi_result,
+    code_version,
+    hudi_definition_metadata,
     hudi_row_counts,
     hudi_run_metadata,
-)
-from eos_pipeline.components.metadata import (
     per_partition,
 )
 from eos_pipeline.components.partitions import (

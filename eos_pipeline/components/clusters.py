@@ -14,8 +14,8 @@ from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates, par
 from eos_pipeline.adapters.hudi_timeline import latest_commit
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.metadata import CLICKHOUSE_SINK
 from eos_pipeline.core.failover.fold import fold_keeper_states, fold_positions
 from eos_pipeline.core.failover.table_position import stored_position
 from eos_pipeline.core.offsets import TopicPartition

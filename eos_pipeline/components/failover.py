@@ -12,8 +12,8 @@ import dagster as dg
 
 from eos_pipeline.adapters.failover import FailoverPipeline, SwitchReport, switch
 from eos_pipeline.adapters.kafka import KafkaSettings
-from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.config import EnvRef, Pipeline, PipelinesFile
+from eos_pipeline.components.metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.resources import KeeperResource
 from eos_pipeline.core.failover.bounds import TIMESTAMP
 from eos_pipeline.core.failover.switch import ClusterSet, SwitchRefused

@@ -14,12 +14,16 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
-from eos_pipeline.components.asset_metadata import _package_version, code_version
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, hudi_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.checks import check_events
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.components.metadata import ROW_COUNT_KEY, per_partition
+from eos_pipeline.components.metadata import (
+    ROW_COUNT_KEY,
+    _package_version,
+    code_version,
+    per_partition,
+)
 from eos_pipeline.components.partitions import keys_for, parse_partition_key
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.proof import compare
