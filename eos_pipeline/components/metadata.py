@@ -12,12 +12,13 @@
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+import contextlib
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dagster as dg
 
@@ -36,7 +37,9 @@ __all__ = [
     "HUDI_CHECKPOINT_KEY",
     "IDLE_CASE",
     "ROW_COUNT_KEY",
+    "TABLE_MAX_ROWS",
     "TABLE_ROWS_KEY",
+    "RunMetadata",
     "clickhouse_definition_metadata",
     "clickhouse_run_metadata",
     "clustered_hudi_result",
@@ -46,8 +49,10 @@ __all__ = [
     "hudi_row_counts",
     "hudi_run_metadata",
     "markdown_table",
+    "partitions_table",
     "per_partition",
     "quiet_when_idle",
+    "record_run",
 ]
 
 
@@ -151,10 +156,47 @@ def hudi_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
 ROW_COUNT_KEY = "dagster/row_count"
 
 
+#: A run's table of partitions lists at most this many: each partition's numbers are on its own
+#: materialization, and a table of thousands of rows is read by no one.
+TABLE_MAX_ROWS = 100
+
+
 def markdown_table(header: list[str], rows: Iterable[Iterable[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def partitions_table(header: list[str], rows: Sequence[Sequence[object]]) -> Any:
+    """A run's partitions as a markdown table, the first :data:`TABLE_MAX_ROWS` of them."""
+    text = markdown_table(header, rows[:TABLE_MAX_ROWS])
+    if len(rows) > TABLE_MAX_ROWS:
+        text += (
+            f"\n\n{len(rows) - TABLE_MAX_ROWS} more partitions: each one's numbers are on its "
+            "own materialization."
+        )
+    return dg.MetadataValue.md(text)
+
+
+@contextlib.contextmanager
+def _partition_keys_read_once(instance: dg.DagsterInstance) -> Iterator[None]:
+    """Dagster checks each ``add_asset_metadata(partition_key=...)`` against the run's range by
+    reading every key of the dynamic partitions from storage: N partitions, N reads of N keys
+    (at 4,096 partitions ~80 s of a run). Inside the block no key is added, so one read stands
+    for all; the instance's own method is back after it."""
+    read = instance.get_dynamic_partitions
+    known: dict[str, Sequence[str]] = {}
+
+    def once(partitions_def_name: str) -> Sequence[str]:
+        if partitions_def_name not in known:
+            known[partitions_def_name] = read(partitions_def_name)
+        return known[partitions_def_name]
+
+    instance.get_dynamic_partitions = once  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del instance.get_dynamic_partitions
 
 
 def per_partition(
@@ -165,8 +207,38 @@ def per_partition(
     Dagster records one materialization per partition of a run, all with the run's metadata;
     partition-scoped asset metadata replaces the run-wide values on that partition's event.
     """
-    for key, metadata in values.items():
-        context.add_asset_metadata(dict(metadata), partition_key=key)
+    with _partition_keys_read_once(context.instance):
+        for key, metadata in values.items():
+            context.add_asset_metadata(dict(metadata), partition_key=key)
+
+
+class RunMetadata(NamedTuple):
+    """What a run records: its own numbers, each partition's, and the entries that list the
+    run's partitions (``once``: see :func:`record_run`)."""
+
+    metadata: dict[str, Any]
+    partitions: dict[str, dict[str, Any]]
+    once: dict[str, Any]
+
+
+def record_run(context: dg.AssetExecutionContext, run: RunMetadata) -> dict[str, Any]:
+    """Give each partition its numbers; returns the run's metadata for its ``MaterializeResult``.
+
+    ``run.once``: entries that list the run's partitions (its table, the Hudi checkpoint). Dagster
+    copies the run's metadata onto every partition's materialization, so at N partitions they
+    would be stored N times (quadratic bytes in the event log: ~1.6 GB at 4,096). A run of one
+    partition (or none of its own) keeps them; a run of several puts them on the
+    materialization of its last partition key only (Dagster stores a run's partition events in
+    no fixed order, so that one is not always the asset page's latest).
+    """
+    metadata, partitions, once = run
+    if len(partitions) <= 1:
+        per_partition(context, partitions)
+        return {**metadata, **once}
+    last = next((k for k in reversed(context.partition_keys) if k in partitions), None)
+    last = last if last is not None else list(partitions)[-1]
+    per_partition(context, {**partitions, last: {**once, **partitions[last]}})
+    return dict(metadata)
 
 
 #: Numbers that count what a run did (plotted over time on the asset page).
@@ -223,7 +295,7 @@ def clickhouse_run_metadata(
     *,
     clustered: bool,
     table_rows: int | None = None,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> RunMetadata:
     """The run's metadata and each partition's (none for a run over several clusters).
 
     ``reports``: one :class:`~eos_pipeline.sinks.clickhouse_reports.PartitionReport` per
@@ -271,7 +343,6 @@ def clickhouse_run_metadata(
         "dead_letters": sum(r.dead_letters for r in reports),
         "case": "; ".join(f"{row[0]}: {row[7]}" for row in rows),
         "lag_after": sum(row[8] for row in rows),
-        "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
     }
     partition_values = {
         row[0]: {
@@ -297,7 +368,8 @@ def clickhouse_run_metadata(
         metadata["reread_after_switch"] = sum(r.reread for r in reports)
         metadata["skipped_after_switch"] = sum(r.skipped for r in reports)
         partition_values = {}
-    return quiet_when_idle(metadata, partition_values)
+    once = {"partitions": partitions_table(header, rows)}
+    return RunMetadata(*quiet_when_idle(metadata, partition_values), once)
 
 
 # -------------------------------------------------------------------------------- Hudi runs
@@ -344,7 +416,7 @@ def clustered_hudi_result(
         HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
             {partition_key(tp): off for tp, off in sorted(report.checkpoint_after.items())}
         ),
-        "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
+        "partitions": partitions_table(header, rows),
     }
     metadata, _ = quiet_when_idle(metadata, {})
     hooks.fault("before_materialization_event")
@@ -353,7 +425,7 @@ def clustered_hudi_result(
 
 def hudi_run_metadata(
     report: Any, row_counts: Mapping[TopicPartition, int] | None, keys: Collection[str]
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> RunMetadata:
     """A Hudi run's metadata: the commit's numbers, and each partition of ``keys`` its own.
 
     Each partition's event overrides the unprefixed numbers with its share; the ``commit_*``
@@ -404,12 +476,14 @@ def hudi_run_metadata(
         "operation": report.operation or "",
         "lag_after": sum(lags.values()),
         "seconds": round(report.seconds, 2),
+    }
+    once = {
         HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
             {str(tp.partition): off for tp, off in sorted(report.checkpoint_after.items())}
         ),
-        "partitions": dg.MetadataValue.md(markdown_table(header, rows)),
+        "partitions": partitions_table(header, rows),
     }
-    return quiet_when_idle(
+    quiet, partitions = quiet_when_idle(
         metadata,
         {
             partition_key(tp): {
@@ -425,6 +499,7 @@ def hudi_run_metadata(
             if partition_key(tp) in keys
         },
     )
+    return RunMetadata(quiet, partitions, once)
 
 
 def hudi_row_counts(
