@@ -186,7 +186,7 @@ class ClickHousePartitionSync:
         """Runs inside share one Kafka consumer (a run of several partitions opens one), and
         Kafka's answers for ``partitions`` (topic ids, ends, starts) are asked for all at once
         and kept for :func:`session_facts_max_age` (``adapters.kafka.offsets``)."""
-        with range_consumer(self.kafka) as consumer:
+        with range_consumer(self.kafka, {tp.topic for tp in partitions}) as consumer:
             self._consumer = consumer
             self._facts = TopicFacts(self.kafka, max_age_s=session_facts_max_age(len(partitions)))
             self._facts.want(partitions)
