@@ -44,6 +44,7 @@ examples:
   eos-pipeline demo --keep-ui            ... and keep the Dagster UI running afterwards
   eos-pipeline demo --no-spark           ... each Hudi run with a Spark of its own (no server)
   eos-pipeline failover --pipeline P --to B   switch pipeline P to cluster B (and back: --to A)
+  eos-pipeline failover status --pipeline P  active cluster, switch in flight, MM2's lag both ways
   eos-pipeline replay --pipeline P --sink clickhouse --partition 0 --from 100 --to 200
                                          show what a replay of offsets [100, 200) would do
   eos-pipeline replay ... --yes          ... and do it
@@ -186,8 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
         "alias, a cluster MM2 does not replicate to, a switch while another is in flight, and a "
         "last-written record missing where its copy must be.",
     )
+    failover.add_argument(
+        "action",
+        nargs="?",
+        choices=("status",),
+        help="status: show the active cluster, any switch in flight and, per direction, "
+        "MirrorMaker 2's lag per partition and whether it is copying now (reads only)",
+    )
     failover.add_argument("--pipeline", required=True, help="pipeline name (its defs.yaml)")
-    failover.add_argument("--to", required=True, help="alias of the cluster to switch to")
+    failover.add_argument("--to", help="alias of the cluster to switch to")
+    failover.add_argument(
+        "--sample-seconds",
+        type=float,
+        default=1.0,
+        help="status: how long to watch each replica's end for movement (default: 1)",
+    )
+    failover.add_argument(
+        "--fresh-seconds",
+        type=float,
+        default=60.0,
+        help="status: an offset sync younger than this shows MM2 at work (default: 60)",
+    )
     failover.add_argument("--defs", type=Path, help=DEFS_HELP)
     replay = commands.add_parser(
         "replay",
@@ -277,12 +297,21 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 def _run_failover(args: argparse.Namespace) -> int:
     from eos_pipeline.adapters.failover import switch
-    from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
+    from eos_pipeline.adapters.failover_status import read_status
+    from eos_pipeline.adapters.kafka import KafkaReadError
+    from eos_pipeline.adapters.keeper import (
+        KeeperSettings,
+        KeeperStateStore,
+        KeeperUnavailableError,
+    )
     from eos_pipeline.components.config import ConfigError, EnvRef
     from eos_pipeline.components.failover import describe, failover_pipeline, find_pipeline
     from eos_pipeline.components.project import load_project
     from eos_pipeline.core.failover import FailoverError
 
+    if (args.action == "status") == (args.to is not None):
+        print("error: give either --to ALIAS (switch) or `status`", file=sys.stderr)
+        return 2
     try:
         config = load_project(args.defs).config
         fp = failover_pipeline(find_pipeline(config, args.pipeline))
@@ -291,8 +320,15 @@ def _run_failover(args: argparse.Namespace) -> int:
             password = os.environ.get(password.env)
         auth = (config.keeper.username, password) if config.keeper.username and password else None
         with KeeperStateStore(KeeperSettings(config.keeper.hosts, config.keeper.root, auth)) as st:
+            if args.action == "status":
+                status = read_status(
+                    st, fp, sample_s=args.sample_seconds, fresh_s=args.fresh_seconds
+                )
+                print("\n".join(status.lines()))
+                return 0
             report = switch(st, fp, args.to)
-    except (ConfigError, FailoverError) as exc:
+    except (ConfigError, FailoverError, KeeperUnavailableError, KafkaReadError) as exc:
+        # the expected faults, named with their endpoint (a cluster or ZooKeeper not answering)
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for name, value in describe(report).items():

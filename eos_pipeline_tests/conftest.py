@@ -153,6 +153,7 @@ def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
 _LONGEST_FIRST = (
     "mirror-stack",  # 330 s in CI (2026-11-25, the per-group summary)
     "eos_pipeline_tests/faults/test_dagster_kills.py",  # 200-230 s
+    "secured-stack",  # 200 s alone (2026-11-27, -n 0): with its failover peer and MM2
     "eos_pipeline_tests/faults/test_chaos.py",  # 190 s
     "eos_pipeline_tests/test_demo.py",  # 140 s
     "eos_pipeline_tests/faults/test_hudi_faults.py",  # 120 s
@@ -162,6 +163,7 @@ _LONGEST_FIRST = (
     "eos_pipeline_tests/defs/test_hudi_asset.py",  # 80 s
     "eos_pipeline_tests/faults/test_infrastructure.py",  # 55 s
     "eos_pipeline_tests/adapters/test_hudi_metadata_table.py",  # 55 s
+    "eos_pipeline_tests/faults/test_schema_evolution_kills.py",  # 55 s (3 Spark children)
 )
 _ROOT = Path(__file__).resolve().parent.parent
 _MIRROR_FIXTURES = re.compile(r"\b(?:mirror_stack|cluster_settings)\b")

@@ -36,11 +36,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters import hudi_timeline
-from eos_pipeline.adapters.kafka import KafkaSettings, partition_count
+from eos_pipeline.adapters.kafka import KafkaSettings, TopicMissingError, partition_count
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import (
     MirrorReadError,
@@ -154,13 +154,24 @@ class SwitchReport:
     target: str
     steps: tuple[str, ...]
     moves: list[Move] = field(default_factory=list)
-    #: Per target partition (``cluster:topic[partition]``): records read to check the mark,
-    #: and how many of them precede it (re-read, already written).
+    #: Per target partition (``cluster:topic[partition]``): records the check read in the
+    #: mark's window (from the re-read start to the window's end, the next offset sync) and how
+    #: many of them are the *re-read*: from the start through the copy, already written, which
+    #: the sink skips (the docs' bound, ``offset.lag.max`` + 1). The rest lie after the copy:
+    #: read by the check only, the sink writes them (:meth:`reread`, :meth:`past_copy`).
     checked: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: Per moved position with a mark (same keys, Hudi's too): where its re-read starts, which
     #: bound set that (``"timestamp"`` or ``"syncs"``) and where the syncs alone would start it.
     starts: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float = 0.0
+
+    def reread(self) -> dict[str, int]:
+        """Per partition, the records from the re-read start through the copy (skipped)."""
+        return {k: through for k, (_, through) in self.checked.items()}
+
+    def past_copy(self) -> dict[str, int]:
+        """Per partition, the records after the copy the check read up to the window's end."""
+        return {k: read - through for k, (read, through) in self.checked.items()}
 
 
 def _positions(
@@ -185,11 +196,7 @@ def _histories(
 ) -> dict[Flow, SyncHistory]:
     """Each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable."""
 
-    def reader(flow: Flow) -> Consumer | None:
-        holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
-        return None if readers is None else readers.get(fp.settings[holder])
-
-    return {flow: refresh(store, fp, flow, consumer=reader(flow)) for flow in sorted(flows)}
+    return {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
 
 
 def _plan_moves(
@@ -325,10 +332,11 @@ def _state(record: KeeperRecord) -> tuple[object, ...]:
 
 
 def partitions_of(settings: KafkaSettings, topic: str) -> int:
-    """Partitions of a physical topic, 0 when it does not exist (yet) on that cluster."""
+    """Partitions of a physical topic, 0 when it does not exist (yet) on that cluster; a cluster
+    that does not answer raises (read as "no topic", it would hide what it holds)."""
     try:
         return partition_count(settings, topic)
-    except Exception:
+    except TopicMissingError:
         return 0
 
 
@@ -387,19 +395,29 @@ def refresh(
     flow: Flow,
     *,
     timeout: float | None = None,
-    consumer: Consumer | None = None,
+    readers: MirrorReaders | None = None,
 ) -> SyncHistory:
     """The flow's syncs: the stored copy plus what the topic holds since, stored again.
 
     When the topic cannot be read (its cluster is down) the stored copy is returned alone, with
-    a warning; without a stored copy the read's error is raised. ``consumer``: one reaching the
-    syncs' cluster, reused (``adapters.mirror.MirrorReaders``).
+    a warning; without a stored copy the read's error is raised. With a stored copy, the syncs'
+    cluster gets one short probe first (``MirrorReaders.unreachable``): one that does not answer
+    is not waited for. ``readers``: the clients of a sequence of reads (a switch), which probe
+    each cluster once for all of them (a switch away from a dead cluster waits once, briefly).
     """
+    if readers is None:
+        with MirrorReaders() as own:
+            return refresh(store, fp, flow, timeout=timeout, readers=own)
     archive = SyncArchive(store, fp.name)
     stored = archive.load(flow)
     holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
     wait = timeout if timeout is not None else (SHORT_TIMEOUT if stored is not None else 30.0)
     before = None if stored is None else (stored.source_position, len(stored))
+    consumer = readers.get(fp.settings[holder])
+    down = None if stored is None else readers.unreachable(fp.settings[holder])
+    if stored is not None and down is not None:
+        _warn_stored(fp, flow, holder, down, stored)
+        return stored
     try:
         history = read_offset_syncs(
             fp.settings[holder],
@@ -413,20 +431,26 @@ def refresh(
     except (KafkaException, MirrorReadError) as exc:
         if stored is None:
             raise
-        log.warning(
-            "%s: offset syncs of %s unreadable on %s (%s); using the %d stored syncs up to "
-            "position %d of the syncs topic",
-            fp.name,
-            flow,
-            holder,
-            exc,
-            len(stored),
-            stored.source_position,
-        )
+        _warn_stored(fp, flow, holder, exc, stored)
         return stored
     if (history.source_position, len(history)) != before:
         archive.save(history)
     return history
+
+
+def _warn_stored(
+    fp: FailoverPipeline, flow: Flow, holder: str, cause: object, stored: SyncHistory
+) -> None:
+    log.warning(
+        "%s: offset syncs of %s unreadable on %s (%s); using the %d stored syncs up to "
+        "position %d of the syncs topic",
+        fp.name,
+        flow,
+        holder,
+        cause,
+        len(stored),
+        stored.source_position,
+    )
 
 
 def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
@@ -44,6 +44,9 @@ from eos_pipeline.core.offsets import TopicPartition
 log = logging.getLogger(__name__)
 
 SYNCS_PARTITION = 0  # MM2 writes every sync of a flow to partition 0 of its syncs topic
+#: How long one sequence of reads (a switch, a status) waits for a cluster's first answer before
+#: it counts that cluster as down for the rest of the sequence (:meth:`MirrorReaders.unreachable`).
+PROBE_TIMEOUT = 3.0
 
 
 class MirrorReadError(KafkaReadError):
@@ -70,6 +73,10 @@ def _consumer(settings: KafkaSettings) -> Consumer:
     )
 
 
+def _cluster_key(settings: KafkaSettings) -> str:
+    return repr(sorted(settings.config().items()))
+
+
 class MirrorReaders:
     """One reading consumer per cluster for a sequence of reads (a switch), closed together.
 
@@ -78,19 +85,37 @@ class MirrorReaders:
     switch. Pass :meth:`get`'s consumer to the reads below; each read assigns its own partition.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, probe_timeout: float = PROBE_TIMEOUT) -> None:
+        self.probe_timeout = probe_timeout
         self._open: dict[str, Consumer] = {}
         self._admins: dict[str, AdminClient] = {}
+        self._answered: dict[str, str | None] = {}
+
+    def unreachable(self, settings: KafkaSettings) -> str | None:
+        """Why the cluster gave no answer to one metadata request within ``probe_timeout``
+        (None: it answered). Asked once per cluster and remembered for the whole sequence, so
+        a dead cluster costs one short wait, not one long wait per read."""
+        key = _cluster_key(settings)
+        if key not in self._answered:
+            try:
+                self.get(settings).list_topics(timeout=self.probe_timeout)
+                self._answered[key] = None
+            except KafkaException as exc:
+                self._answered[key] = (
+                    f"Kafka at {settings.bootstrap_servers} did not answer within "
+                    f"{self.probe_timeout:g} s ({exc.args[0] if exc.args else exc})"
+                )
+        return self._answered[key]
 
     def get(self, settings: KafkaSettings) -> Consumer:
-        key = repr(sorted(settings.config().items()))
+        key = _cluster_key(settings)
         if key not in self._open:
             self._open[key] = _consumer(settings)
         return self._open[key]
 
     def admin(self, settings: KafkaSettings) -> AdminClient:
         """An admin client of the cluster, for the lookups of the same sequence."""
-        key = repr(sorted(settings.config().items()))
+        key = _cluster_key(settings)
         if key not in self._admins:
             self._admins[key] = admin_client(settings)
         return self._admins[key]
@@ -180,8 +205,11 @@ def read_offset_syncs(
     policy: ReplicationPolicy = DEFAULT_POLICY,
     timeout: float = 30.0,
     consumer: Consumer | None = None,
+    written_at: dict[TopicPartition, int] | None = None,
 ) -> SyncHistory:
     """Fold the syncs of ``flow`` written since ``history.source_position`` into ``history``.
+
+    ``written_at`` gets, per upstream partition, when MM2 wrote the latest sync read (ms).
 
     ``settings`` reach the cluster holding the syncs (``flow.offset_syncs_cluster(location)``:
     the flow's source by MM2's default, so while that cluster is down its syncs are only what
@@ -202,7 +230,10 @@ def read_offset_syncs(
             ) from None
         start = max(history.source_position, low)
         for msg in _consume(consumer, topic, SYNCS_PARTITION, start, high, timeout):
-            history.add(decode_offset_sync(msg.key(), msg.value()))
+            sync = decode_offset_sync(msg.key(), msg.value())
+            history.add(sync)
+            if written_at is not None:
+                written_at[sync.tp] = msg.timestamp()[1]
         history.source_position = max(history.source_position, high)
     return history
 
@@ -361,6 +392,7 @@ def find_resume_point(
 
 
 __all__ = [
+    "PROBE_TIMEOUT",
     "MirrorReadError",
     "MirrorReaders",
     "TimeFloors",

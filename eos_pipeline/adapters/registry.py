@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -28,20 +29,25 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from eos_pipeline.core.decode import Decoded, decode_json
 from eos_pipeline.core.formats import RegistryUnavailableError, WriterSchema, decode_framed
 from eos_pipeline.core.payload_format import RegistrySettings, Secret
-from eos_pipeline.core.schema import SchemaError, TableSchema
+from eos_pipeline.core.registry_columns import writer_columns
+from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 
 __all__ = [
     "RegistryAccessError",
     "RegistrySchemas",
     "RegistryUnavailableError",
+    "SubjectSchema",
     "client_config",
     "decode_values",
     "schemas_for",
+    "subject_schema",
 ]
 
 #: The registry's error codes for "no schema with this id": 40403 (Confluent's API, Apicurio's
 #: too) and 40400 (confluent-kafka's ``mock://`` registry).
 SCHEMA_NOT_FOUND = frozenset({40403, 40400})
+#: "Subject not found" (40401), "version not found" (40402); 40400 from the ``mock://`` one.
+SUBJECT_NOT_FOUND = frozenset({40401, 40402, 40400})
 #: Requests a client makes before an unreachable registry counts as unavailable (each one
 #: already waits ``timeout_s``): the run fails soon and the sensor's backoff takes over.
 _MAX_RETRIES = 1
@@ -117,12 +123,25 @@ class RegistrySchemas:
                 return None
             raise self._error(exc) from exc
         except Exception as exc:  # httpx2's connection errors, timeouts, a closed socket
-            raise RegistryUnavailableError(
-                f"schema registry at {self.settings.url} could not be reached while looking up "
-                f"schema id {schema_id}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._unreachable(f"schema id {schema_id}", exc) from exc
         dependencies = self._references(schema, set()) if schema.references else ()
         return WriterSchema(schema.schema_type or "AVRO", schema.schema_str, dependencies)
+
+    def latest(self, subject: str) -> int:
+        """The id of ``subject``'s latest version. Raises :class:`RegistryAccessError` for a
+        subject the registry does not know, :class:`RegistryUnavailableError` without an answer.
+        """
+        try:
+            return int(self.client.get_latest_version(subject).schema_id)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404 and exc.error_code in SUBJECT_NOT_FOUND:
+                raise RegistryAccessError(
+                    f"schema registry at {self.settings.url} has no subject {subject!r}: check "
+                    "registry.subject (a value schema's subject is usually '<topic>-value')"
+                ) from None
+            raise self._error(exc) from None
+        except Exception as exc:
+            raise self._unreachable(f"the latest schema of subject {subject!r}", exc) from None
 
     def _references(self, schema: Any, seen: set[str]) -> tuple[str, ...]:
         """Protobuf imports, each after its own, fetched as the registry names them."""
@@ -136,13 +155,16 @@ class RegistrySchemas:
             except SchemaRegistryError as exc:
                 raise self._error(exc) from exc
             except Exception as exc:
-                raise RegistryUnavailableError(
-                    f"schema registry at {self.settings.url} could not be reached while looking "
-                    f"up reference {ref.subject} v{ref.version}: {exc}"
-                ) from exc
+                raise self._unreachable(f"reference {ref.subject} v{ref.version}", exc) from exc
             out.extend(self._references(registered.schema, seen))
             out.append(registered.schema.schema_str)
         return tuple(out)
+
+    def _unreachable(self, what: str, exc: Exception) -> RegistryUnavailableError:
+        return RegistryUnavailableError(
+            f"schema registry at {self.settings.url} could not be reached while looking up "
+            f"{what}: {type(exc).__name__}: {exc}"
+        )
 
     def _error(self, exc: SchemaRegistryError) -> Exception:
         status = exc.http_status_code
@@ -173,6 +195,44 @@ def schemas_for(settings: RegistrySettings) -> RegistrySchemas:
         if found is None:
             found = _PROCESS_SCHEMAS[settings] = RegistrySchemas(settings)
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectSchema:
+    """A subject's latest writer schema as table columns."""
+
+    subject: str
+    schema_id: int
+    columns: tuple[Column, ...]
+
+
+_SUBJECTS: dict[tuple[RegistrySettings, str, str | None], SubjectSchema] = {}
+
+
+def subject_schema(
+    settings: RegistrySettings, subject: str, message: str | None = None
+) -> SubjectSchema:
+    """The columns of ``subject``'s latest schema (Protobuf: of ``message``, default the file's
+    first), asked of the registry once per process: definitions load once, and the table then
+    follows newer schemas record by record (:mod:`core.evolution`)."""
+    key = (settings, subject, message)
+    with _PROCESS_LOCK:
+        found = _SUBJECTS.get(key)
+    if found is not None:
+        return found
+    schemas = schemas_for(settings)
+    schema_id = schemas.latest(subject)
+    writer = schemas.get(schema_id)
+    if writer is None:  # deleted between the two requests
+        raise RegistryAccessError(f"subject {subject!r}: schema id {schema_id} is gone")
+    try:
+        columns = writer_columns(writer, message=message)
+    except SchemaError as exc:
+        raise SchemaError(f"registry subject {subject!r} (schema id {schema_id}): {exc}") from None
+    found = SubjectSchema(subject, schema_id, columns)
+    with _PROCESS_LOCK:
+        _SUBJECTS[key] = found
+    return found
 
 
 def decode_values(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:

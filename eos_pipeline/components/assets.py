@@ -28,7 +28,6 @@ from typing import Any
 
 import dagster as dg
 
-from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.keeper import default_writer_id
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.following import follow_hudi_run, follow_run, policy_of, recording
@@ -51,13 +50,14 @@ from eos_pipeline.components.partitions import (
 )
 from eos_pipeline.components.range_run import catch_up, fail_naming
 from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.components.source import source_of
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import recovery_order
 from eos_pipeline.core.positions import sink_state
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.clusters import active_sync, physical_partitions
+from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 from eos_pipeline.sinks.follow import merge_hudi_reports, merge_reports
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
+from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 CHECK_NAME = "exactly_once"
 #: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product
@@ -169,25 +169,17 @@ def clickhouse_asset(
 
     def _clickhouse_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         kafka = kafka_resource(context, pipeline.name).settings()
-        dlq = DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name)
         with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
             sink.ensure_table(spec.database, spec.table, spec.schema)
             writer = default_writer_id(context.run.run_id)
-            sync = ClickHousePartitionSync(
-                spec, kafka, st, sink, dlq, writer=writer, fault=hooks.fault
+            # one cluster's topic, or the active cluster's physical topics (T and its replicas)
+            source = source_of(pipeline).at(kafka, st)
+            sync = source.clickhouse_sync(
+                spec, st, sink, pipeline.dead_letter_topic, writer=writer, fault=hooks.fault
             )
-            reads: Callable[[TopicPartition], list[TopicPartition]] = lambda tp: [tp]  # noqa: E731
-            if pipeline.kafka.clusters:
-                # Several clusters: read the active one's physical topics (T and its replicas).
-                from eos_pipeline.components.failover import failover_pipeline
-
-                fp = failover_pipeline(pipeline)
-                dlq_topic = pipeline.dead_letter_topic
-                sync = active_sync(fp, spec, st, sink, dlq_topic, writer=writer, fault=hooks.fault)
-                reads = lambda tp: physical_partitions(fp, sync, tp)  # noqa: E731
             # partitions left in BEFORE first; one that needs a person is set aside
             order = _run_order(st, pipeline, context.partition_keys)
-            reports, stuck = catch_up(context, order, reads, sync, st, pipeline.name)
+            reports, stuck = catch_up(context, order, source.partitions, sync, st, pipeline.name)
             policy = policy_of(pipeline, context.run.tags)
             if policy is not None and not stuck:
 
@@ -211,8 +203,9 @@ def clickhouse_asset(
             }
             table_rows = sink.count(spec.database, spec.table)  # every partition's rows
         run = clickhouse_run_metadata(
-            reports, row_counts, clustered=bool(pipeline.kafka.clusters), table_rows=table_rows
+            reports, row_counts, clustered=source.cluster is not None, table_rows=table_rows
         )
+        run.metadata.update(evolution_metadata(sync.follower))
         if stuck:  # the partitions written get their materializations; the run fails
             fail_naming(context, stuck, run.partitions)
         metadata = record_run(context, run)
@@ -220,6 +213,17 @@ def clickhouse_asset(
         return dg.MaterializeResult(metadata=metadata)
 
     return _clickhouse
+
+
+def evolution_metadata(follower: SchemaFollower) -> dict[str, Any]:
+    """A subject's table: the writer schema id it is at, and the evolutions this run applied
+    (schema ids, columns added and widened, when)."""
+    if not follower.follows:
+        return {}
+    out: dict[str, Any] = {"schema_id": follower.schema.schema_id}
+    if follower.applied:
+        out["schema_evolution"] = dg.MetadataValue.json(follower.applied)
+    return out
 
 
 def _run_order(store: Any, pipeline: Pipeline, keys: Iterable[str]) -> list[str]:
@@ -250,7 +254,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         group_name=HUDI_GROUP,
         tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "spark"}
-        | ({"keeper"} if pipeline.kafka.clusters else set()),
+        | ({"keeper"} if source_of(pipeline).needs_keeper else set()),
         pool=pool,
         kinds={"hudi", "spark", "table"},
         description=(
@@ -268,8 +272,6 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             return _hudi_run(context)
 
     def _hudi_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from eos_pipeline.sinks.hudi import HudiTableSync
-
         resource = kafka_resource(context, pipeline.name)
         kafka = resource.settings()
         spark = context.resources.spark.session(hudi.path)
@@ -278,31 +280,17 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         foreign = sorted({tp.topic for tp in tps} - {topic})
         if foreign:
             raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
-        if pipeline.kafka.clusters:
-            # Several clusters: partition p of every physical topic on the active one, one commit.
-            from eos_pipeline.components.failover import failover_pipeline
-            from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
-
-            with context.resources.keeper.store() as store:
-                report = ClusterHudiSync(
-                    failover_pipeline(pipeline),
-                    spec,
-                    store,
-                    spark,
-                    pipeline.dead_letter_topic,
-                    fault=hooks.fault,
-                    source_hook=hooks.source_hook,
-                ).run(partitions=sorted(tp.partition for tp in tps))
+        with source_of(pipeline).opened(context, kafka) as source:
+            sync = source.hudi_sync(
+                spec,
+                spark,
+                pipeline.dead_letter_topic,
+                fault=hooks.fault,
+                source_hook=hooks.source_hook,
+            )
+            report = sync.run(partitions=sorted(tp.partition for tp in tps))
+        if source.cluster is not None:  # physical topics are not Dagster partitions
             return clustered_hudi_result(context, report, hooks)
-        sync = HudiTableSync(
-            spec,
-            kafka,
-            spark,
-            DeadLetterWriter(kafka, pipeline.dead_letter_topic, pipeline.name),
-            fault=hooks.fault,
-            source_hook=hooks.source_hook,
-        )
-        report = sync.run(partitions=sorted(tp.partition for tp in tps))
         context.log.info(
             f"hudi {hudi.table}: commit {report.instant_time or '(none: caught up)'} over "
             f"{len(report.ranges)} partition(s), {report.total_records_read} read, "
@@ -329,7 +317,9 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             hudi_row_counts(spark, hudi.path, pipeline, sorted(report.ranges)) if exists else None
         )
         run = hudi_run_metadata(report, row_counts, context.partition_keys)
-        metadata = record_run(context, run) | followed
+        run.metadata.update(followed)
+        run.metadata.update(evolution_metadata(sync.follower))
+        metadata = record_run(context, run)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 

@@ -41,6 +41,7 @@ from eos_pipeline.components.sensors import (
     hudi_lag_sensor,
     partitions_sensor,
 )
+from eos_pipeline.components.subject import resolve_subject
 from eos_pipeline.components.table_facts import with_table_facts, with_topic_columns
 from eos_pipeline.components.topics import topic_specs, topics_sensor
 from eos_pipeline.sinks.hooks import NO_HOOKS
@@ -141,6 +142,8 @@ def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> d
     passes none, the fault suite's code location does.
     """
     settings = config.settings
+    resolved = [resolve_subject(p, config.source) for p in config.pipelines]
+    config = config.model_copy(update={"pipelines": resolved})
     merged = dg.Definitions.merge(
         shared_definitions(settings),
         *(pipeline_definitions(p, settings, hooks) for p in config.pipelines),

@@ -43,6 +43,7 @@ from eos_pipeline.components.partitions import (
     pipeline_partitions,
 )
 from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.components.source import source_of
 from eos_pipeline.core.keeper import KeeperKey, validate_name, validate_topic
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import SINK_TAG
@@ -219,7 +220,7 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
         yield from evaluated(context, pipeline, key, CLICKHOUSE_SINK, lambda: _events(context))
 
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
-        if pipeline.kafka.clusters:
+        if source_of(pipeline).switches:  # by record identity over every cluster
             return list(_clustered(context, pipeline, spec, key))
         kafka = kafka_resource(context, pipeline.name).settings()
         dead = dead_letter_offsets(
@@ -387,7 +388,7 @@ def evaluated(
     check as skipped, and the run stays green) with a warning and an observation naming what
     could not be read and the fix. Errors that are no known fault still raise."""
     reason = None
-    if pipeline.kafka.clusters:
+    if source_of(pipeline).switches:
         # a run after a switch skips through what the previous cluster wrote: not comparable
         # until it ends
         busy = _runs_in_flight(context, f"{pipeline.name}.{sink}")
@@ -450,7 +451,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         kafka = kafka_resource(context, pipeline.name).settings()
         spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
-        if pipeline.kafka.clusters:  # every cluster's stretches, by identity
+        if source_of(pipeline).switches:  # every cluster's stretches, by identity
             from eos_pipeline.components.cluster_proofs import hudi_identity_proofs
 
             found = hudi_identity_proofs(pipeline, spark, tps)

@@ -16,8 +16,9 @@ as for one cluster, see ``core.positions.committed_low``), where the position is
   Records never read on any cluster since (dead letters or markers at a stretch's end) are
   not compared.
 
-Every cluster must answer: a cluster that is down cannot show what it holds, so the check step
-fails naming it (run it again once the cluster is back). Wiring only.
+Every cluster must answer: a cluster that is down cannot show what it holds, so the check files
+no verdict and names it (``checks.evaluated``); the next evaluation after it is back judges.
+Wiring only.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -100,7 +101,7 @@ def clickhouse_identity_proofs(
     tps: list[TopicPartition],
 ) -> list[IdentityProof]:
     """One identity proof per Dagster partition in ``tps``, over every cluster's stretches."""
-    from eos_pipeline.components.failover import failover_pipeline
+    from eos_pipeline.components.source import failover_pipeline
 
     fp = failover_pipeline(pipeline)
     source = spec.schema.source
@@ -132,7 +133,7 @@ def hudi_identity_proofs(
     from pyspark.sql import functions as F
 
     from eos_pipeline.adapters.hudi_timeline import latest_commit
-    from eos_pipeline.components.failover import failover_pipeline
+    from eos_pipeline.components.source import failover_pipeline
     from eos_pipeline.core.failover.table_position import stored_position
 
     assert pipeline.hudi is not None

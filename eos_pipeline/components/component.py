@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from eos_pipeline.components.builder import pipeline_definitions, shared_definitions
 from eos_pipeline.components.config import ConfigError, Pipeline, Settings, explain
+from eos_pipeline.components.subject import resolve_subject
 
 #: Where, under the defs folder, the shared resources' ``defs.yaml`` lives.
 SHARED_PATH = "shared"
@@ -115,7 +116,9 @@ class KafkaTablesComponent(dg.Component):
     ) -> "KafkaTablesComponent":
         if attributes is None:
             raise ConfigError(f"{context.path}/defs.yaml: a pipeline needs attributes")
-        return cls(render_attributes(Pipeline, attributes, context))
+        pipeline = render_attributes(Pipeline, attributes, context)
+        # The subject's columns, asked of the registry once, now (components.subject).
+        return cls(resolve_subject(pipeline, str(Path(context.path) / "defs.yaml")))
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         shared = context.load_component(SHARED_PATH, SharedResourcesComponent)

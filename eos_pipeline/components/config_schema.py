@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.failover.switch import ClusterSet
@@ -200,6 +207,12 @@ class SchemaRegistry(_Strict):
     token: Secret | None = None
     #: Seconds per request before the registry counts as unreachable (the run is retried).
     timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    #: Take the table's columns from this subject's latest schema instead of ``schema:`` (e.g.
+    #: ``orders-value``); the tables then follow compatible newer schemas (docs/formats.md).
+    subject: Annotated[str, Field(min_length=1, max_length=255, pattern=r"^\S+$")] | None = None
+    #: Protobuf: the top-level message of the subject's file the records carry (default: the
+    #: file's first message).
+    message: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")] | None = None
 
     @model_validator(mode="after")
     def _auth(self) -> SchemaRegistry:
@@ -233,8 +246,9 @@ class Pipeline(_Strict):
     #: (JSON Schema) read through ``registry`` (docs/formats.md).
     format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
     registry: SchemaRegistry | None = None
-    #: Payload columns, ``name: ClickHouse type``, in order. Source columns are added.
-    schema_: Annotated[dict[str, str], Field(alias="schema", min_length=1)]
+    #: Payload columns, ``name: ClickHouse type``, in order. Source columns are added. Leave
+    #: it out to take the columns from ``registry.subject``.
+    schema_: Annotated[dict[str, str] | None, Field(alias="schema", min_length=1)] = None
     reset: Literal["earliest", "latest"] = "earliest"
     batch: Batch = Field(default_factory=Batch)
     retry: Retry = Field(default_factory=Retry)
@@ -249,6 +263,8 @@ class Pipeline(_Strict):
     lag_target_seconds: Annotated[float, Field(ge=60)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    #: The columns of ``registry.subject`` once resolved (:mod:`components.subject`).
+    _subject_columns: TableSchema | None = PrivateAttr(default=None)
 
     @field_validator("owners")
     @classmethod
@@ -270,7 +286,9 @@ class Pipeline(_Strict):
 
     @field_validator("schema_")
     @classmethod
-    def _schema(cls, columns: dict[str, str]) -> dict[str, str]:
+    def _schema(cls, columns: dict[str, str] | None) -> dict[str, str] | None:
+        if columns is None:
+            return None
         for name, ch_type in columns.items():
             if not isinstance(ch_type, str):
                 raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
@@ -289,7 +307,35 @@ class Pipeline(_Strict):
     def _format(self) -> Pipeline:
         if self.format != "json" and self.registry is None:
             raise ValueError(f"format {self.format} needs a schema registry: set registry.url")
+        subject = self.subject
+        if self.schema_ is None and subject is None:
+            raise ValueError(
+                "give the payload columns: a 'schema:' mapping, or 'registry.subject' to take "
+                "them from the registry"
+            )
+        if self.schema_ is not None and subject is not None:
+            raise ValueError(
+                "give either 'schema:' or 'registry.subject', not both (the subject's columns "
+                "would replace the written ones)"
+            )
+        if self.registry is not None and self.registry.message and self.format != "protobuf":
+            raise ValueError("registry.message names a Protobuf message: only for protobuf")
         return self
+
+    @property
+    def subject(self) -> str | None:
+        """The registry subject the columns come from (None: a written ``schema:``)."""
+        return None if self.registry is None else self.registry.subject
+
+    def with_subject_columns(self, schema_id: int, columns: tuple[Column, ...]) -> Pipeline:
+        """This pipeline with its subject's columns resolved (checked as a written schema is)."""
+        resolved = TableSchema(columns, SourceColumns(), self.payload_format, schema_id)
+        compile_contract(resolved)  # raises SchemaError naming the column
+        if self.hudi is not None:
+            _check_hudi_columns(self.hudi, resolved)
+        copy = self.model_copy()
+        copy._subject_columns = resolved
+        return copy
 
     @property
     def payload_format(self) -> PayloadFormat:
@@ -307,27 +353,39 @@ class Pipeline(_Strict):
                     f"reads {len(self.kafka.topics)} ({self.kafka.topics}): split it into one "
                     "pipeline per topic"
                 )
-            known = set(self.table_schema.column_names)
-            for what, names in (
-                ("record_key", self.hudi.record_key),
-                ("partition_fields", self.hudi.partition_fields),
-                ("ordering_field", [self.hudi.ordering_field] if self.hudi.ordering_field else []),
-            ):
-                unknown = [n for n in names if n not in known]
-                if unknown:
-                    raise ValueError(
-                        f"hudi.{what}: {unknown} not among the table's columns {sorted(known)}"
-                    )
+            if self.schema_ is not None:  # a subject's columns are checked once resolved
+                _check_hudi_columns(self.hudi, self.table_schema)
         return self
 
     @property
     def table_schema(self) -> TableSchema:
         # Hudi has no separate timestamp type for Kafka's: both targets carry the same columns.
-        return TableSchema.from_mapping(self.schema_, SourceColumns(), self.payload_format)
+        if self.schema_ is not None:
+            return TableSchema.from_mapping(self.schema_, SourceColumns(), self.payload_format)
+        if self._subject_columns is None:
+            raise SchemaError(
+                f"pipeline {self.name!r}: the columns of registry subject {self.subject!r} are "
+                "not resolved yet (components.subject.resolve_subjects does it at load)"
+            )
+        return self._subject_columns
 
     @property
     def dead_letter_topic(self) -> str:
         return self.kafka.dead_letter_topic or f"{self.kafka.topics[0]}.dlq"
+
+
+def _check_hudi_columns(hudi: HudiTarget, schema: TableSchema) -> None:
+    known = set(schema.column_names)
+    for what, names in (
+        ("record_key", hudi.record_key),
+        ("partition_fields", hudi.partition_fields),
+        ("ordering_field", [hudi.ordering_field] if hudi.ordering_field else []),
+    ):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(
+                f"hudi.{what}: {unknown} not among the table's columns {sorted(known)}"
+            )
 
 
 class KeeperConfig(_Strict):

@@ -6,43 +6,15 @@ from the Dagster UI. Both call :func:`eos_pipeline.adapters.failover.switch`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
-import os
 
 import dagster as dg
 
-from eos_pipeline.adapters.failover import FailoverPipeline, SwitchReport, switch
-from eos_pipeline.adapters.kafka import KafkaSettings
-from eos_pipeline.components.config import EnvRef, Pipeline, PipelinesFile
-from eos_pipeline.components.metadata import CLICKHOUSE_SINK
+from eos_pipeline.adapters.failover import SwitchReport, switch
+from eos_pipeline.components.config import Pipeline, PipelinesFile
 from eos_pipeline.components.resources import KeeperResource
+from eos_pipeline.components.source import failover_pipeline, source_of
 from eos_pipeline.core.failover.bounds import TIMESTAMP
-from eos_pipeline.core.failover.switch import ClusterSet, SwitchRefused
-
-
-def failover_pipeline(pipeline: Pipeline) -> FailoverPipeline:
-    """The switch's view of ``pipeline``; refuses a pipeline configured with one cluster."""
-    source = pipeline.kafka
-    initial = source.initial_cluster
-    if initial is None:
-        raise SwitchRefused(
-            f"pipeline {pipeline.name!r} has no 'kafka.clusters' in its configuration: it reads "
-            "one cluster and cannot switch"
-        )
-    client = {
-        k: os.environ.get(v.env, "") if isinstance(v, EnvRef) else v
-        for k, v in source.client.items()
-    }
-    sinks = (CLICKHOUSE_SINK,) if pipeline.clickhouse is not None else ()
-    return FailoverPipeline(
-        name=pipeline.name,
-        topics=tuple(source.topics),
-        sinks=sinks,
-        clusters=ClusterSet.parse(list(source.clusters), source.mirror_flows),
-        settings={a: KafkaSettings(s, dict(client)) for a, s in source.clusters.items()},
-        initial=initial,
-        offset_syncs_location=source.offset_syncs_location,
-        hudi_table=pipeline.hudi.path if pipeline.hudi is not None else None,
-    )
+from eos_pipeline.core.failover.switch import SwitchRefused
 
 
 def find_pipeline(config: PipelinesFile, name: str) -> Pipeline:
@@ -55,16 +27,21 @@ def find_pipeline(config: PipelinesFile, name: str) -> Pipeline:
 
 def describe(report: SwitchReport) -> dict[str, dg.MetadataValue]:
     """What a switch did, as metadata (and as the command's printout)."""
-    reread = sum(n for n, _ in report.checked.values())
-    skipped = sum(k for _, k in report.checked.values())
+    reread, past = report.reread(), report.past_copy()
+    starts = {
+        k: {**v, "re-read": reread.get(k), "read past the copy": past.get(k)}
+        for k, v in report.starts.items()
+    }
     return {
         "from": dg.MetadataValue.text(report.source),
         "to": dg.MetadataValue.text(report.target),
         "steps run": dg.MetadataValue.text(", ".join(report.steps) or "none (already active)"),
         "positions moved": dg.MetadataValue.int(len(report.moves)),
-        "records re-read to check": dg.MetadataValue.int(reread),
-        "of which already written": dg.MetadataValue.int(skipped),
-        "re-read starts": dg.MetadataValue.json(report.starts),
+        # The docs' terms (docs/failover.md): the re-read is what the sinks read again before
+        # the copy and skip; what the check read after the copy is new to them.
+        "records re-read (through the copy, skipped)": dg.MetadataValue.int(sum(reread.values())),
+        "records read past the copy (to check)": dg.MetadataValue.int(sum(past.values())),
+        "re-read starts": dg.MetadataValue.json(starts),
         "bounded by timestamp": dg.MetadataValue.int(
             sum(1 for s in report.starts.values() if s["bound"] == TIMESTAMP)
         ),
@@ -99,6 +76,6 @@ def failover_job(pipelines: PipelinesFile) -> dg.JobDefinition:
 
 def failover_jobs(config: PipelinesFile) -> list[dg.JobDefinition]:
     """The job, only when a pipeline names several clusters (one-cluster files are unchanged)."""
-    if any(p.kafka.clusters for p in config.pipelines):
+    if any(source_of(p).switches for p in config.pipelines):
         return [failover_job(config)]
     return []

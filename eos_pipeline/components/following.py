@@ -11,6 +11,7 @@ import dagster as dg
 
 from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.source import source_of
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning.follow import FollowPolicy, follows, yields_to
 from eos_pipeline.core.planning.runs import CHDB_PATH_TAG, HUDI_TABLE_TAG, PARTITION_TAG, SINK_TAG
@@ -34,7 +35,7 @@ def policy_of(
     assert target is not None
     spec = target.follow
     policy = FollowPolicy(spec.idle_seconds, spec.max_seconds, spec.poll_seconds)
-    return policy if follows(policy, run_tags, bool(pipeline.kafka.clusters)) else None
+    return policy if follows(policy, run_tags, source_of(pipeline).switches) else None
 
 
 def _others_waiting(

@@ -22,6 +22,7 @@ from typing import Any
 import dagster as dg
 
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.source import source_of
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 
 __all__ = [
@@ -81,12 +82,7 @@ class NamedFault:
 def endpoints(pipeline: Pipeline, keeper_hosts: str | None = None) -> dict[str, str]:
     """Where each resource of ``pipeline`` lives, as the config names it (secrets never);
     :func:`resource_endpoints` adds what a run's resources say."""
-    kafka = pipeline.kafka
-    if kafka.clusters:
-        where = ", ".join(f"{alias}={servers}" for alias, servers in kafka.clusters.items())
-    else:
-        where = kafka.bootstrap_servers if isinstance(kafka.bootstrap_servers, str) else "(env)"
-    found = {KAFKA: str(where)}
+    found = {KAFKA: source_of(pipeline).endpoint()}
     if keeper_hosts:
         found[KEEPER] = keeper_hosts
     if pipeline.hudi is not None:

@@ -76,6 +76,12 @@ def column_schema(pipeline: Pipeline, type_of: Callable[[Column], str]) -> dg.Ta
     """The table's columns as the pipeline declares them: source columns first, then payload."""
     schema = pipeline.table_schema
     described = _source_descriptions(schema.source)
+    payload = "payload field of the JSON record"
+    if pipeline.subject is not None:  # where the column came from: the mapping, shown
+        payload = (
+            f"field of {pipeline.format} registry subject {pipeline.subject} "
+            f"(schema id {schema.schema_id}; types mapped as in docs/formats.md)"
+        )
     return dg.TableSchema(
         columns=[
             dg.TableColumn(
@@ -83,8 +89,7 @@ def column_schema(pipeline: Pipeline, type_of: Callable[[Column], str]) -> dg.Ta
                 type=type_of(col),
                 description=described.get(
                     col.name,
-                    "payload field of the JSON record"
-                    + (", required" if is_required(col) else ", optional"),
+                    payload + (", required" if is_required(col) else ", optional"),
                 ),
                 constraints=dg.TableColumnConstraints(
                     nullable=col.name not in described and not is_required(col)
@@ -104,7 +109,11 @@ def code_version(pipeline: Pipeline, sink: str) -> str:
     # the Hudi path comes from the environment (the demo's directory): left out too, and how
     # long runs follow the stream (it changes when rows land, not which)
     target_fields = target.model_dump(mode="json", exclude={"path", "follow"})
-    what = json.dumps([pipeline.format, pipeline.schema_, target_fields], sort_keys=True)
+    columns: Any = pipeline.schema_
+    if columns is None:  # from the registry: its columns and the schema id they came from
+        schema = pipeline.table_schema
+        columns = [schema.schema_id, [[c.name, c.sql_type, c.default] for c in schema.columns]]
+    what = json.dumps([pipeline.format, columns, target_fields], sort_keys=True)
     return f"{_package_version()}+{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 

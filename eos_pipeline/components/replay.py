@@ -26,6 +26,7 @@ from eos_pipeline.components.assets import (
 )
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
+from eos_pipeline.components.source import source_of
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.partition_keys import partition_key
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
@@ -58,7 +59,7 @@ def _tp(pipeline: Pipeline, config: ReplayConfig) -> TopicPartition:
         raise ReplayRefused(
             f"pipeline {pipeline.name!r} reads {pipeline.kafka.topics}, not {topic}"
         )
-    if pipeline.kafka.clusters:
+    if source_of(pipeline).switches:
         raise ReplayRefused(
             f"pipeline {pipeline.name!r} reads several Kafka clusters; replays of such "
             "pipelines are not supported yet"

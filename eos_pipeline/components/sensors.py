@@ -25,8 +25,8 @@ Where a sink stands:
   reads). A commit made by another writer (HoodieStreamer, a backfill, a restore) is therefore
   seen at the next tick, not after the next run of the asset.
 * A pipeline with several clusters: the active cluster's state, its physical topics folded into
-  one state per partition (:mod:`eos_pipeline.components.clusters`); nothing while a switch is in
-  flight.
+  one state per partition (:class:`eos_pipeline.sinks.source.ActiveCluster`); nothing while a
+  switch is in flight.
 
 One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
 partition-key-range run over the table's dynamic partitions, which the asset's
@@ -38,20 +38,12 @@ one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` 
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import dagster as dg
 
 from eos_pipeline.adapters.failover import SwitchInProgress
-from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import (
-    KafkaReadError,
-    KafkaSettings,
-    end_offsets,
-    partition_count,
-    start_offsets,
-)
-from eos_pipeline.adapters.kafka.offsets import TopicInfo, describe, end_offsets_of
+from eos_pipeline.adapters.hudi_timeline import HudiTimelineError
 from eos_pipeline.adapters.keeper import shared_store
 from eos_pipeline.components.assets import (
     CHECK_NAME,
@@ -59,13 +51,14 @@ from eos_pipeline.components.assets import (
     clickhouse_key,
     hudi_key,
 )
-from eos_pipeline.components.clusters import active_cluster, clickhouse_states, hudi_positions
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.healing import HEAL_TAG, heal_requests, run_partitions
 from eos_pipeline.components.health import guarded, resource_endpoints
 from eos_pipeline.components.partitions import partition_key, pipeline_partitions
 from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
 from eos_pipeline.components.run_failures import DiagnosedFailures, failed_run_infos
+from eos_pipeline.components.source import source_of
+from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
@@ -89,7 +82,7 @@ from eos_pipeline.core.planning import (
 )
 from eos_pipeline.core.planning.follow import FOLLOW_TAG
 from eos_pipeline.core.planning.runs import ANY_PARTITION, NORMAL_PRIORITY
-from eos_pipeline.core.positions import committed, sink_state
+from eos_pipeline.core.positions import committed
 from eos_pipeline.core.retries import Backoff
 
 __all__ = [
@@ -176,50 +169,47 @@ def where(pipeline: Pipeline) -> Callable[[dg.SensorEvaluationContext], dict[str
 
 
 def _result(
-    context: dg.SensorEvaluationContext, plan: Plan, requests: list[dg.RunRequest]
+    context: dg.SensorEvaluationContext,
+    plan: Plan,
+    requests: list[dg.RunRequest],
+    added: Sequence[dg.AddDynamicPartitionsRequest] = (),
 ) -> dg.SensorResult | dg.SkipReason:
     for message in plan.given_up:
         context.log.warning(message)
-    if not requests:
+    if not requests and not added:
         return dg.SkipReason(plan.skip_reason)
-    return dg.SensorResult(run_requests=requests)
+    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=list(added))
+
+
+def _registering(
+    partitions: dg.DynamicPartitionsDefinition,
+    ordered: list[str],
+    ends: Mapping[str, Mapping[int, int]],
+) -> tuple[list[str], list[dg.AddDynamicPartitionsRequest]]:
+    """The keys a lag tick plans with, and a request adding the ones for Kafka partitions it
+    sees that the partitions sensor has not added yet (a cold start, a topic grown): Dagster
+    adds them before it launches the tick's runs, so the first tick that sees a backlog asks
+    for its runs instead of the tick after the partitions sensor's. Removing stray keys stays
+    with the partitions sensor (``core.partition_plan``: one rule for which keys exist)."""
+    counts = {topic: max(by_partition) + 1 for topic, by_partition in ends.items() if by_partition}
+    new = plan_new_partitions(set(ordered), counts).keys
+    if not new:
+        return ordered, []
+    return [*ordered, *new], [partitions.build_add_request(list(new))]
 
 
 def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     """Adds a dynamic partition for every Kafka partition of the pipeline's topics."""
     partitions = pipeline_partitions(pipeline.name)
 
-    keeper_needed = bool(pipeline.kafka.clusters)
+    source = source_of(pipeline)
 
     def _counts(context: dg.SensorEvaluationContext) -> tuple[dict[str, int], list[str]]:
         """Partitions per topic (and topics not found), on the active cluster if clustered:
         a logical topic has as many partitions as the largest of its physical topics there."""
-        counts: dict[str, int] = {}
-        missing: list[str] = []
-        if pipeline.kafka.clusters:
-            with context.resources.keeper.store() as store:
-                active = active_cluster(pipeline, store)
-                for topic in pipeline.kafka.topics:
-                    found = [
-                        partition_count(active.kafka, physical.topic)
-                        for physical in active.fp.clusters.topics(topic, active.alias)
-                        if _exists(active.kafka, physical.topic)
-                    ]
-                    if found:
-                        counts[topic] = max(found)
-                    else:
-                        missing.append(topic)
-            return counts, missing
         kafka = kafka_resource(context, pipeline.name).settings()
-        # One request for every topic; Kafka not answering raises (the skip reason names it),
-        # a topic it refuses is missing.
-        infos = describe(kafka, pipeline.kafka.topics)
-        for topic in pipeline.kafka.topics:
-            if isinstance(info := infos[topic], TopicInfo):
-                counts[topic] = info.partitions
-            else:
-                missing.append(topic)
-        return counts, missing
+        with source.opened(context, kafka) as reading:
+            return reading.partition_counts(pipeline.kafka.topics)
 
     def _body(
         context: dg.SensorEvaluationContext, _: str | None
@@ -244,7 +234,7 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
         required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if keeper_needed else set()),
+        | ({"keeper"} if source.needs_keeper else set()),
         description="Keeps the dynamic partitions in step with the topics' partition counts "
         "(on the active cluster of a clustered pipeline): adds a key per new Kafka partition, "
         "removes keys that match none (naming the valid ones). An unreachable broker or keeper "
@@ -267,22 +257,6 @@ def _caught_up(topics: list[TopicState]) -> set[str]:
     return done
 
 
-def _missing(exc: KafkaReadError) -> bool:
-    """A topic that does not exist (skipped), not a cluster that does not answer (raised)."""
-    return "does not exist" in str(exc)
-
-
-def _exists(kafka: KafkaSettings, topic: str) -> bool:
-    """Whether a physical topic exists on a reachable cluster (an unreachable one raises)."""
-    try:
-        partition_count(kafka, topic)
-    except KafkaReadError as exc:
-        if _missing(exc):
-            return False
-        raise
-    return True
-
-
 def clickhouse_lag_sensor(
     pipeline: Pipeline, interval: int, chdb_path: str | None
 ) -> dg.SensorDefinition:
@@ -290,8 +264,9 @@ def clickhouse_lag_sensor(
     asset = clickhouse_key(pipeline)
     sink = f"{pipeline.name}.{CLICKHOUSE_SINK}"
     assert pipeline.clickhouse is not None
+    source = source_of(pipeline)
     # following is for one cluster's topics; a clustered pipeline's runs end once caught up
-    follows = pipeline.clickhouse.follow.idle_seconds > 0 and not pipeline.kafka.clusters
+    follows = pipeline.clickhouse.follow.idle_seconds > 0 and not source.switches
 
     def _evaluate(
         context: dg.SensorEvaluationContext, _: str | None
@@ -301,26 +276,25 @@ def clickhouse_lag_sensor(
         ordered = context.instance.get_dynamic_partitions(partitions.name)
         known = set(ordered)
         busy = _busy(context.instance, sink)
-        topics: list[TopicState] = []
+
+        def needs_starts(state: TopicState) -> bool:
+            # a partition seen now is planned now, registered or not (``_registering``)
+            seen = {partition_key(TopicPartition(state.topic, p)) for p in state.ends}
+            return clickhouse_needs_log_starts(state, known | seen, busy, pipeline.reset)
+
         with shared_store(keeper.settings()) as store:  # one session across ticks
-            if pipeline.kafka.clusters:  # the active cluster's keys and physical topics
-                try:
-                    topics = clickhouse_states(active_cluster(pipeline, store), store)
-                except SwitchInProgress as exc:
-                    return dg.SkipReason(str(exc))
-            # every topic's ends in one ListOffsets; Kafka not answering raises (``guarded``)
-            found = {} if pipeline.kafka.clusters else end_offsets_of(kafka, pipeline.kafka.topics)
-            for topic in [] if pipeline.kafka.clusters else pipeline.kafka.topics:
-                ends = found.get(topic)
-                if not isinstance(ends, dict):  # missing topic (unreachable raised above)
-                    continue
-                records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
-                state = TopicState(
-                    topic, ends, {p: sink_state(r.record) for p, r in records.items()}
+            try:  # one cluster's topics, or the active cluster's keys and physical topics
+                topics = source.at(kafka, store).clickhouse_states(
+                    store, pipeline.name, CLICKHOUSE_SINK, pipeline.kafka.topics, needs_starts
                 )
-                if clickhouse_needs_log_starts(state, known, busy, pipeline.reset):
-                    state = TopicState(topic, ends, state.records, start_offsets(kafka, topic))
-                topics.append(state)
+            except SwitchInProgress as exc:
+                return dg.SkipReason(str(exc))
+        ordered, added = _registering(
+            partitions,
+            ordered,
+            {t.topic: t.ends for t in topics if t.topic in pipeline.kafka.topics},
+        )
+        known = set(ordered)
         failures = failed_runs(context.instance, sink)
         plan = plan_clickhouse(
             sink,
@@ -358,7 +332,7 @@ def clickhouse_lag_sensor(
                 for p, state in t.records.items()
             }
             requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path, at)
-        return _result(context, plan, requests)
+        return _result(context, plan, requests, added)
 
     def _heals(
         context: dg.SensorEvaluationContext,
@@ -427,8 +401,9 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     table = pipeline.hudi.path
     topic = pipeline.kafka.topics[0]
     sink = f"{pipeline.name}.hudi"
+    source = source_of(pipeline)
     # as for ClickHouse: a clustered pipeline's runs end once caught up
-    follows = pipeline.hudi.follow.idle_seconds > 0 and not pipeline.kafka.clusters
+    follows = pipeline.hudi.follow.idle_seconds > 0 and not source.switches
 
     def _evaluate(
         context: dg.SensorEvaluationContext, _: str | None
@@ -439,24 +414,18 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             following = follows and _following(context.instance, sink)
             return dg.SkipReason(hudi_blocked(busy, table, following))
         ordered = context.instance.get_dynamic_partitions(partitions.name)
-        lows = None
-        if pipeline.kafka.clusters:  # the table's cluster position, the active cluster's ends
-            try:
-                with context.resources.keeper.store() as store:
-                    ends, checkpoint = hudi_positions(active_cluster(pipeline, store), table)
-            except SwitchInProgress as exc:
-                return dg.SkipReason(str(exc))
-            except HudiTimelineError as exc:
-                return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
-            lows = {p: 0 for p in ends}  # nothing stored folds from 0 (core.failover.fold)
-        else:
-            ends = end_offsets(kafka, topic)  # unreachable: named by ``health.guarded``
-            try:
-                checkpoint = latest_checkpoint(table) or {}
-            except HudiTimelineError as exc:
-                return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
-            if hudi_needs_log_starts(topic, ends, checkpoint, set(ordered), pipeline.reset):
-                lows = start_offsets(kafka, topic)
+
+        def needs_starts(ends: Mapping[int, int], checkpoint: Checkpoint) -> bool:
+            return hudi_needs_log_starts(topic, ends, checkpoint, set(ordered), pipeline.reset)
+
+        # the table's position against the ends (a clustered one's on the active cluster)
+        try:
+            with source.opened(context, kafka) as reading:
+                ends, checkpoint, lows = reading.hudi_positions(table, topic, needs_starts)
+        except SwitchInProgress as exc:
+            return dg.SkipReason(str(exc))
+        except HudiTimelineError as exc:
+            return dg.SkipReason(f"cannot read the Hudi table's checkpoint: {exc}")
         plan = plan_hudi(
             sink,
             table,
@@ -484,7 +453,7 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
         required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if pipeline.kafka.clusters else set()),
+        | ({"keeper"} if source.needs_keeper else set()),
         target=dg.AssetSelection.assets(asset),
         description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
         "checkpoint is behind Kafka's last stable offset; with hudi.follow the run covers every "

@@ -50,9 +50,15 @@ def topic_columns(pipeline: Pipeline) -> dg.TableSchema:
     ]
     payload = [
         dg.TableColumn(name=name, type=ch_type, description="field of the record's payload")
-        for name, ch_type in pipeline.schema_.items()
+        for name, ch_type in _payload_types(pipeline)
     ]
     return dg.TableSchema(columns=[*kafka, *payload])
+
+
+def _payload_types(pipeline: Pipeline) -> list[tuple[str, str]]:
+    if pipeline.schema_ is not None:  # as written
+        return list(pipeline.schema_.items())
+    return [(c.name, c.sql_type) for c in pipeline.table_schema.columns]
 
 
 def column_lineage(pipeline: Pipeline) -> dg.TableColumnLineage:

@@ -49,6 +49,7 @@ from eos_pipeline.components.health import (
 )
 from eos_pipeline.components.partitions import partition_key
 from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.source import source_of
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 
 __all__ = ["STEADY_SECONDS", "dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
@@ -240,7 +241,7 @@ def unreachable_events(pipeline: Pipeline) -> OnFault:
 
 
 def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
-    keeper_needed = pipeline.clickhouse is not None or bool(pipeline.kafka.clusters)
+    keeper_needed = pipeline.clickhouse is not None or source_of(pipeline).needs_keeper
     resources = {kafka_resource_key(pipeline.name)} | ({"keeper"} if keeper_needed else set())
 
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
@@ -272,7 +273,7 @@ def _topics_body(pipeline: Pipeline) -> Body:
     def _body(
         context: dg.SensorEvaluationContext, cursor: str | None
     ) -> dg.SensorResult | dg.SkipReason:
-        if pipeline.kafka.clusters:
+        if source_of(pipeline).switches:  # the active cluster's physical topics, summed
             return _clustered(context, pipeline, cursor)
         kafka = kafka_resource(context, pipeline.name).settings()
         hudi_positions: dict[int, int | None] = {}
@@ -325,19 +326,28 @@ def _clustered(
     context: dg.SensorEvaluationContext, pipeline: Pipeline, cursor: str | None
 ) -> dg.SensorResult | dg.SkipReason:
     """The topics of a clustered pipeline as the active cluster holds them (all physical
-    topics of each partition summed, see ``defs.clusters.topic_lags``)."""
+    topics of each partition summed, see ``sinks.source.ActiveCluster.topic_lags``)."""
     from eos_pipeline.adapters.failover import SwitchInProgress
-    from eos_pipeline.components.clusters import active_cluster, topic_lags
+    from eos_pipeline.sinks.source import ActiveCluster
 
     keeper: KeeperResource = context.resources.keeper
+    kafka = kafka_resource(context, pipeline.name).settings()
     events: list[dg.AssetObservation] = []
     seen: dict[str, object] = {}
     sinks = [s for s, on in (("clickhouse", pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
     with keeper.store() as store:
         try:
-            active = active_cluster(pipeline, store)
+            active = source_of(pipeline).at(kafka, store)
+            assert isinstance(active, ActiveCluster)
             for index, topic in enumerate(pipeline.kafka.topics):
-                rows = topic_lags(active, store, topic)
+                follows_hudi = topic == pipeline.kafka.topics[0]
+                rows = active.topic_lags(
+                    store,
+                    topic,
+                    clickhouse_sink=CLICKHOUSE_SINK if pipeline.clickhouse is not None else None,
+                    hudi_table=pipeline.hudi.path if follows_hudi and pipeline.hudi else None,
+                    reset=pipeline.reset,
+                )
                 shown = sinks if index == 0 else [s for s in sinks if s != "hudi"]
                 seen[topic] = _seen(rows)
                 event = observation(topic_key(topic), rows, shown)

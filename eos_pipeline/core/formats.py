@@ -60,7 +60,7 @@ from eos_pipeline.core.contract import (
 from eos_pipeline.core.decode import Decoded, collect
 from eos_pipeline.core.errors import Transient
 from eos_pipeline.core.payload_format import Format
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.schema import SchemaError, TableSchema
 
 #: The header's length before any Protobuf message indexes: magic byte + 4-byte id.
 HEADER_BYTES = 5
@@ -208,6 +208,21 @@ def _proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
 
 
+def proto_descriptor(writer: WriterSchema, indexes: tuple[int, ...]) -> Descriptor:
+    """The message a Protobuf writer schema's ``indexes`` name."""
+    return _proto_class(writer, indexes).DESCRIPTOR
+
+
+def proto_message_index(writer: WriterSchema, name: str) -> int:
+    """The index of the top-level message ``name`` in a Protobuf writer schema's file."""
+    _pool, proto = _proto_file(writer.text, writer.dependencies)
+    names = [m.name for m in proto.message_type]
+    short = name.rsplit(".", 1)[-1]
+    if short not in names:
+        raise SchemaError(f"the Protobuf schema has no top-level message {name!r} (has {names})")
+    return names.index(short)
+
+
 def decode_protobuf(
     writer: WriterSchema, indexes: tuple[int, ...], payload: bytes
 ) -> dict[str, Any]:
@@ -305,6 +320,20 @@ def judge_framed(
     if type(obj) is str:
         return Verdict(None, ErrorClass.DECODE_ERROR, obj)
     return judge_object(obj, contract)  # type: ignore[arg-type]
+
+
+def writer_ids(values: Sequence[bytes | None], kind: Format) -> dict[int, tuple[int, ...]]:
+    """The writer schema ids framed ``values`` name (in the order first seen), each with the
+    message indexes of its first record (Protobuf; ``(0,)`` otherwise). Badly framed values are
+    left out: they are dead letters whatever the schema."""
+    found: dict[int, tuple[int, ...]] = {}
+    for raw in values:
+        if raw is None:
+            continue
+        frame = read_frame(raw, kind)
+        if isinstance(frame, Frame) and frame.schema_id not in found:
+            found[frame.schema_id] = frame.message_indexes or (0,)
+    return found
 
 
 def decode_framed(

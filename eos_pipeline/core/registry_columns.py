@@ -1,4 +1,4 @@
-"""Table columns derived from a writer schema: Avro and Protobuf types to ClickHouse types.
+"""Table columns derived from a writer schema: Avro, Protobuf and JSON Schema to ClickHouse types.
 
 The mapping behind "columns from the registry" (issue 27, step 4; docs/formats.md has the
 table): each field becomes the column type whose contract rule takes the value the decoder gives
@@ -10,10 +10,12 @@ in both sinks (a nested record, a union of two types) is refused naming the fiel
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from eos_pipeline.core.formats import WriterSchema, proto_descriptor, proto_message_index
 from eos_pipeline.core.schema import Column, SchemaError
 
 _AVRO_PRIMITIVES = {
@@ -151,5 +153,73 @@ def protobuf_columns(message: Descriptor) -> tuple[Column, ...]:
         elif field.has_presence:
             columns.append(Column(field.name, _nullable(_proto_type(field))))
         else:  # proto3 scalars without presence read as their default when unset
-            columns.append(Column(field.name, _proto_type(field)))
+            columns.append(Column(field.name, _proto_type(field), default=_proto_default(field)))
     return tuple(columns)
+
+
+def _proto_default(field: FieldDescriptor) -> str | int | float | bool:
+    """What an unset proto3 scalar reads as: also what a record of a writer without the field
+    (an older or newer schema) stores, so the field may be added or removed."""
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return str(field.enum_type.values_by_number[0].name)
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return False
+    if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+        return ""
+    if field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
+        return 0.0
+    return 0
+
+
+_JSON_TYPES = {"integer": "Int64", "number": "Float64", "string": "String", "boolean": "Bool"}
+
+
+def _json_type(spec: Any, where: str) -> tuple[str, bool]:
+    """The column type of a JSON Schema property, and whether it may be null."""
+    kinds = spec.get("type") if isinstance(spec, dict) else None
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    nullable = "null" in kinds
+    kinds = [k for k in kinds if k != "null"]
+    if len(kinds) != 1:
+        raise SchemaError(f"{where}: JSON Schema type {spec.get('type')!r} has no single column")
+    if kinds[0] == "array":
+        inner, inner_null = _json_type(spec.get("items", {}), f"{where} items")
+        return f"Array({_nullable(inner) if inner_null else inner})", False
+    if kinds[0] in _JSON_TYPES:
+        if kinds[0] == "string" and spec.get("format") == "date-time":
+            return "DateTime64(6, 'UTC')", nullable
+        return _JSON_TYPES[kinds[0]], nullable
+    raise SchemaError(f"{where}: JSON Schema {kinds[0]} has no column type both sinks store alike")
+
+
+def json_schema_columns(schema_text: str) -> tuple[Column, ...]:
+    """The columns of a JSON Schema object: its ``properties`` in order; a property not in
+    ``required`` is nullable (or takes its ``default``)."""
+    schema = json.loads(schema_text)
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        raise SchemaError("the writer schema is not a JSON Schema object with properties")
+    required = set(schema.get("required") or ())
+    columns = []
+    for name, spec in schema["properties"].items():
+        ch_type, nullable = _json_type(spec, f"property {name!r}")
+        default = spec.get("default") if isinstance(spec, dict) else None
+        default = default if isinstance(default, (int, float, str, bool)) else None
+        if (nullable or name not in required) and default is None:
+            ch_type = _nullable(ch_type) if not ch_type.startswith(_NOT_NULLABLE) else ch_type
+        columns.append(Column(name, ch_type, default=default))
+    return tuple(columns)
+
+
+def writer_columns(
+    writer: WriterSchema, message_indexes: Sequence[int] = (0,), message: str | None = None
+) -> tuple[Column, ...]:
+    """The payload columns of a registered writer schema (for Protobuf: of the message the
+    records name by their indexes, or the top-level ``message`` named)."""
+    if writer.schema_type == "PROTOBUF":
+        indexes = tuple(message_indexes) or (0,)
+        if message is not None:
+            indexes = (proto_message_index(writer, message),)
+        return protobuf_columns(proto_descriptor(writer, indexes))
+    if writer.schema_type == "JSON":
+        return json_schema_columns(writer.text)
+    return avro_columns(writer.text)

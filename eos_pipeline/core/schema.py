@@ -306,6 +306,10 @@ class TableSchema:
     source: SourceColumns = field(default_factory=SourceColumns)
     #: How the record values are written (JSON, or Avro/Protobuf/JSON Schema via a registry).
     format: PayloadFormat = JSON_FORMAT
+    #: The registry's id of the writer schema the columns were derived from (a pipeline that
+    #: names a ``registry.subject``), raised as the table evolves; None for a written ``schema:``,
+    #: whose table never evolves on its own.
+    schema_id: int | None = None
 
     def __post_init__(self) -> None:
         cols = tuple(self.columns)

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +49,7 @@ from eos_pipeline.core.decode import add_source_columns, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.failover.table_position import row_topic
+from eos_pipeline.core.formats import writer_ids
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
@@ -61,6 +63,7 @@ from eos_pipeline.sinks.clickhouse_reports import (
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
 from eos_pipeline.sinks.resume import resolve_pending
+from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,8 @@ class ClickHousePartitionSync:
         self._consumer: Any = None
         #: Kafka's answers: asked per use, or for all partitions of a reading session at once.
         self._facts = TopicFacts(kafka)
+        #: The schema written with, following a registry subject's newer writer schemas.
+        self.follower = SchemaFollower(spec.schema)
         check_json_parser(spec, sink)
 
     # ------------------------------------------------------------------------------- entry points
@@ -365,6 +370,7 @@ class ClickHousePartitionSync:
             keep = [i for i in range(len(offsets)) if i not in dropped]
             offsets, keys = [offsets[i] for i in keep], [keys[i] for i in keep]
             values, stamps = [values[i] for i in keep], [stamps[i] for i in keep]
+        self._follow_writers(values)
         sent = insert_native_step(
             self.spec,
             self.sink,
@@ -413,6 +419,21 @@ class ClickHousePartitionSync:
             ]
         sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
         return sent, dead
+
+    def _follow_writers(self, values: Sequence[bytes | None]) -> None:
+        """Evolve the table for the step's newer writer schemas before its rows are written
+        (``sinks.schema_follow``); a kill after the ALTER leaves a table the retry accepts."""
+        if not self.follower.follows:
+            return
+        ids = writer_ids(values, self.spec.schema.format.kind)
+        for evolution in self.follower.plan(ids):
+            self.sink.evolve_table(self.spec.database, self.spec.table, evolution)
+            self.fault("after_alter")
+            self.follower.adopt(evolution)
+            self.spec = replace(self.spec, schema=self.follower.schema)
+            log.info("%s.%s follows writer schema id %d: %s", self.spec.database,
+                     self.spec.table, evolution.writer_id, evolution.describe())  # fmt: skip
+        self.follower.settle(ids)
 
     def row_topic(self, topic: str) -> str:
         """The source topic rows read from ``topic`` store: with clusters, ``<cluster>:<topic>``

@@ -4,7 +4,8 @@ Each sink calls its ``fault`` hook (a :data:`FaultHook`) with the name of every 
 passes, in order:
 
 * ClickHouse, per step of a batch: ``before_keeper_before``, ``after_keeper_before``,
-  ``after_insert``, ``after_keeper_after``;
+  ``after_insert``, ``after_keeper_after``; and ``after_alter`` after each schema evolution a
+  step's writer schemas asked for (between the ``ALTER TABLE`` and the step's insert);
 * Hudi, per transaction: ``before_hudi_write``, ``after_hudi_commit``;
 * both Dagster assets, with their sink's hook: ``before_materialization_event``, after the sink
   returned and before Dagster records the materialization.

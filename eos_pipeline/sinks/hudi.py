@@ -34,8 +34,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import CommitInfo, Operation, latest_commit, write_transaction
@@ -43,6 +45,7 @@ from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offset
 from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_json
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.errors import LogChanged
+from eos_pipeline.core.formats import writer_ids
 from eos_pipeline.core.hudi_operation import (
     AUTO_STEADY_OPERATION,
     WriteOperation,
@@ -67,6 +70,7 @@ from eos_pipeline.sinks.hudi_spec import (
     HudiSinkError,
     HudiTableSpec,
 )
+from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,8 @@ class HudiTableSync:
         self.dead_letters = dead_letters
         self.fault = fault
         self.source_hook = source_hook
+        #: The schema written with, following a registry subject's newer writer schemas.
+        self.follower = SchemaFollower(spec.schema)
 
     # ------------------------------------------------------------------------------- reading
     def positions(self) -> Checkpoint | None:
@@ -164,6 +170,8 @@ class HudiTableSync:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
+        self.follow_writers(wanted)
+        spec = self.spec
         # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
         # and counts records and bad rows per partition; the bad rows are only fetched if there
         # are any, and the write reads the cache (no second Kafka read, no second parse).
@@ -282,6 +290,32 @@ class HudiTableSync:
         )
 
     # ------------------------------------------------------------------------------- internals
+    def follow_writers(self, wanted: Mapping[TopicPartition, OffsetRange]) -> None:
+        """Decode and write with the newest writer schema of the transaction's ranges.
+
+        Hudi evolves its table schema on write (a new nullable column; older rows read NULL),
+        in the same commit as the rows, so a kill anywhere leaves either the old table or the
+        evolved one with its rows, never one without the other. Costs one more Spark pass over
+        the ranges (one value per distinct 5-byte header), for a subject's tables only.
+        """
+        if not self.follower.follows:
+            return
+        firsts = (
+            self.read(wanted)
+            .where(F.col("value").isNotNull())
+            .groupBy(F.substring("value", 1, 5).alias("header"))
+            .agg(F.min("value").alias("value"))
+            .collect()
+        )
+        ids = writer_ids([bytes(r["value"]) for r in firsts], self.spec.schema.format.kind)
+        for evolution in self.follower.plan(ids):
+            self.follower.adopt(evolution)
+            log.info("%s follows writer schema id %d: %s", self.spec.table_name,
+                     evolution.writer_id, evolution.describe())  # fmt: skip
+        self.follower.settle(ids)
+        if self.follower.schema is not self.spec.schema:
+            self.spec = replace(self.spec, schema=self.follower.schema)
+
     def _commit_extras(
         self, plan: HudiPlan, last_offsets: Mapping[TopicPartition, int]
     ) -> tuple[str | None, bool]:

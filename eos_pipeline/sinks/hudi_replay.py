@@ -90,6 +90,8 @@ class HudiReplay:
         report = ReplayReport(current)
         report.markers = self.dead_letters.send_marker(tp, SINK, current.range)
         self.fault("replay_after_marker")
+        self.sync.follow_writers({tp: current.range})  # a subject's newer writer schemas
+        spec = self.sync.spec
         decoded = tag_json(
             self.sync.read({tp: current.range}),
             spec.schema,

@@ -136,6 +136,38 @@ def test_server_is_the_products_spark(connect_server: StackConfig, remote: Spark
 
 
 @pytest.mark.spark_cluster
+def _this_machines_other_address() -> str | None:
+    """An address of this machine that is not loopback (None if it has none)."""
+    import ipaddress
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 9))  # no packet is sent: it only picks a route
+            address = probe.getsockname()[0]
+    except OSError:
+        return None
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def test_the_server_serves_loopback_peers_only(connect_server: StackConfig) -> None:
+    """Spark Connect 3.5 listens on every interface; the stack's interceptor refuses a client
+    that reaches it through another address of this very machine, and says why."""
+    from pyspark.sql.connect.client import SparkConnectClient
+
+    address = _this_machines_other_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    port = connect_server.spark_connect_port
+    client = SparkConnectClient(f"sc://{address}:{port}", retry_policy={"max_retries": 0})
+    try:
+        with pytest.raises(Exception, match="loopback"):
+            client._analyze(method="spark_version")
+    finally:
+        client.close()
+    assert server_version(connect_server.spark_connect_url) == pyspark.__version__
+
+
 def test_kafka_ranges_into_hudi_through_connect(
     remote: SparkSession,
     kafka_settings: KafkaSettings,

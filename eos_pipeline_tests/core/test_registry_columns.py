@@ -66,3 +66,32 @@ def test_every_record_of_the_schema_is_a_row_of_the_derived_columns(fmt: str) ->
     assert decoded.bad == [] and len(decoded.index) == 20
     assert decoded.columns["customer"] == [order(i)["customer"] for i in range(20)]
     assert decoded.columns["note"] == [order(i)["note"] for i in range(20)]
+
+
+def test_json_schema_properties_map_to_columns() -> None:
+    from eos_pipeline.core.registry_columns import json_schema_columns
+
+    schema = {
+        "type": "object",
+        "required": ["id", "tags"],
+        "properties": {
+            "id": {"type": "integer"},
+            "price": {"type": "number"},
+            "at": {"type": "string", "format": "date-time"},
+            "ok": {"type": ["boolean", "null"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "level": {"type": "integer", "default": 2},
+        },
+    }
+    columns = json_schema_columns(json.dumps(schema))
+    assert [(c.name, c.sql_type, c.default) for c in columns] == [
+        ("id", "Int64", None),
+        ("price", "Nullable(Float64)", None),
+        ("at", "Nullable(DateTime64(6, 'UTC'))", None),
+        ("ok", "Nullable(Bool)", None),
+        ("tags", "Array(String)", None),
+        ("level", "Int64", 2),
+    ]
+    compile_contract(TableSchema(columns))
+    with pytest.raises(SchemaError, match="property 'o'"):
+        json_schema_columns(json.dumps({"properties": {"o": {"type": "object"}}}))

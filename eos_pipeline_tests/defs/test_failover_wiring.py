@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from eos_pipeline.adapters.failover import SwitchReport
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.components.failover import failover_pipeline
+from eos_pipeline.components.failover import describe, failover_pipeline
 from eos_pipeline.core.failover import Flow
 from eos_pipeline.core.failover.switch import SwitchRefused
 
@@ -57,3 +58,25 @@ def test_named_clusters_give_a_failover_pipeline_and_the_job() -> None:
 def test_bad_clusters_fail_at_load(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(text, "p.yaml")
+
+
+def test_the_switch_report_says_re_read_for_records_through_the_copy_only() -> None:
+    """The docs' terms: the re-read ends at the copy; what the check read after it is apart."""
+    report = SwitchReport("orders", "east", "west", ("begin",))
+    report.checked = {"west:east.orders[0]": (1193, 25), "hudi west:east.orders[0]": (30, 30)}
+    report.starts = {
+        "west:east.orders[0]": {"start": 400, "bound": "timestamp", "syncs_start": 378},
+        "west:east.orders[1]": {"start": 7, "bound": "syncs", "syncs_start": 7},  # open window
+    }
+    shown = {k: v.value for k, v in describe(report).items()}
+    assert shown["records re-read (through the copy, skipped)"] == 55
+    assert shown["records read past the copy (to check)"] == 1168
+    assert shown["re-read starts"]["west:east.orders[0]"] == {
+        "start": 400,
+        "bound": "timestamp",
+        "syncs_start": 378,
+        "re-read": 25,
+        "read past the copy": 1168,
+    }
+    assert shown["re-read starts"]["west:east.orders[1]"]["re-read"] is None
+    assert not [k for k in shown if "to check" in k and "past the copy" not in k]

@@ -174,6 +174,31 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         assert behind.partition_key_range == request.partition_key_range
 
 
+def test_on_a_cold_start_the_first_lag_tick_adds_the_partitions_and_asks_for_the_run(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Issue 30's cold start: a backlog before any partition key exists. The lag sensor's first
+    tick adds the keys itself and asks for the run in the same result (Dagster adds keys before
+    it launches runs), instead of waiting for the partitions sensor and one more tick."""
+    rig = make_rig(partitions=2)
+    defs = build_definitions(rig.config)
+    lag = f"{rig.pipeline}_clickhouse_lag"
+    keys = keys_for(rig.topic, 2)
+    rig.produce({0: 3, 1: 2})
+    with dg.instance_for_test() as instance:
+        first = _evaluate(defs, lag, instance)
+        (added,) = first.dynamic_partitions_requests
+        assert list(added.partition_keys) == keys
+        (request,) = first.run_requests
+        assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
+        _apply_partition_requests(instance, first)
+        assert _materialize_request(defs, instance, request).success
+        again = _evaluate(defs, lag, instance)
+        assert not again.run_requests and not again.dynamic_partitions_requests
+        # the partitions sensor, ticking later, finds nothing left to add
+        assert _evaluate(defs, f"{rig.pipeline}_partitions", instance).skip_message
+
+
 def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_removed(
     make_rig: Callable[..., Rig],
 ) -> None:

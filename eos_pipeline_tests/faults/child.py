@@ -9,6 +9,7 @@ it and reads the data afterwards. Usage::
 Commands:
 
 * ``clickhouse``: run :class:`ClickHousePartitionSync` over ``partitions`` and print its reports;
+* ``rows``: print the values of ``columns`` per ``partition:offset`` (a table that evolved);
 * ``offsets``: print ``{partition: {offset: rows}}`` of the table (the proof, read by a process
   of its own because chDB allows one data path per process and the test process may already run
   the engine on another path);
@@ -87,14 +88,25 @@ def _pause(release_file: str) -> None:
         time.sleep(0.01)
 
 
+def _job_schema(job: dict[str, Any]) -> Any:
+    """The job's columns: a JSON mapping, or (``avro_schema``, ``schema_id``, ``registry``) a
+    table built from that Avro writer schema of a registry subject, which then evolves."""
+    from eos_pipeline.core.schema import TableSchema
+
+    if "avro_schema" not in job:
+        return TableSchema.from_mapping(job["schema"])
+    from eos_pipeline_tests.support.evolution import pinned_schema
+
+    return pinned_schema(job["registry"], job["avro_schema"], job["schema_id"])
+
+
 def _clickhouse_setup(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     """Kafka settings, the chDB sink (table ensured) and the table spec a ClickHouse job names."""
     from eos_pipeline.adapters.clickhouse import ClickHouseSink
     from eos_pipeline.adapters.kafka import KafkaSettings
-    from eos_pipeline.core.schema import TableSchema
     from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 
-    schema = TableSchema.from_mapping(job["schema"])
+    schema = _job_schema(job)
     kafka = KafkaSettings(job["bootstrap"])
     sink = ClickHouseSink.connect(f"chdb://{job['chdb_path']}")
     sink.ensure_table(job["database"], job["table"], schema)
@@ -223,6 +235,23 @@ def _offsets(job: dict[str, Any]) -> None:
     _emit(out)
 
 
+def _rows(job: dict[str, Any]) -> None:
+    """Print ``{"<partition>:<offset>": [row, ...]}`` of ``columns`` (the values, not only the
+    offsets: an evolution's old rows must keep their defaults)."""
+    from eos_pipeline.adapters.clickhouse import ClickHouseSink
+
+    sink = ClickHouseSink.connect(f"chdb://{job['chdb_path']}")
+    names = ", ".join(f"`{c}`" for c in job["columns"])
+    result = sink.client.query(
+        f"SELECT _partition, _offset, {names} FROM `{job['database']}`.`{job['table']}`"
+    )
+    out: dict[str, list[list[Any]]] = {}
+    for p, o, *values in result.result_rows:
+        out.setdefault(f"{p}:{o}", []).append(values)
+    sink.close()
+    _emit(out)
+
+
 def _spark(job: dict[str, Any]) -> Any:
     """An in-process ``local[1]`` session, or with ``spark_remote`` a client of that server."""
     from pyspark.sql import SparkSession
@@ -243,7 +272,6 @@ def _spark(job: dict[str, Any]) -> Any:
 
 
 def _hudi_spec(job: dict[str, Any]) -> Any:
-    from eos_pipeline.core.schema import TableSchema
     from eos_pipeline.sinks.hudi import HudiTableSpec
 
     return HudiTableSpec(
@@ -251,7 +279,7 @@ def _hudi_spec(job: dict[str, Any]) -> Any:
         topic=job["topic"],
         table_path=job["table_path"],
         table_name=job["table_name"],
-        schema=TableSchema.from_mapping(job["schema"]),
+        schema=_job_schema(job),
         max_records_per_partition=job.get("max_records", 1_000_000),
         hudi_options=job.get("hudi_options") or {},
     )
@@ -287,9 +315,23 @@ def _hudi(job: dict[str, Any]) -> None:
             )
         # The proof is read in the same JVM when asked: a Spark start costs ~10 s.
         offsets = _read_hudi_offsets(spark, job["table_path"]) if job.get("verify") else None
+        rows = (
+            _read_hudi_rows(spark, job["table_path"], job["columns"]) if "columns" in job else None
+        )
     finally:
         spark.stop()
-    _emit({"runs": runs, "offsets": offsets})
+    _emit({"runs": runs, "offsets": offsets, "rows": rows})
+
+
+def _read_hudi_rows(spark: Any, table_path: str, columns: list[str]) -> dict[str, list[Any]]:
+    """The values of ``columns`` per ``partition:offset`` (a table that evolved)."""
+    frame = spark.read.format("hudi").load(table_path)
+    out: dict[str, list[Any]] = {}
+    for row in frame.select("_partition", "_offset", *columns).collect():
+        out.setdefault(f"{row['_partition']}:{row['_offset']}", []).append(
+            [row[c] for c in columns]
+        )
+    return out
 
 
 def _read_hudi_offsets(spark: Any, table_path: str) -> dict[str, dict[str, int]]:
@@ -337,6 +379,7 @@ COMMANDS = {
     "replay": _replay,
     "clickhouse": _clickhouse,
     "offsets": _offsets,
+    "rows": _rows,
     "zombie": _zombie,
     "hudi": _hudi,
     "hudi-offsets": _hudi_offsets,

@@ -16,14 +16,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos_dev.stack.processes import free_port, pid_alive
 from eos_dev.stack.secure import SecureStack
 from eos_dev.stack.secure_config import KEEPER_PIPELINE, PIPELINE, SecureStackConfig
+from eos_dev.stack.secure_mirror import SecureMirror
 from eos_pipeline.adapters.kafka import KafkaSettings, idempotent_producer, produce_all
 from eos_pipeline.adapters.keeper import KeeperSettings
+from eos_pipeline.components.assets import clickhouse_key, hudi_key
+from eos_pipeline.components.config import Pipeline
 
 #: Where the tests put the pipeline's secrets: read by the product through ``{env: NAME}``.
 KAFKA_PASSWORD_ENV = "EOS_TEST_SECURE_KAFKA_PASSWORD"
@@ -106,12 +110,27 @@ class Secured:
                 records.append((partition, None, value))
         produce_all(idempotent_producer(self.admin()), self.topic, records)
 
-    def pipelines_yaml(self, chdb_path: str, database: str, hudi_path: str | None = None) -> str:
-        """The demo's pipelines file shape, secured: every secret is an ``{env: NAME}``."""
+    def pipelines_yaml(
+        self,
+        chdb_path: str,
+        database: str,
+        hudi_path: str | None = None,
+        clusters: dict[str, str] | None = None,
+    ) -> str:
+        """The demo's pipelines file shape, secured: every secret is an ``{env: NAME}``.
+        ``clusters``: alias -> bootstrap servers of a pipeline that can fail over (the same
+        login and CA on each)."""
         cfg = self.config
         hudi = (
             f"    hudi: {{path: '{hudi_path}', table: {self.pipeline}_events}}\n"
             if hudi_path
+            else ""
+        )
+        failover = (
+            "      clusters: {"
+            + ", ".join(f"{alias}: '{servers}'" for alias, servers in clusters.items())
+            + "}\n"
+            if clusters
             else ""
         )
         return f"""
@@ -125,7 +144,7 @@ pipelines:
     kafka:
       bootstrap_servers: '{cfg.kafka_bootstrap}'
       topics: [{self.topic}]
-      dead_letter_topic: {self.dead_letter_topic}
+{failover}      dead_letter_topic: {self.dead_letter_topic}
       client:
         security.protocol: SASL_SSL
         sasl.mechanisms: SCRAM-SHA-512
@@ -150,10 +169,74 @@ def names(prefix: str) -> tuple[str, str, str]:
     return f"{prefix}t{suffix}", f"eos-dlq.t{suffix}", f"p_{suffix}"
 
 
+@pytest.fixture(scope="session")
+def secure_mirror(
+    secure_stack: SecureStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecureMirror]:
+    """A second secured cluster (one broker) and MirrorMaker 2 both ways over SASL_SSL, beside
+    the session's secured stack: started only for the tests that ask for it."""
+    mirror = SecureMirror(
+        secure_stack,
+        [free_port() for _ in range(3)],
+        free_port(),
+        tmp_path_factory.mktemp("secure-failover"),
+        say=lambda line: print(f"[secure-mirror] {line}"),
+    )
+    started = time.monotonic()
+    try:
+        mirror.up()
+        print(f"[timing] secured mirror up in {time.monotonic() - started:.1f}s")
+        yield mirror
+    finally:
+        pids = mirror.processes()
+        mirror.down()
+        left = [pid for pid in pids if pid_alive(pid)]
+        assert not left, f"secured mirror down left processes {left}"
+
+
 @pytest.fixture
 def secured(secure_stack: SecureStack) -> Secured:
     topic, dlq, pipeline = names(secure_stack.config.topic_prefix)
     return Secured(secure_stack, topic, dlq, pipeline)
+
+
+def materialize_clickhouse(
+    defs: dg.Definitions, instance: dg.DagsterInstance, key: str, pipeline: Pipeline
+) -> dg.ExecuteInProcessResult:
+    """One run of ``pipeline``'s ClickHouse asset on partition ``key`` (failures returned)."""
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks],
+        selection=dg.AssetSelection.assets(clickhouse_key(pipeline)),
+        partition_key=key,
+        instance=instance,
+        resources=defs.resources,
+        raise_on_error=False,
+    )
+
+
+def materialize_hudi(
+    defs: dg.Definitions, instance: dg.DagsterInstance, keys: list[str], pipeline: Pipeline
+) -> dg.ExecuteInProcessResult:
+    """One run of ``pipeline``'s Hudi asset over the partition range ``keys`` (one commit)."""
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks],
+        selection=dg.AssetSelection.assets(hudi_key(pipeline)),
+        tags={
+            "dagster/asset_partition_range_start": keys[0],
+            "dagster/asset_partition_range_end": keys[-1],
+        },
+        instance=instance,
+        resources=defs.resources,
+        raise_on_error=False,
+    )
+
+
+def secrets_of(config: SecureStackConfig) -> list[str]:
+    """Every secret of the secured stack: none may show in any output."""
+    return [config.password(u) for u in ("eos-admin", "eos-pipeline", "eos-mirror")] + [
+        config.password("keeper-eos-pipeline"),
+        config.tls_dir.joinpath("keystore.password").read_text().strip(),
+    ]
 
 
 def outputs_of(*paths: Path) -> str:

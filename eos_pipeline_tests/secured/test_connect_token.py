@@ -88,8 +88,9 @@ class TokenServer:
         token_file = self.home / "token"
         write_secret(token_file, self.token)
         jars = [*server_jars(self.config.cache_dir), interceptor_jar(self.config.cache_dir)]
-        command = connect_command(self.config, jars, self.stack._dir(CONNECT))
-        command[1:1] = ["--conf", f"spark.connect.grpc.interceptor.classes={INTERCEPTOR_CLASS}"]
+        command = connect_command(
+            self.config, jars, self.stack._dir(CONNECT), interceptors=[INTERCEPTOR_CLASS]
+        )
         env = {**spark_env(self.config), TOKEN_FILE_ENV: str(token_file)}
         self.pids.append(launch(self.stack, CONNECT, command, env))
         proxy = self.home / "proxy"

@@ -9,6 +9,7 @@ pipelines file whose secrets are ``{env: NAME}``s and materialized with Dagster,
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -17,20 +18,32 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from eos_dev.stack.secure_config import PIPELINE
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
-from eos_pipeline.components.assets import clickhouse_key, hudi_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline_tests.secured.conftest import Secured, names, outputs_of
+from eos_pipeline.sinks.hudi import HudiTableSync
+from eos_pipeline.sinks.hudi_spec import HudiTableSpec
+from eos_pipeline_tests.secured.conftest import (
+    Secured,
+    materialize_clickhouse,
+    materialize_hudi,
+    names,
+    outputs_of,
+    secrets_of,
+)
 from eos_pipeline_tests.sinks.clickhouse_stage import SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -70,23 +83,8 @@ def _records(s: Secured, partition: int, end: int) -> list[int]:
     return read_range(s.admin(), TopicPartition(s.topic, partition), OffsetRange(0, end)).offsets
 
 
-def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, pipeline):
-    return dg.materialize(
-        [*defs.assets, *defs.asset_checks],
-        selection=dg.AssetSelection.assets(clickhouse_key(pipeline)),
-        partition_key=key,
-        instance=instance,
-        resources=defs.resources,
-        raise_on_error=False,
-    )
-
-
 def _secrets(s: Secured) -> list[str]:
-    cfg = s.config
-    return [cfg.password(u) for u in ("eos-admin", "eos-pipeline", "eos-mirror")] + [
-        cfg.password("keeper-eos-pipeline"),
-        cfg.tls_dir.joinpath("keystore.password").read_text().strip(),
-    ]
+    return secrets_of(s.config)
 
 
 def _sync(s: Secured, kafka, store, client: Client, database: str) -> ClickHousePartitionSync:
@@ -125,8 +123,10 @@ def test_demo_pipeline_is_exact_on_the_secured_stack_and_no_secret_shows(
     storage.mkdir()
     with dg.instance_for_test(temp_dir=str(storage)) as instance:
         instance.add_dynamic_partitions(partitions_name(s.pipeline), keys)
-        results = [_materialize(defs, instance, k, pipeline) for k in keys]
-        again = [_materialize(defs, instance, k, pipeline) for k in keys]  # nothing new, twice
+        results = [materialize_clickhouse(defs, instance, k, pipeline) for k in keys]
+        again = [
+            materialize_clickhouse(defs, instance, k, pipeline) for k in keys
+        ]  # nothing new, twice
         assert all(r.success for r in results + again), [
             e.message for r in results + again for e in r.all_events if e.is_failure
         ]
@@ -204,17 +204,7 @@ def test_hudi_on_the_secured_stack_is_exact(
     keys = keys_for(s.topic, 2)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(s.pipeline), keys)
-        result = dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=dg.AssetSelection.assets(hudi_key(config.pipelines[0])),
-            tags={
-                "dagster/asset_partition_range_start": keys[0],  # one run, one commit
-                "dagster/asset_partition_range_end": keys[1],
-            },
-            instance=instance,
-            resources=defs.resources,
-            raise_on_error=False,
-        )
+        result = materialize_hudi(defs, instance, keys, config.pipelines[0])  # one commit
         assert result.success, [e.message for e in result.all_events if e.is_failure]
     rows = spark.read.format("hudi").load(hudi_path).groupBy("_partition", "_offset").count()
     counts = {(r[0], r[1]): r[2] for r in rows.collect()}
@@ -224,6 +214,78 @@ def test_hudi_on_the_secured_stack_is_exact(
         (p, o): 1 for p in ends for o in _records(s, p, ends[p]) if o not in dead.get(p, set())
     }
     assert counts == expected and sum(len(v) for v in dead.values()) == 4
+
+
+def _kill_on_first_row(raw: DataFrame, pid: int, marker: Path) -> DataFrame:
+    """``raw``, SIGKILLing process group ``pid`` from inside the read, as its first row passes
+    (once: ``marker`` is made by the first call). The task's Kafka consumer goes on fetching the
+    rest of the range from the killed leader."""
+
+    def kill_once(partition: int) -> bool:
+        import os
+        import signal
+
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return True
+        os.killpg(pid, signal.SIGKILL)
+        return True
+
+    return raw.where(F.udf(kill_once, T.BooleanType())(F.col("partition")))
+
+
+@pytest.mark.spark
+def test_partition_leader_sigkilled_during_a_hudi_read_then_next_run_is_exact(
+    secured: Secured, spark: SparkSession, tmp_path: Path
+) -> None:
+    s = secured
+    s.create_topics(1, s.topic, s.dead_letter_topic)
+    for _ in range(12):  # one batch per call: the read takes many fetches
+        s.produce({0: 20}, bad_every=7)
+    meta = AdminClient(s.stack.admin_config()).list_topics(s.topic, timeout=10)
+    leader = f"kafka-{meta.topics[s.topic].partitions[0].leader}"
+    pid = s.stack.pid(leader)
+    assert pid is not None
+    spec = HudiTableSpec(
+        pipeline=s.pipeline,
+        topic=s.topic,
+        table_path=str(tmp_path / "hudi"),
+        table_name=f"{s.pipeline}_events",
+        schema=SCHEMA,
+        hudi_options=SMALL_TABLE_OPTIONS,
+        # a few records per fetch: most of the range is fetched after the kill
+        kafka_options={**s.config.java_client_config(PIPELINE), "max.partition.fetch.bytes": "512"},
+    )
+    marker = tmp_path / "killed"
+
+    def sync(hook=None) -> HudiTableSync:
+        kafka = s.kafka()
+        dlq = DeadLetterWriter(kafka, s.dead_letter_topic, s.pipeline)
+        return HudiTableSync(spec, kafka, spark, dlq, source_hook=hook)
+
+    try:
+        started = time.monotonic()
+        try:
+            sync(lambda raw: _kill_on_first_row(raw, pid, marker)).run()
+            print("the Hudi run carried on with the new leader")
+        except Exception as exc:  # failing is allowed: the point is what the next run does
+            print(f"the Hudi run with the leader killed failed: {exc!r}"[:2000])
+        assert marker.exists() and s.stack.pid(leader) is None, "the leader was never killed"
+        print(f"[timing] hudi run with the leader killed: {time.monotonic() - started:.1f}s")
+        started = time.monotonic()
+        sync().run()  # the next run: completes
+        print(f"[timing] next hudi run: {time.monotonic() - started:.1f}s")
+        end = end_offsets(s.admin(), s.topic)[0]
+        rows = spark.read.format("hudi").load(spec.table_path).groupBy("_offset").count().collect()
+        dead = _dead(s).get(0, set())
+        expected = {o: 1 for o in _records(s, 0, end) if o not in dead}
+        assert {r[0]: r[1] for r in rows} == expected and len(dead) == 24  # 2 of each 20
+    finally:
+        started = time.monotonic()
+        s.stack.kill(leader)  # forget its pid file
+        s.stack.restart(leader)
+        print(f"[timing] {leader} back in {time.monotonic() - started:.1f}s")
 
 
 def _zookeeper_leader(s: Secured) -> str:
@@ -282,7 +344,7 @@ def _refused_materialization(s: Secured, chdb_client: Client, yaml_text: str) ->
     key = keys_for(s.topic, 1)[0]
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(s.pipeline), [key])
-        result = _materialize(defs, instance, key, config.pipelines[0])
+        result = materialize_clickhouse(defs, instance, key, config.pipelines[0])
     assert not result.success
     failures = [e for e in result.all_events if e.is_step_failure]
     assert failures

@@ -4,7 +4,8 @@ MM2 keeps the syncs of flow A->B on A, so with A down the switch cannot read the
 sink runs on A kept a copy in the keeper (:mod:`eos_pipeline.adapters.failover`); the
 switch falls back to it, and the sink on B resumes exactly (every record once, the re-read
 within ``offset.lag.max`` + 1). A is made unresponsive with SIGSTOP, as a hung broker is: its
-port accepts connections that never get an answer.
+port accepts connections that never get an answer. The switch asks A once, briefly, so it
+decides within seconds; ``failover status`` names A unreachable, as fast.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from clickhouse_connect.driver.client import Client
 
 from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.failover import SyncArchive, switch
+from eos_pipeline.adapters.failover_status import read_status
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.failover import Flow
+from eos_pipeline.core.failover.replication import UNREACHABLE
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,
@@ -59,10 +62,25 @@ def test_failover_with_the_source_cluster_down_resumes_exactly(
         with cluster_frozen(mirror_stack, "A"):
             began = time.monotonic()
             report = switch(store, fp, "B")
-            print(f"[A down] switch took {time.monotonic() - began:.1f}s")
+            took = time.monotonic() - began
+            print(f"[A down] switch took {took:.1f}s")
+            # One short probe of A, then the kept copy: not a 10 s wait per read of A's topic.
+            assert took < 8.0, f"the switch waited on the dead cluster: {took:.1f}s"
             assert report.moves, "nothing moved"
             produce_events(b, topic, 1, 40, prefix="b")
             reports = {r.tp: r for r in run_active_clickhouse(fp, spec, store, sink, dlq)}
+            # `failover status` names the dead cluster (no traceback, no long wait)
+            began = time.monotonic()
+            status = read_status(store, fp, sample_s=0.0)
+            print(f"[A down] status took {time.monotonic() - began:.1f}s")
+            assert time.monotonic() - began < 8.0
+            assert status.state.active == "B" and status.state.switch is None
+            assert {f.flow: f.state for f in status.flows} == {
+                Flow("A", "B"): UNREACHABLE,
+                Flow("B", "A"): UNREACHABLE,
+            }
+            text = "\n".join(status.lines())
+            assert f"A->B: unreachable: A: Kafka at {a.bootstrap_servers} did not answer" in text
         moved = reports[TopicPartition(f"A.{topic}", 0)]
         print(f"[A down] A.T on B: re-read {moved.reread}, skipped {moved.skipped}")
         assert moved.reread <= lag_max + 1 and moved.reread == moved.skipped

@@ -98,8 +98,10 @@ def test_after_a_burst_the_switch_rereads_only_the_copy_both_ways(
     a, b = fp.settings["A"], fp.settings["B"]
     dlq = f"{topic}.dlq"
     _burst(a, topic, "a")
-    for p in range(PARTITIONS):
+    replicas = [
         wait_for_records(b, TopicPartition(f"A.{topic}", p), PER_PARTITION)
+        for p in range(PARTITIONS)
+    ]
     forward = _syncs(fp, Flow("A", "B"))
 
     # On A, the sink writes each partition up to a record the syncs place loosely.
@@ -107,18 +109,33 @@ def test_after_a_burst_the_switch_rereads_only_the_copy_both_ways(
         spec, a, store, sink, DeadLetterWriter(a, dlq, fp.name), cluster="A"
     )
     ends = end_offsets(a, topic)
+    lasts = []
     for p in range(PARTITIONS):
         tp = TopicPartition(topic, p)
         last = _between_syncs(forward, TopicPartition(topic, p), 100, ends[p] // 2, up=True)
         on_a.run(tp, until=last + 1)
+        lasts.append(last)
 
     # Failover onto MM2's replica: MM2 writes it in transactions, and Kafka's offset-for-time
     # lookup counts their commit markers (stamped when MM2 commits, after the burst), so the
     # time bound may not beat the syncs there; it never passes them, nor the copy.
     report = switch(store, fp, "B")
+    windows = {f"{m.route.target}[{m.partition}]": m.mark for m in report.moves}
     for p in range(PARTITIONS):
-        start = report.starts[f"B:A.{topic}[{p}]"]
+        key = f"B:A.{topic}[{p}]"
+        start = report.starts[key]
         assert start["syncs_start"] <= start["start"], start  # type: ignore[operator]
+        # The report's figures, counted on the replica itself: the re-read runs from the
+        # start through the copy of the last record written on A (the A topic has no gaps, so
+        # that copy is the replica's record number ``last``); the check reads on to the
+        # window's end (the next offset sync), records the sink has not written.
+        copy, mark = replicas[p][lasts[p]].offset, windows[key]
+        assert mark is not None and mark.window_end is not None, mark
+        offsets = [r.offset for r in replicas[p]]
+        reread = sum(1 for o in offsets if start["start"] <= o <= copy)  # type: ignore[operator]
+        past = sum(1 for o in offsets if copy < o < mark.window_end)
+        print(f"[failover] {key}: re-read {reread}, read past the copy {past}")
+        assert report.reread()[key] == reread and report.past_copy()[key] == past
 
     # On B, the sink resumes after each copy, then writes up to a loosely synced record again.
     on_b = ClickHousePartitionSync(
@@ -132,6 +149,7 @@ def test_after_a_burst_the_switch_rereads_only_the_copy_both_ways(
         )
         run = on_b.run(tp, until=upto + 1)
         assert run.skipped >= 1  # at least the copy of the last record written on A
+        assert run.skipped == report.reread()[f"B:A.{topic}[{p}]"]  # the switch's re-read
 
     # Failback onto the original topic (no transaction markers): the first offset at the last
     # written record's timestamp is its original, where the syncs start several records back.
@@ -145,6 +163,7 @@ def test_after_a_burst_the_switch_rereads_only_the_copy_both_ways(
     assert len(moved) == PARTITIONS
     for r in moved:
         assert r.skipped == 1, f"{r.tp}: {r.skipped} records read again before writing"
+        assert report.reread()[f"A:{r.tp}"] == 1  # the switch reported the same re-read
 
     rows = chdb_client.query(
         f"SELECT id, count() FROM {spec.database}.{spec.table} GROUP BY id"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from eos_dev.stack.connect_auth import INTERCEPTOR_CLASS, JAR_STEM, LOOPBACK_INTERCEPTOR_CLASS
 from eos_dev.stack.services import Stack, StackConfig, StackError
 from eos_dev.stack.spark_connect import (
     CONNECT,
@@ -56,6 +57,18 @@ def test_server_command_carries_the_products_jars_and_hudi_settings(tmp_path: Pa
     command = connect_command(cluster, jars, tmp_path)
     assert command[command.index("--master") + 1] == "spark://127.0.0.1:7"
     assert _conf(command)["spark.sql.shuffle.partitions"] == "4"  # 2 workers x 2 cores
+
+
+def test_server_serves_loopback_only_unless_configured_otherwise(tmp_path: Path) -> None:
+    jars = [Path("/j/spark-connect.jar"), Path(f"/j/{JAR_STEM}abc.jar")]
+    key = "spark.connect.grpc.interceptor.classes"
+    local = StackConfig(state_dir=tmp_path, spark=True)
+    assert _conf(connect_command(local, jars, tmp_path))[key] == LOOPBACK_INTERCEPTOR_CLASS
+    both = _conf(connect_command(local, jars, tmp_path, interceptors=[INTERCEPTOR_CLASS]))
+    assert both[key] == f"{LOOPBACK_INTERCEPTOR_CLASS},{INTERCEPTOR_CLASS}"
+    remote = StackConfig(state_dir=tmp_path, spark=True, spark_connect_remote=True)
+    assert key not in _conf(connect_command(remote, jars, tmp_path))
+    assert key not in _conf(connect_command(local, jars[:1], tmp_path))  # no interceptor jar
 
 
 def test_services_follow_the_config_and_what_is_left_running(tmp_path: Path) -> None:

@@ -59,6 +59,9 @@ CLICKHOUSE_STEPS: Final = (
     "after_insert",
     "after_keeper_after",
 )
+#: The ClickHouse sink's boundary between a schema evolution's ``ALTER TABLE`` and the insert
+#: of the step that asked for it (only a registry subject's tables pass it).
+AFTER_ALTER_STEP: Final = "after_alter"
 #: Fires while Spark is writing: after the commit is requested on the timeline and before it
 #: completes (:func:`kill_when_hudi_write_starts`, started by :func:`hudi_fault`).
 MID_HUDI_WRITE_STEP: Final = "mid_hudi_write"

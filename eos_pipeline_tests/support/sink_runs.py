@@ -4,7 +4,7 @@
   replay): the tests use it to show how :func:`eos_pipeline.core.dedup.decide` treats a range
   against a stored state, on the real stack.
 * :func:`run_active_clickhouse`: every partition of the active cluster's physical topics caught
-  up, as the Dagster asset does through :func:`eos_pipeline.sinks.clusters.active_sync`.
+  up, as the Dagster asset does through :class:`eos_pipeline.sinks.source.ActiveCluster`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from eos_pipeline.sinks.clickhouse import (
     SyncReport,
     state_of,
 )
-from eos_pipeline.sinks.clusters import active_sync
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
+from eos_pipeline.sinks.source import ActiveCluster
 
 
 def run_range(
@@ -64,7 +64,9 @@ def run_active_clickhouse(
     fault: FaultHook = no_fault,
 ) -> list[SyncReport]:
     """Catch every partition of the active cluster's physical topics up; one report each."""
-    sync = active_sync(fp, spec, store, sink, dead_letter_topic, fault=fault)
+    sync = ActiveCluster(fp, store).clickhouse_sync(
+        spec, store, sink, dead_letter_topic, fault=fault
+    )
     assert sync.cluster is not None
     reports = []
     for topic in fp.topics:

@@ -45,6 +45,9 @@ class StackConfig:
     #: 0: the Connect server runs Spark in local mode; N: a standalone master and N workers.
     spark_workers: int = 0
     spark_master_port: int = 7077
+    #: Serve Spark Connect clients of other machines too (off: loopback peers only, as Spark
+    #: Connect 3.5 cannot bind to one address; ``EOS_SPARK_CONNECT_REMOTE=1``).
+    spark_connect_remote: bool = False
     #: Start the schema registry (Apicurio, Confluent-compatible API) too; ``stack up`` does.
     registry: bool = False
     registry_port: int = 8081
@@ -87,6 +90,9 @@ class StackConfig:
             values["spark_memory"] = env["EOS_SPARK_MEMORY"]
         if "EOS_SPARK" in env:
             values["spark"] = env["EOS_SPARK"].strip().lower() in ("1", "true", "yes", "on")
+        if "EOS_SPARK_CONNECT_REMOTE" in env:
+            remote = env["EOS_SPARK_CONNECT_REMOTE"].strip().lower()
+            values["spark_connect_remote"] = remote in ("1", "true", "yes", "on")
         if "EOS_REGISTRY" in env:
             values["registry"] = env["EOS_REGISTRY"].strip().lower() in ("1", "true", "yes", "on")
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -27,17 +27,24 @@ from eos_dev.stack.config import StackError
 from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 
 INTERCEPTOR_CLASS = "eos.connect.BearerTokenInterceptor"
+#: Serves only loopback peers: the stack's Connect server answers nobody but its own machine.
+LOOPBACK_INTERCEPTOR_CLASS = "eos.connect.LoopbackOnlyInterceptor"
 TOKEN_FILE_ENV = "EOS_SPARK_CONNECT_TOKEN_FILE"
-_SOURCE = Path(__file__).parent / "java" / "BearerTokenInterceptor.java"
+_SOURCES = tuple(
+    Path(__file__).parent / "java" / f"{name}.java"
+    for name in ("BearerTokenInterceptor", "LoopbackOnlyInterceptor")
+)
+#: The jar's name starts with this (how the server's command finds it among its jars).
+JAR_STEM = "eos-connect-auth-"
 
 
 def interceptor_jar(cache_dir: Path | None = None) -> Path:
-    """The interceptor compiled against the pinned Connect jar (cached by source digest)."""
+    """The interceptors compiled against the pinned Connect jar (cached by source digest)."""
     cache = cache_dir or default_cache_dir()
     [connect] = [j for j in ensure_bundle("spark-connect", cache) if "spark-connect" in j.name]
-    source = _SOURCE.read_text()
+    source = "\0".join(path.read_text() for path in _SOURCES)
     digest = hashlib.sha256(f"{source}\0{connect.name}".encode()).hexdigest()[:16]
-    target = cache / "eos-connect" / f"eos-connect-auth-{digest}.jar"
+    target = cache / "eos-connect" / f"{JAR_STEM}{digest}.jar"
     if target.exists():
         return target
     javac = shutil.which("javac")
@@ -48,11 +55,11 @@ def interceptor_jar(cache_dir: Path | None = None) -> Path:
         classes = Path(tmp, "classes")
         done = subprocess.run(
             [javac, "--release", "17", "-nowarn", "-cp", str(connect), "-d", str(classes),
-             str(_SOURCE)],
+             *map(str, _SOURCES)],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0:
-            raise StackError(f"compiling {_SOURCE.name} failed:\n{done.stderr[-2000:]}")
+            raise StackError(f"compiling the Connect interceptors failed:\n{done.stderr[-2000:]}")
         staged = Path(tmp, target.name)
         with zipfile.ZipFile(staged, "w") as jar:
             for path in sorted(classes.rglob("*.class")):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,12 +21,16 @@ if TYPE_CHECKING:
     from eos_dev.stack.services import Stack
 
 
-def kafka_ready(bootstrap: str) -> bool:
-    """True once the broker answers a metadata request and lists itself."""
+def kafka_ready(bootstrap: str, client_config: Mapping[str, str] | None = None) -> bool:
+    """True once the broker answers a metadata request and lists itself (``client_config``:
+    how to log in to a secured cluster)."""
     from confluent_kafka.admin import AdminClient
 
     # log_level 0: refused connections while the broker boots are expected, not worth a line each.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0}
+        | dict(client_config or {})
+    )
     try:
         meta = admin.list_topics(timeout=2.0)
     except Exception:

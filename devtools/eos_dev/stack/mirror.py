@@ -117,9 +117,12 @@ class ReplicationProbe:
         self._assigned: set[str] = set()
         for alias in config.aliases:
             # Warnings and errors only: librdkafka's notices about purged admin events are noise.
-            settings = KafkaSettings(config.bootstrap(alias), {"log_level": 4})
+            client = config.client_config(alias)  # empty unless the cluster is secured
+            settings = KafkaSettings(config.bootstrap(alias), {"log_level": 4, **client})
             create_topic(settings, topic, partitions=1)
-            producer = Producer({"bootstrap.servers": config.bootstrap(alias), "acks": "all"})
+            producer = Producer(
+                {"bootstrap.servers": config.bootstrap(alias), "acks": "all", **client}
+            )
             producer.produce(topic, key=alias.encode(), value=self.token)
             if producer.flush(30.0):
                 raise StackError(f"could not produce the replication probe to cluster {alias}")
@@ -131,6 +134,7 @@ class ReplicationProbe:
                     "isolation.level": "read_committed",
                     "auto.offset.reset": "earliest",
                     "log_level": 0,
+                    **client,
                 }
             )
 
@@ -214,7 +218,9 @@ class MirrorStack:
         for cluster in self.config.clusters:
             broker = self._brokers.get(cluster.alias)
             if broker is None:
-                running = kafka_ready(self.bootstrap(cluster.alias))
+                running = kafka_ready(
+                    self.bootstrap(cluster.alias), self.config.client_config(cluster.alias)
+                )
                 found.append(
                     ServiceStatus(
                         f"kafka-{cluster.alias}",
@@ -230,8 +236,9 @@ class MirrorStack:
         found += self._mirror.status()
         return found
 
-    def up(self, timeout: float = 120.0) -> None:
-        """Start what is not running, then prove both flows replicate (idempotent)."""
+    def up(self, timeout: float = 120.0, stalled_after: float = STALLED_SECONDS) -> None:
+        """Start what is not running, then prove both flows replicate (idempotent). A running
+        MM2 that replicates nothing for ``stalled_after`` seconds is restarted."""
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / CONFIG_FILE).write_text(cfg.to_json())
@@ -241,7 +248,9 @@ class MirrorStack:
             for future in [pool.submit(b.up) for b in self._brokers.values()]:
                 future.result()
         for cluster in cfg.clusters:
-            if not cluster.managed and not kafka_ready(self.bootstrap(cluster.alias)):
+            if not cluster.managed and not kafka_ready(
+                self.bootstrap(cluster.alias), cfg.client_config(cluster.alias)
+            ):
                 raise StackError(
                     f"cluster {cluster.alias} at {self.bootstrap(cluster.alias)} is not managed by "
                     "the mirror stack and does not answer: start it first (`eos-pipeline stack up`)"
@@ -256,7 +265,7 @@ class MirrorStack:
                         probe,
                         pid,
                         self._mirror.log_path("mirrormaker"),
-                        timeout=min(STALLED_SECONDS, timeout),
+                        timeout=min(stalled_after, timeout),
                     )
                 except StackError as exc:  # stalled or dead: a fresh MM2 resumes from its offsets
                     self.say(f"mirrormaker is not replicating ({_first_line(exc)}); restarting it")

@@ -21,18 +21,69 @@ PROBE_TOPIC = "eos-mirror-probe"
 CONFIG_FILE = "mirror.json"
 
 
+#: The JAAS login module of SCRAM, for MM2's clients of a secured cluster.
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """How MirrorMaker 2, and the stack's replication probe, log in to a SASL_SSL cluster.
+
+    Passwords are never held here (this lands in the stack's state file): each sits alone in a
+    0600 file. MM2's properties name its password with Kafka's ``DirectoryConfigProvider``
+    (``${dir:<folder>:<file>}``), resolved inside MM2; the probe (the stack's administrator)
+    reads its own when it connects.
+    """
+
+    ca_pem: str
+    mirror_user: str
+    mirror_password_file: str
+    probe_user: str
+    probe_password_file: str
+    mechanism: str = "SCRAM-SHA-512"
+
+    def probe_client(self) -> dict[str, str]:
+        """librdkafka settings of the probe's user."""
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": self.mechanism,
+            "sasl.username": self.probe_user,
+            "sasl.password": Path(self.probe_password_file).read_text().strip(),
+            "ssl.ca.location": self.ca_pem,
+        }
+
+    def mm2_lines(self, alias: str) -> list[str]:
+        """MM2's client settings for cluster ``alias`` (every client of it, and the worker)."""
+        secret = Path(self.mirror_password_file)
+        password = f"${{dir:{secret.parent}:{secret.name}}}"
+        return [
+            f"{alias}.security.protocol=SASL_SSL",
+            f"{alias}.sasl.mechanism={self.mechanism}",
+            f'{alias}.sasl.jaas.config={SCRAM_LOGIN} required username="{self.mirror_user}" '
+            f'password="{password}";',
+            f"{alias}.ssl.truststore.type=PEM",
+            f"{alias}.ssl.truststore.location={self.ca_pem}",
+        ]
+
+
 @dataclass(frozen=True)
 class MirrorCluster:
     """One Kafka cluster of the pair, by its MM2 alias.
 
     ``managed`` clusters are started and stopped by :class:`MirrorStack`; an unmanaged one is an
-    existing broker reached at ``host:kafka_port`` (its controller port is then unused).
+    existing broker reached at ``host:kafka_port`` (its controller port is then unused), or at
+    ``bootstrap_servers`` when given (a cluster of several brokers). ``security``: how to log in
+    to a SASL_SSL cluster (None: PLAINTEXT). ``replication_factor``: of the topics MM2 makes
+    there; above 1, MM2 takes each cluster's default instead of setting one.
     """
 
     alias: str
     kafka_port: int
     controller_port: int
     managed: bool = True
+    bootstrap_servers: str = ""
+    security: ClusterSecurity | None = None
+    replication_factor: int = 1
 
 
 @dataclass(frozen=True)
@@ -92,7 +143,13 @@ class MirrorConfig:
         raise StackError(f"unknown cluster alias {alias!r}; this stack has {self.aliases}")
 
     def bootstrap(self, alias: str) -> str:
-        return f"{self.host}:{self.cluster(alias).kafka_port}"
+        cluster = self.cluster(alias)
+        return cluster.bootstrap_servers or f"{self.host}:{cluster.kafka_port}"
+
+    def client_config(self, alias: str) -> dict[str, str]:
+        """librdkafka settings the stack's own clients (readiness, probe) need for ``alias``."""
+        security = self.cluster(alias).security
+        return security.probe_client() if security is not None else {}
 
     @property
     def rest_url(self) -> str:
@@ -106,7 +163,12 @@ class MirrorConfig:
         raw: dict[str, Any] = json.loads(text)
         raw["state_dir"] = Path(raw["state_dir"])
         raw["cache_dir"] = Path(raw["cache_dir"]) if raw.get("cache_dir") else None
-        raw["clusters"] = tuple(MirrorCluster(**c) for c in raw["clusters"])
+        raw["clusters"] = tuple(
+            MirrorCluster(**{**c, "security": ClusterSecurity(**c["security"])})
+            if c.get("security")
+            else MirrorCluster(**c)
+            for c in raw["clusters"]
+        )
         return cls(**raw)
 
     @classmethod
@@ -126,20 +188,22 @@ class MirrorConfig:
 def mm2_properties(config: MirrorConfig) -> str:
     """The dedicated-mode MM2 properties file for ``config`` (both flows enabled)."""
     a, b = config.aliases
+    # A single-broker cluster can hold no more than one replica of anything; with a replicated
+    # cluster in the pair, each cluster's default (-1) is the factor of MM2's topics there.
+    rf = 1 if all(c.replication_factor == 1 for c in config.clusters) else -1
     lines = [
         f"clusters={a},{b}",
         f"{a}.bootstrap.servers={config.bootstrap(a)}",
         f"{b}.bootstrap.servers={config.bootstrap(b)}",
         "replication.policy.class=org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
         "tasks.max=1",
-        # A single-broker cluster can hold no more than one replica of anything.
-        "replication.factor=1",
-        "checkpoints.topic.replication.factor=1",
-        "heartbeats.topic.replication.factor=1",
-        "offset-syncs.topic.replication.factor=1",
-        "offset.storage.replication.factor=1",
-        "status.storage.replication.factor=1",
-        "config.storage.replication.factor=1",
+        f"replication.factor={rf}",
+        f"checkpoints.topic.replication.factor={rf}",
+        f"heartbeats.topic.replication.factor={rf}",
+        f"offset-syncs.topic.replication.factor={rf}",
+        f"offset.storage.replication.factor={rf}",
+        f"status.storage.replication.factor={rf}",
+        f"config.storage.replication.factor={rf}",
         # Short intervals: a new topic is mirrored within seconds, not MM2's ten minutes.
         f"refresh.topics.interval.seconds={config.refresh_seconds}",
         f"refresh.groups.interval.seconds={config.refresh_seconds}",
@@ -151,9 +215,6 @@ def mm2_properties(config: MirrorConfig) -> str:
         f"offset-syncs.topic.location={config.offset_syncs_location}",
         # KRaft here runs without an authorizer: syncing ACLs would only log errors.
         "sync.topic.acls.enabled=false",
-        # Every plugin on the classpath ships a ServiceLoader manifest: skipping the reflective
-        # classpath scan saves seconds of CPU per herder at start.
-        "plugin.discovery=service_load",
     ]
     for source, target in ((a, b), (b, a)):
         lines += [
@@ -178,14 +239,33 @@ def mm2_properties(config: MirrorConfig) -> str:
     # out while the broker was down) gets its tasks back after this delay, not Connect's five
     # minutes; client reconnects back off at most 1 s. Worker settings are per target cluster
     # in dedicated mode (as exactly.once.source.support): set for both, and unprefixed.
+    # Every plugin on the classpath ships a ServiceLoader manifest: skipping the reflective
+    # classpath scan saves seconds of CPU per herder at start (each herder builds its plugins
+    # from its target's settings, so the unprefixed key alone is ignored).
     for alias in ("", f"{a}.", f"{b}."):
         lines += [
+            f"{alias}plugin.discovery=service_load",
             f"{alias}scheduled.rebalance.max.delay.ms={config.rebalance_delay_ms}",
             f"{alias}reconnect.backoff.max.ms=1000",
             f"{alias}retry.backoff.ms=500",
         ]
+    lines += _security_lines(config)
     lines += [f"{k}={v}" for k, v in sorted(config.extra_properties.items())]
     return "\n".join(lines) + "\n"
+
+
+def _security_lines(config: MirrorConfig) -> list[str]:
+    """Per-cluster SASL_SSL settings, and the provider that resolves their password files."""
+    secured = [(c.alias, c.security) for c in config.clusters if c.security is not None]
+    if not secured:
+        return []
+    lines = [
+        "config.providers=dir",
+        "config.providers.dir.class=org.apache.kafka.common.config.provider.DirectoryConfigProvider",
+    ]
+    for alias, security in secured:
+        lines += security.mm2_lines(alias)
+    return lines
 
 
 #: MirrorMaker 2's log4j2 settings: info for its own progress, warn for chatty client internals.
@@ -236,6 +316,7 @@ __all__ = [
     "MIRROR_MAIN_CLASS",
     "MM2_LOG4J2",
     "PROBE_TOPIC",
+    "ClusterSecurity",
     "MirrorCluster",
     "MirrorConfig",
     "mirror_config",

@@ -114,6 +114,23 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+#: Log lines that say why a JVM service is stuck: its own warnings and errors, without the
+#: clients' per-connection chatter (thousands of "could not be established" while a peer is down).
+_FINDING = re.compile(r"\b(WARN|ERROR|FATAL)\b")
+_CHATTER = re.compile(r"\((NetworkClient|Plugins)\)|could not be established|disconnected")
+
+
+def log_findings(path: Path, lines: int = 12) -> str:
+    """The last warnings and errors of a service's log (not the clients' connection chatter):
+    when a service is up but not working, its tail is routine progress and the cause is earlier."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    found = [line[:400] for line in text if _FINDING.search(line) and not _CHATTER.search(line)]
+    return "\n".join(found[-lines:]) or "(no warning or error logged)"
+
+
 def wait_ready(
     what: str, probe: Callable[[], bool], pid: int, log: Path, timeout: float = 90.0
 ) -> None:
@@ -126,5 +143,6 @@ def wait_ready(
             return
         time.sleep(0.2)
     raise StackError(
-        f"{what} was not ready after {timeout:.0f}s. Last lines of {log}:\n{log_tail(log)}"
+        f"{what} was not ready after {timeout:.0f}s. Last warnings and errors of {log}:\n"
+        f"{log_findings(log)}\nLast lines:\n{log_tail(log, 6)}"
     )

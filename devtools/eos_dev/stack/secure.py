@@ -35,7 +35,6 @@ from eos_dev.stack.secure_config import (
     PipelineAcl,
     SecureStackConfig,
     broker_properties,
-    mirror_acls,
     pipeline_acls,
     zoo_cfg,
     zookeeper_jaas,
@@ -79,7 +78,7 @@ class SecureStack(Stack):
             **self.config.client_config(ADMIN),
         }
 
-    def kafka_ready(self, expect_brokers: int = 3) -> bool:
+    def kafka_ready(self) -> bool:
         """True once the cluster answers the admin over SASL_SSL with every broker listed."""
         from confluent_kafka.admin import AdminClient
 
@@ -88,7 +87,7 @@ class SecureStack(Stack):
             meta = admin.list_topics(timeout=2.0)
         except Exception:
             return False
-        return len(meta.brokers) >= expect_brokers
+        return len(meta.brokers) >= len(self.config.kafka_nodes)
 
     # ------------------------------------------------------------------------------ up/down
 
@@ -118,11 +117,13 @@ class SecureStack(Stack):
         wait_ready(
             "kafka cluster", self.kafka_ready, launched[-1][1], self.log_path(launched[-1][0])
         )
-        self.grant(pipeline_acls(cfg) + mirror_acls(cfg))
-        self._make_keeper_root()
+        self.grant(pipeline_acls(cfg))
+        if cfg.keeper_nodes:
+            self._make_keeper_root()
         self.say(
             f"secured stack ready in {time.monotonic() - started:.1f}s: kafka "
-            f"{cfg.kafka_bootstrap} (SASL_SSL {MECHANISM}), zookeeper {cfg.zookeeper_hosts}"
+            f"{cfg.kafka_bootstrap} (SASL_SSL {MECHANISM})"
+            + (f", zookeeper {cfg.zookeeper_hosts}" if cfg.keeper_nodes else "")
         )
 
     def _launch_zookeeper(
@@ -270,6 +271,13 @@ class SecureStack(Stack):
         ]
         for future in admin.create_acls(bindings, request_timeout=30).values():
             future.result()
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """``name`` with the cluster's replication factor (as the admin); an existing one stays."""
+        from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
+
+        settings = KafkaSettings(self.config.kafka_bootstrap, self.config.client_config(ADMIN))
+        create_topic(settings, name, partitions, self.config.replication_factor)
 
     def _make_keeper_root(self) -> None:
         """The keeper root, owned by the pipeline's digest user: nobody else may read or write."""

@@ -76,6 +76,9 @@ class SecureStackConfig(StackConfig):
     keeper_root: str = "/eos_pipeline"
     replication_factor: int = 3
     min_insync_replicas: int = 2
+    #: Where the CA and the secrets live: this state dir, or the first cluster's when a second
+    #: cluster (the failover peer) shares its CA and its users' passwords.
+    shared_dir: Path | None = None
 
     @classmethod
     def on_ports(cls, state_dir: Path, ports: list[int], **kw: object) -> SecureStackConfig:
@@ -85,6 +88,25 @@ class SecureStackConfig(StackConfig):
         kafka = tuple(KafkaNode(i + 1, *ports[3 * i : 3 * i + 3]) for i in range(3))
         keeper = tuple(KeeperNode(i + 1, *ports[9 + 3 * i : 12 + 3 * i]) for i in range(3))
         return cls(state_dir=state_dir, kafka_nodes=kafka, keeper_nodes=keeper, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def peer_on_ports(
+        cls, state_dir: Path, ports: list[int], first: SecureStackConfig, **kw: object
+    ) -> SecureStackConfig:
+        """A one-broker cluster beside ``first`` (its failover peer) on 3 given ports: same CA,
+        same users and passwords, replication factor 1, no ZooKeeper."""
+        if len(ports) != 3:
+            raise ValueError("the peer cluster needs 3 ports (client, internal, controller)")
+        return cls(
+            state_dir=state_dir,
+            host=first.host,
+            cache_dir=first.cache_dir,
+            kafka_nodes=(KafkaNode(1, *ports),),
+            shared_dir=first.secrets_home,
+            replication_factor=1,
+            min_insync_replicas=1,
+            **kw,  # type: ignore[arg-type]
+        )
 
     @classmethod
     def default(cls, state_dir: Path, **kw: object) -> SecureStackConfig:
@@ -100,11 +122,20 @@ class SecureStackConfig(StackConfig):
         return ",".join(f"{self.host}:{n.client_port}" for n in self.keeper_nodes)
 
     @property
+    def secrets_home(self) -> Path:
+        return self.shared_dir or self.state_dir
+
+    @property
     def tls_dir(self) -> Path:
-        return self.state_dir / "tls"
+        return self.secrets_home / "tls"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """The folder of the ``<name>.password`` files (made on first use, mode 0600)."""
+        return self.secrets_home / "secrets"
 
     def password(self, name: str) -> str:
-        return secret(self.state_dir, name)
+        return secret(self.secrets_home, name)
 
     def client_config(self, user: str, password: str | None = None) -> dict[str, str]:
         """librdkafka settings of ``user`` (its own password unless another is given)."""
@@ -258,20 +289,47 @@ def pipeline_acls(cfg: SecureStackConfig) -> list[PipelineAcl]:
     return acls
 
 
-def mirror_acls(cfg: SecureStackConfig) -> list[PipelineAcl]:
-    """MirrorMaker 2's rights on a cluster it reads from and writes to: every topic (it makes
-    the replicas and its internal topics), its groups and transactional ids, cluster describe."""
+def mirror_acls(cfg: SecureStackConfig, peer: str, probe: str) -> list[PipelineAcl]:
+    """MirrorMaker 2's rights on this cluster, whose failover peer has MM2 alias ``peer``.
+
+    As a source: read (and describe, with configs) the pipeline's topics, the ``probe`` topic
+    and ``heartbeats``. As the target of flow ``peer->here``: make and write the replicas
+    (``<peer>.eos.``...), its checkpoints, heartbeats, and its Connect worker's internal topics,
+    join its worker group ``<peer>-mm2`` and use that group's transactional ids (exactly-once
+    source). No cluster right, no other topic, group or id.
+    """
     who = f"User:{MIRROR}"
-    acls = [
-        PipelineAcl("TOPIC", "*", op, "LITERAL", who)
-        for op in ("READ", "WRITE", "DESCRIBE", "CREATE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS")
-    ]
-    acls += [PipelineAcl("GROUP", "*", "READ", "LITERAL", who)]
+
+    def topic(name: str, ops: tuple[str, ...], pattern: str = "LITERAL") -> list[PipelineAcl]:
+        return [PipelineAcl("TOPIC", name, op, pattern, who) for op in ops]
+
+    read = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")
+    replica = ("CREATE", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER", "ALTER_CONFIGS")
+    internal = ("CREATE", "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")
+    group = f"{peer}-mm2"
+    acls = topic(cfg.topic_prefix, read, "PREFIXED") + topic(probe, read)
+    acls += topic("heartbeats", internal)
+    acls += topic(f"{peer}.{cfg.topic_prefix}", replica, "PREFIXED")
+    acls += topic(f"{peer}.{probe}", replica) + topic(f"{peer}.heartbeats", replica)
+    kinds = ("offsets", "configs", "status")
+    internals = [f"mm2-{kind}.{peer}.internal" for kind in kinds]
+    for name in [f"{peer}.checkpoints.internal", f"mm2-offset-syncs.{peer}.internal", *internals]:
+        acls += topic(name, internal)
+    acls += [PipelineAcl("GROUP", group, "READ", "LITERAL", who)]
+    for name, pattern in ((f"{group}-", "PREFIXED"), (f"connect-cluster-{group}", "LITERAL")):
+        acls += [
+            PipelineAcl("TRANSACTIONAL_ID", name, op, pattern, who) for op in ("WRITE", "DESCRIBE")
+        ]
+    return acls
+
+
+def failover_acls(cfg: SecureStackConfig, peer: str) -> list[PipelineAcl]:
+    """What the pipeline needs on top of :func:`pipeline_acls` to fail over to and from a peer
+    cluster: read the peer's replicas here (``<peer>.eos.``) and MM2's offset syncs of flow
+    ``here->peer``, which a switch translates positions with."""
+    acls = [PipelineAcl("TOPIC", f"{peer}.{cfg.topic_prefix}", op) for op in ("READ", "DESCRIBE")]
     acls += [
-        PipelineAcl("TRANSACTIONAL_ID", "*", op, "LITERAL", who) for op in ("WRITE", "DESCRIBE")
-    ]
-    acls += [
-        PipelineAcl("BROKER", "kafka-cluster", op, "LITERAL", who)
-        for op in ("DESCRIBE", "DESCRIBE_CONFIGS", "IDEMPOTENT_WRITE")
+        PipelineAcl("TOPIC", f"mm2-offset-syncs.{peer}.internal", op, "LITERAL")
+        for op in ("READ", "DESCRIBE")
     ]
     return acls

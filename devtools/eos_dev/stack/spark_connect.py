@@ -14,19 +14,22 @@ opens.
 The server carries the same jars and Hudi settings as an in-process session (the Hudi bundle,
 Spark's Kafka connector, the checkpoint fencing strategy; Hudi's SQL extension, catalog and Kryo
 registrator), plus the Connect plugin pinned in ``jvm_artifacts.json``. Spark 3.5's Connect
-plugin has no bind-address setting, so its gRPC port listens on every interface; the driver, its
-block manager and the standalone daemons are bound to the stack's host (loopback by default).
+plugin has no bind-address setting, so its gRPC port listens on every interface: the stack's
+``LoopbackOnlyInterceptor`` (:mod:`eos_dev.stack.connect_auth`) then refuses every peer that is
+not loopback, unless ``spark_connect_remote``. The driver, its block manager and the standalone
+daemons are bound to the stack's host (loopback by default).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from eos_dev.stack.config import StackConfig, StackError
+from eos_dev.stack.connect_auth import JAR_STEM, LOOPBACK_INTERCEPTOR_CLASS, interceptor_jar
 from eos_dev.stack.processes import log_tail, wait_ready
 from eos_dev.stack.spark_cluster import (
     MASTER,
@@ -194,8 +197,14 @@ def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
     return conf
 
 
-def connect_command(config: StackConfig, jars: list[Path], home: Path) -> list[str]:
-    """``spark-submit`` of the Connect server (the class alone: no application jar needed)."""
+def connect_command(
+    config: StackConfig, jars: list[Path], home: Path, interceptors: Sequence[str] = ()
+) -> list[str]:
+    """``spark-submit`` of the Connect server (the class alone: no application jar needed).
+
+    With the stack's interceptor jar among ``jars``, the server serves loopback peers only
+    (unless ``config.spark_connect_remote``); ``interceptors`` (classes of that jar, such as the
+    bearer-token check) are loaded too."""
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -214,6 +223,11 @@ def connect_command(config: StackConfig, jars: list[Path], home: Path) -> list[s
     conf = server_conf(config, home)
     if any(FENCING_JAR_STEM in j.name for j in jars):  # the plugin ships in the fencing jar
         conf["spark.plugins"] = HUDI_CLASS_INIT_PLUGIN
+    classes = list(interceptors)
+    if any(j.name.startswith(JAR_STEM) for j in jars) and not config.spark_connect_remote:
+        classes.insert(0, LOOPBACK_INTERCEPTOR_CLASS)
+    if classes:
+        conf["spark.connect.grpc.interceptor.classes"] = ",".join(classes)
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return command
@@ -263,6 +277,11 @@ def _launch_connect(stack: Stack) -> Callable[[], None]:
     jars = server_jars(cfg.cache_dir, stack.say)
     if not any("eos-hudi-fencing" in j.name for j in jars):
         stack.say(f"warning: {CONNECT} starts without the Hudi checkpoint fence (no javac)")
+    if not cfg.spark_connect_remote:
+        try:
+            jars.append(interceptor_jar(cfg.cache_dir))
+        except StackError as exc:
+            stack.say(f"warning: {CONNECT} serves every interface ({exc})")
     began = time.monotonic()
     pid = launch(stack, CONNECT, connect_command(cfg, jars, home), spark_env(cfg))
     stack.say(f"starting {CONNECT} (pid {pid}, Spark on {spark_master(cfg)}) ...")

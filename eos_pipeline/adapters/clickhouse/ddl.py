@@ -15,6 +15,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 
 from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
+from eos_pipeline.core.evolution import holds
 from eos_pipeline.core.schema import Column, TableSchema, quote_identifier
 
 logger = logging.getLogger(__name__)
@@ -75,12 +76,35 @@ def create_table_sql(
     )
 
 
+def add_column_sql(database: str, table: str, col: Column) -> str:
+    """An evolution's new column; a no-op when a past (killed) run already added it."""
+    return f"ALTER TABLE {table_ref(database, table)} ADD COLUMN IF NOT EXISTS {column_sql(col)}"
+
+
+def modify_column_sql(database: str, table: str, col: Column) -> str:
+    """An evolution's widened column (sent only while the table's type differs)."""
+    return f"ALTER TABLE {table_ref(database, table)} MODIFY COLUMN {column_sql(col)}"
+
+
+def column_types(client: Client, database: str, table: str) -> dict[str, str]:
+    """The table's columns and their types as the server spells them."""
+    return dict(
+        client.query(
+            "SELECT name, type FROM system.columns "
+            "WHERE database = {db:String} AND table = {tb:String}",
+            parameters={"db": database, "tb": table},
+        ).result_rows
+    )
+
+
 def check_table(
     client: Client, database: str, table: str, schema: TableSchema, *, target: str
 ) -> None:
     """Fail unless the table can deduplicate inserts and has every declared column and type.
 
-    Extra columns are allowed (inserts name their columns); they are only logged.
+    Extra columns are allowed (inserts name their columns); they are only logged. A table of a
+    registry subject (``schema.schema_id`` set) may hold a column in a wider type than declared:
+    a newer writer schema widened it (``core.evolution``).
     """
     found = client.query(
         "SELECT engine, engine_full FROM system.tables "
@@ -96,18 +120,15 @@ def check_table(
             "inserts: use a MergeTree-family table (or drop it and let ensure_table create it)"
         )
     _check_window(client, database, table, engine, engine_full)
-    existing = dict(
-        client.query(
-            "SELECT name, type FROM system.columns "
-            "WHERE database = {db:String} AND table = {tb:String}",
-            parameters={"db": database, "tb": table},
-        ).result_rows
-    )
+    existing = column_types(client, database, table)
     missing = [c for c in schema.all_columns if c.name not in existing]
+    evolving = schema.schema_id is not None
     mismatched = [
         (c, existing[c.name])
         for c in schema.all_columns
-        if c.name in existing and not _same_type(client, c.sql_type, existing[c.name])
+        if c.name in existing
+        and not _same_type(client, c.sql_type, existing[c.name])
+        and not (evolving and holds(c, existing[c.name]))
     ]
     if missing or mismatched:
         problems = []

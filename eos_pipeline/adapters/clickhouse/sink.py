@@ -65,9 +65,12 @@ from clickhouse_connect.driver.httpclient import HttpClient
 
 from eos_pipeline.adapters.clickhouse.ddl import (
     DEFAULT_DEDUP_WINDOW,
+    add_column_sql,
     check_table,
+    column_types,
     create_database_sql,
     create_table_sql,
+    modify_column_sql,
     table_ref,
 )
 from eos_pipeline.adapters.clickhouse.embedded import open_embedded
@@ -75,6 +78,7 @@ from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
 from eos_pipeline.adapters.clickhouse.native_json import insert_native
 from eos_pipeline.adapters.clickhouse.reads import SourceRangeQueries
 from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
+from eos_pipeline.core.evolution import Evolution, catch_up
 from eos_pipeline.core.native_json import NativePlan, NativeRows
 from eos_pipeline.core.schema import (
     TableSchema,
@@ -179,7 +183,37 @@ class ClickHouseSink(SourceRangeQueries):
         with self._errors("creating the table", database, table):
             self._client.command(db_sql)
             self._client.command(table_sql)
+        if schema.schema_id is not None:
+            # A subject's latest schema may be newer than the table: it catches up first.
+            existing = column_types(self._client, database, table)
+            self.evolve_table(database, table, catch_up(schema, existing))
+        with self._errors("checking the table", database, table):
             check_table(self._client, database, table, schema, target=self.target)
+
+    def evolve_table(self, database: str, table: str, evolution: Evolution) -> list[str]:
+        """Add and widen the columns ``evolution`` names; returns the statements sent.
+
+        Idempotent, so a run killed after it and retried sends nothing twice: a column is added
+        ``IF NOT EXISTS`` and widened only while the table's type differs. A widening waits for
+        its mutation (``mutations_sync``), so no insert lands before the parts are converted.
+        """
+        if evolution.empty:
+            return []
+        existing = column_types(self._client, database, table)
+        sent = []
+        with self._errors("evolving the table", database, table):
+            for col in evolution.added:
+                if col.name not in existing:
+                    sent.append(add_column_sql(database, table, col))
+                    self._client.command(sent[-1])
+            for col in evolution.widened:
+                if existing.get(col.name) != col.sql_type:
+                    sent.append(modify_column_sql(database, table, col))
+                    self._client.command(sent[-1], settings={"mutations_sync": 2})
+        if sent:
+            logger.info("%s.%s evolved to schema id %d: %s", database, table,
+                        evolution.writer_id, "; ".join(sent))  # fmt: skip
+        return sent
 
     # ---- inserts --------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from eos_pipeline.adapters.kafka.settings import (
     KafkaBatch,
     KafkaReadError,
     KafkaSettings,
+    TopicMissingError,
     is_secret_setting,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "KafkaBatch",
     "KafkaReadError",
     "KafkaSettings",
+    "TopicMissingError",
     "admin_client",
     "create_topic",
     "end_offsets",

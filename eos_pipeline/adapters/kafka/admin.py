@@ -17,7 +17,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from eos_pipeline.adapters.kafka.settings import KafkaReadError, KafkaSettings
+from eos_pipeline.adapters.kafka.settings import KafkaReadError, KafkaSettings, TopicMissingError
 
 
 def admin_client(settings: KafkaSettings) -> AdminClient:
@@ -150,8 +150,11 @@ def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) 
         what = f"read the metadata of topic {topic!r}"
         raise unreachable(settings, what, timeout, exc, admin) from exc
     info = meta.topics.get(topic)
+    if info is not None and info.error is not None and is_down(KafkaException(info.error)):
+        what = f"read the metadata of topic {topic!r}"
+        raise unreachable(settings, what, timeout, KafkaException(info.error), admin)
     if info is None or info.error is not None:
-        raise KafkaReadError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
+        raise TopicMissingError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
     return len(info.partitions)
 
 

@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from eos_pipeline.adapters.kafka.admin import is_down, shared_admin, unreachable
-from eos_pipeline.adapters.kafka.settings import KafkaReadError, KafkaSettings
+from eos_pipeline.adapters.kafka.settings import KafkaReadError, KafkaSettings, TopicMissingError
 from eos_pipeline.core.offsets import TopicPartition
 
 
@@ -59,7 +59,7 @@ def describe(
             error = unreachable(settings, f"describe topic {name!r}", timeout, exc, admin)
             if is_down(exc):
                 raise error from exc  # the cluster did not answer: a fact for the caller
-            found[name] = KafkaReadError(  # a definite refusal of this topic alone
+            found[name] = TopicMissingError(  # a definite refusal of this topic alone
                 f"topic {name!r} does not exist on {settings.bootstrap_servers} "
                 f"(or cannot be described): {exc}"
             )

@@ -17,6 +17,11 @@ class KafkaReadError(RuntimeError):
     """An offset range could not be read exactly as asked."""
 
 
+class TopicMissingError(KafkaReadError):
+    """The cluster answered: this topic does not exist there (or may not be described). Kept
+    apart from a cluster that did not answer, which callers must never read as "no topic"."""
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """Connection settings shared by admin, consumer and producer clients.
