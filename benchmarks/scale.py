@@ -9,8 +9,11 @@ product's own Definitions for one ClickHouse pipeline (chDB, SQLite Dagster inst
   requests per tick, and the time the ClickHouse lag sensor spends planning;
 * with 3 records produced per partition, runs the lag sensor's own key-range run through
   ``dg.materialize`` (the catch-up run), and records its time, the Dagster event-log records it
-  wrote, the process's resident set size during it, and checks the table on the data (every
-  Kafka offset exactly once).
+  wrote (and their serialized bytes), the process's resident set size during it, and checks
+  the table on the data (every Kafka offset exactly once);
+* after the catch-up, starts Dagster's webserver on the same instance and times, in headless
+  Chromium, the table asset's page and its partitions view until their content is shown
+  (:mod:`benchmarks.ui_load`; median of a few loads).
 
 Starts its own ZooKeeper and Kafka on free ports (or uses ``--kafka-bootstrap`` and
 ``--zookeeper-hosts``). Writes ``<out>/scale.json`` (not committed) and prints a table.
@@ -48,9 +51,9 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components import sensors as sensors_module
-from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
+from eos_pipeline.components.metadata import CLICKHOUSE_SINK
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 
@@ -190,6 +193,7 @@ def measure(
     ticks: int,
     catch_up: bool,
     say: Callable[[str], None],
+    ui_loads: int = 0,
 ) -> dict[str, Any]:
     """Every figure for one size and layout (see the module docstring)."""
     name = f"s{total}{layout[0]}_{uuid.uuid4().hex[:6]}"
@@ -197,7 +201,8 @@ def measure(
     for topic, count in topics.items():
         create_topic(kafka, topic, count)
     chdb = str(workdir / "chdb")  # one chDB data path per process: databases differ
-    config = parse_config(_yaml(name, list(topics), kafka.bootstrap_servers, zookeeper, chdb), "")
+    yaml_text = _yaml(name, list(topics), kafka.bootstrap_servers, zookeeper, chdb)
+    config = parse_config(yaml_text, "")
     defs = build_definitions(config)
     home = workdir / f"dagster_{name}"
     home.mkdir()
@@ -213,6 +218,11 @@ def measure(
             result["catch_up"] = _catch_up(defs, instance, tick.run_requests[0], counters)
             result["catch_up"]["exactly_once"] = _check(chdb, name, 3 * total)
             say(f"  {total:5d} {layout:5s} catch-up: {result['catch_up']}")
+            if ui_loads:
+                result["ui"] = _ui(
+                    defs, instance, home, yaml_text, workdir / f"ui_{name}", ui_loads
+                )
+                say(f"  {total:5d} {layout:5s} UI: {result['ui']}")
         else:  # the keeper records a caught-up pipeline has, without the run
             _seed_keeper(zookeeper, name, topics)
         _produce(kafka, topics, 1)  # a trickle: every partition is behind by one record
@@ -317,10 +327,33 @@ def _catch_up(
         "until_step_start_s": round(stamps["STEP_START"] - wall, 2),
         "step_s": round(stamps["STEP_SUCCESS"] - stamps["STEP_START"], 2),
         "event_log_records": len(logs),
+        # what Dagster stored for the run (its events serialized as the storage keeps them)
+        "event_log_bytes": sum(len(dg.serialize_value(e)) for e in logs),
         "rss_before_mb": round(rss["before_mb"], 1),
         "rss_peak_mb": round(rss["peak_mb"], 1),
         "requests": counters.take(),
     }
+
+
+def _ui(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    home: Path,
+    yaml_text: str,
+    workdir: Path,
+    loads: int,
+) -> dict[str, Any]:
+    """The table asset's page and partitions view in Chromium, after the catch-up."""
+    from benchmarks.ui_load import ui_load_times
+
+    asset = defs.assets[0].key
+    latest = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset), limit=1)
+    key = latest.records[0].partition_key
+    assert key is not None
+    partitions = defs.assets[0].partitions_def
+    assert isinstance(partitions, dg.DynamicPartitionsDefinition) and partitions.name
+    total = len(instance.get_dynamic_partitions(partitions.name))
+    return ui_load_times(home, yaml_text, workdir, list(asset.path), key, total, loads=loads)
 
 
 def _check(chdb: str, database: str, expected: int) -> bool:
@@ -368,12 +401,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scale.json"))
     parser.add_argument("--kafka-bootstrap", help="use this broker instead of starting a stack")
     parser.add_argument("--zookeeper-hosts", help="use this ZooKeeper instead of starting one")
-    parser.add_argument("--smoke", action="store_true", help="64 partitions, 2 ticks (CI)")
+    parser.add_argument(
+        "--ui-loads",
+        type=int,
+        default=3,
+        help="loads of each UI page after a catch-up (plus a first one); 0: no UI timing",
+    )
+    parser.add_argument("--ui-layouts", default="wide,many", help="layouts whose UI is timed")
+    parser.add_argument(
+        "--smoke", action="store_true", help="64 partitions, 2 ticks, one UI load (CI)"
+    )
     args = parser.parse_args(argv)
     if bool(args.kafka_bootstrap) != bool(args.zookeeper_hosts):
         parser.error("--kafka-bootstrap and --zookeeper-hosts go together")
     if args.smoke:
-        args.sizes, args.ticks = (64,), 2
+        args.sizes, args.ticks, args.ui_loads, args.ui_layouts = (64,), 2, 1, "wide"
     return args
 
 
@@ -391,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ):
         kafka = KafkaSettings(bootstrap)
+        ui_layouts = set(args.ui_layouts.split(",")) if _ui_possible(args, say) else set()
         for total in args.sizes:
             for layout in args.layouts.split(","):
                 rows.append(
@@ -403,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                         ticks=args.ticks,
                         catch_up=total <= args.catch_up_max,
                         say=say,
+                        ui_loads=args.ui_loads if layout in ui_layouts else 0,
                     )
                 )
     doc = {
@@ -426,6 +470,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(doc["checks"].values()) else 1
 
 
+def _ui_possible(args: argparse.Namespace, say: Callable[[str], None]) -> bool:
+    if not args.ui_loads:
+        return False
+    from benchmarks.ui_load import missing_reason
+
+    reason = missing_reason()
+    if reason:
+        say(f"no UI timing: {reason}")
+    return reason is None
+
+
 def _figures(row: dict[str, Any]) -> dict[str, float]:
     out = {
         f"{s}_tick_p50_ms": row[f"{s}_tick_ms"]["p50"]
@@ -435,6 +490,10 @@ def _figures(row: dict[str, Any]) -> dict[str, float]:
     if "catch_up" in row:
         out["catch_up_s"] = row["catch_up"]["seconds"]
         out["event_log_records"] = row["catch_up"]["event_log_records"]
+        out["event_log_bytes"] = row["catch_up"]["event_log_bytes"]
+    if "ui" in row:
+        out["asset_page_s"] = row["ui"]["asset_page"]["p50_s"]
+        out["partitions_view_s"] = row["ui"]["partitions_view"]["p50_s"]
     return out
 
 
@@ -458,11 +517,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| partitions | layout | partitions tick p50/p95 ms | lag tick p50/p95 ms | "
         "topics tick p50/p95 ms | lag tick keeper/sessions/kafka | planning ms | catch-up s | "
-        "event-log records | run RSS peak MB |"
+        "event-log records / KB | run RSS peak MB | asset page / partitions view p50 s |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         c = r.get("catch_up", {})
+        ui = r.get("ui")
+        pages = f"{ui['asset_page']['p50_s']}/{ui['partitions_view']['p50_s']}" if ui else "-"
+        kb = round(c["event_log_bytes"] / 1000) if c else "-"
         req = r["clickhouse_lag_requests_per_tick"]
         lines.append(
             f"| {r['partitions']} | {r['layout']} | "
@@ -472,7 +534,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             )
             + f" | {req['keeper']:g}/{req['keeper_sessions']:g}/{req['kafka']:g}"
             + f" | {r['planning_ms_p50']} | {c.get('seconds', '-')} | "
-            f"{c.get('event_log_records', '-')} | {c.get('rss_peak_mb', '-')} |"
+            f"{c.get('event_log_records', '-')} / {kb} | {c.get('rss_peak_mb', '-')} | {pages} |"
         )
     return "\n".join(lines)
 

@@ -3,7 +3,8 @@
 No timing is asserted (CI machines are noisy). What is checked: each layout's catch-up run left
 every Kafka offset in its table exactly once, every sensor was timed, and the request counts
 show the batching: one keeper session for all ticks (none opened per tick) and a number of
-Kafka requests per tick that does not depend on the partition count.
+Kafka requests per tick that does not depend on the partition count; and, where Chromium is
+installed, that the UI was timed on the wide layout's asset page and partitions view.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from eos_pipeline.adapters.kafka import KafkaSettings
+from eos_pipeline_tests.support import browser
 from eos_pipeline_tests.support.benchmark_child import run_smoke
 
 pytestmark = pytest.mark.integration
@@ -39,4 +41,9 @@ def test_scale_smoke_run_at_64_partitions_writes_every_figure(
         assert lag["keeper"] == row["topics"] + 64, lag
         run = row["catch_up"]
         assert run["seconds"] > 0 and run["event_log_records"] > 0 and run["rss_peak_mb"] > 0
+        assert run["event_log_bytes"] > 0
+    if browser.missing_reason() is None:
+        ui = rows["wide"]["ui"]
+        assert ui["asset_page"]["p50_s"] > 0 and ui["partitions_view"]["p50_s"] > 0
+        assert "ui" not in rows["many"]  # the smoke times one layout's UI only
     assert "| partitions | layout |" in stdout

@@ -11,13 +11,13 @@
 Both record what happened as materialization metadata (offset ranges, records read, rows
 inserted, offsets skipped and cropped by the state machine, dead letters, the state-machine
 case, lag after the run, the partition's rows in the table as ``dagster/row_count``) and as a
-markdown table. Dagster records one materialization per partition of a run; each carries its
-partition's own numbers (partition-scoped asset metadata); the Hudi commit's totals stay under
-``commit_*`` (built by :mod:`~eos_pipeline.components.clickhouse_run_metadata` and
-:mod:`~eos_pipeline.components.hudi_run_metadata`). The definitions carry each table's identity the
-way Dagster's integrations do: ``dagster/table_name``, ``dagster/column_schema`` (the declared
-columns, source columns first), ``dagster/uri`` for the Hudi path, and code references (added by
-the builder).
+markdown table of the run's partitions. Dagster records one materialization per partition of a
+run; each carries its partition's own numbers (partition-scoped asset metadata) and the table
+is stored once, on the run's last partition; the Hudi commit's totals stay under ``commit_*``
+(all built by :mod:`~eos_pipeline.components.metadata`). The definitions carry each
+table's identity the way Dagster's integrations do: ``dagster/table_name``,
+``dagster/column_schema`` (the declared columns, source columns first), ``dagster/uri`` for the
+Hudi path, and code references (added by the builder).
 
 The exactly-once checks live in :mod:`eos_pipeline.components.checks`.
 """
@@ -29,13 +29,6 @@ from typing import Any
 import dagster as dg
 
 from eos_pipeline.adapters.keeper import default_writer_id
-from eos_pipeline.components.asset_metadata import (
-    CLICKHOUSE_SINK,
-    clickhouse_definition_metadata,
-    code_version,
-    hudi_definition_metadata,
-)
-from eos_pipeline.components.clickhouse_run_metadata import clickhouse_run_metadata
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.following import (
     follow_hudi_run,
@@ -45,13 +38,16 @@ from eos_pipeline.components.following import (
     recording,
 )
 from eos_pipeline.components.health import named_faults
-from eos_pipeline.components.hudi_run_metadata import (
+from eos_pipeline.components.metadata import (
+    CLICKHOUSE_SINK,
+    clickhouse_definition_metadata,
+    clickhouse_run_metadata,
     clustered_hudi_result,
+    code_version,
+    hudi_definition_metadata,
     hudi_row_counts,
     hudi_run_metadata,
-)
-from eos_pipeline.components.metadata import (
-    per_partition,
+    record_run,
 )
 from eos_pipeline.components.partitions import (
     parse_partition_key,
@@ -213,13 +209,13 @@ def clickhouse_asset(
                 for r in reports
             }
             table_rows = sink.count(spec.database, spec.table)  # every partition's rows
-        metadata, partition_values = clickhouse_run_metadata(
+        run = clickhouse_run_metadata(
             reports, row_counts, clustered=source.cluster is not None, table_rows=table_rows
         )
-        metadata.update(evolution_metadata(sync.follower))
+        run.metadata.update(evolution_metadata(sync.follower))
         if stuck:  # the partitions written get their materializations; the run fails
-            fail_naming(context, stuck, partition_values)
-        per_partition(context, partition_values)
+            fail_naming(context, stuck, run.partitions)
+        metadata = record_run(context, run)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 
@@ -327,10 +323,10 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         row_counts = (
             hudi_row_counts(spark, hudi.path, pipeline, sorted(report.ranges)) if exists else None
         )
-        metadata, partition_values = hudi_run_metadata(report, row_counts, context.partition_keys)
-        metadata.update(followed)
-        metadata.update(evolution_metadata(sync.follower))
-        per_partition(context, partition_values)
+        run = hudi_run_metadata(report, row_counts, context.partition_keys)
+        run.metadata.update(followed)
+        run.metadata.update(evolution_metadata(sync.follower))
+        metadata = record_run(context, run)
         hooks.fault("before_materialization_event")
         return dg.MaterializeResult(metadata=metadata)
 

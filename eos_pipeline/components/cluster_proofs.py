@@ -29,8 +29,8 @@ from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of
 from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.metadata import CLICKHOUSE_SINK
 from eos_pipeline.core.failover.identity_proof import HeldRecord, IdentityProof, prove_by_identity
 from eos_pipeline.core.failover.table_position import row_topic
 from eos_pipeline.core.keeper import KeeperKey

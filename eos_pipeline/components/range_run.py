@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-from eos_pipeline.components.asset_metadata import CLICKHOUSE_SINK
+from eos_pipeline.components.metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.partitions import parse_partition_key
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning.stuck import NEEDS_PERSON_TAG, encode, state_label

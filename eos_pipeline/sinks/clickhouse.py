@@ -70,6 +70,17 @@ log = logging.getLogger(__name__)
 #: How long a run over many partitions keeps Kafka's answers (topic ids, end and start offsets,
 #: asked for all its partitions at once); see ``adapters.kafka.offsets``.
 SESSION_FACTS_MAX_AGE_S = 2.0
+#: ... and longer for a wider run, per partition: every refresh asks for all the run's
+#: partitions, so with a fixed age a run's offset lookups grew with its length times its width
+#: (N²: 470 ListOffsets of 4,096 partitions in a 4,096-partition catch-up, a quarter of it).
+#: A target read this much earlier is still exact (at or below the last stable offset); the
+#: records produced since are the next run's.
+SESSION_FACTS_S_PER_PARTITION = 0.002
+
+
+def session_facts_max_age(partitions: int) -> float:
+    """How long a run over ``partitions`` partitions keeps Kafka's answers."""
+    return max(SESSION_FACTS_MAX_AGE_S, partitions * SESSION_FACTS_S_PER_PARTITION)
 
 
 class PositionLogChanged(LogChanged, KafkaReadError):
@@ -179,10 +190,10 @@ class ClickHousePartitionSync:
     def reading(self, partitions: Sequence[TopicPartition] = ()) -> Iterator[None]:
         """Runs inside share one Kafka consumer (a run of several partitions opens one), and
         Kafka's answers for ``partitions`` (topic ids, ends, starts) are asked for all at once
-        and kept for :data:`SESSION_FACTS_MAX_AGE_S` (``adapters.kafka.offsets``)."""
-        with range_consumer(self.kafka) as consumer:
+        and kept for :func:`session_facts_max_age` (``adapters.kafka.offsets``)."""
+        with range_consumer(self.kafka, {tp.topic for tp in partitions}) as consumer:
             self._consumer = consumer
-            self._facts = TopicFacts(self.kafka, max_age_s=SESSION_FACTS_MAX_AGE_S)
+            self._facts = TopicFacts(self.kafka, max_age_s=session_facts_max_age(len(partitions)))
             self._facts.want(partitions)
             try:
                 yield

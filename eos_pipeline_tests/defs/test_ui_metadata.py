@@ -14,12 +14,20 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
-from eos_pipeline.components.asset_metadata import _package_version, code_version
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, hudi_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.checks import check_events
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.components.metadata import ROW_COUNT_KEY, per_partition
+from eos_pipeline.components.metadata import (
+    ROW_COUNT_KEY,
+    TABLE_MAX_ROWS,
+    RunMetadata,
+    _package_version,
+    code_version,
+    partitions_table,
+    per_partition,
+    record_run,
+)
 from eos_pipeline.components.partitions import keys_for, parse_partition_key
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.proof import compare
@@ -137,6 +145,46 @@ def test_each_partition_of_a_range_run_shows_its_own_numbers() -> None:
         assert {m["commit_records_read"].value for m in events.values()} == {7}
         assert sum(m["records_read"].value for m in events.values()) == 7
         assert {m[ROW_COUNT_KEY].value for m in events.values()} == {7}
+
+
+def _listed(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    keys = context.partition_keys
+    run = RunMetadata(
+        {"records_read": 7, "lag_after": 0},
+        {k: {"records_read": READ[parse_partition_key(k).partition]} for k in keys},
+        {"partitions": partitions_table(["partition"], [[k] for k in keys])},
+    )
+    return dg.MaterializeResult(metadata=record_run(context, run))
+
+
+listed = dg.asset(name="listed", partitions_def=PARTITIONS)(_listed)
+
+
+def test_a_range_run_lists_its_partitions_once_on_its_last_materialization() -> None:
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(PARTITIONS.name, KEYS)
+        tags = {ASSET_PARTITION_RANGE_START_TAG: KEYS[0], ASSET_PARTITION_RANGE_END_TAG: KEYS[-1]}
+        result = dg.materialize([listed], instance=instance, tags=tags)
+        found = {e.partition: e.materialization for e in result.get_asset_materialization_events()}
+        events = [found[k] for k in KEYS]
+        # the table of the run's partitions is stored once, on its last partition's event
+        assert ["partitions" in e.metadata for e in events] == [False, False, True]
+        assert KEYS[0] in events[-1].metadata["partitions"].value
+        # each partition keeps its own numbers and the run's others
+        assert [e.metadata["records_read"].value for e in events] == [4, 3, 0]
+        assert {e.metadata["lag_after"].value for e in events} == {0}
+        # the instance reads its partition keys from storage again after the run
+        assert not {"get_dynamic_partitions", "has_dynamic_partition"} & set(vars(instance))
+        single = dg.materialize([listed], instance=instance, partition_key=KEYS[1])
+        (event,) = single.get_asset_materialization_events()
+        assert "| partition |" in event.materialization.metadata["partitions"].value
+
+
+def test_a_run_table_lists_its_first_partitions_and_counts_the_others() -> None:
+    text = partitions_table(["p"], [[i] for i in range(TABLE_MAX_ROWS + 5)]).value
+    assert text.count("\n| ") == TABLE_MAX_ROWS  # one line per row shown
+    assert f"| {TABLE_MAX_ROWS - 1} |" in text and f"| {TABLE_MAX_ROWS} |" not in text
+    assert "5 more partitions" in text
 
 
 @pytest.fixture
