@@ -220,6 +220,9 @@ def test_demo_sensors_drive_both_tables_to_the_kafka_end(demo_run: DemoRun) -> N
     assert demo_run.code == 0, demo_run.out
     out = demo_run.out
     assert "Dagster UI: http://127.0.0.1:" in out
+    # issue 29: `dagster dev` ends by itself on SIGTERM (the demo kills it only after 20 s)
+    [stopped] = [line for line in out.splitlines() if "dagster stopped in" in line]
+    assert "killed" not in stopped, stopped
     lines = out.splitlines()
     headers = [i for i, line in enumerate(lines) if line.split()[:2] == ["partition", "kafka"]]
     # one table per pipeline, named on the line above it: the JSON topic, then the Avro one

@@ -268,11 +268,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             _pipelines_yaml(kafka.bootstrap_servers, own.config.zookeeper_hosts, root / "chdb"),
             root / "defs",
         )
-        home = prepare_dagster_home(root / "home")
-        with (home / "dagster.yaml").open("a") as instance_yaml:
-            # A tick that meets the stopped broker waits 10 s for it: evaluated one after the
-            # other, the three sensors take 30 s to show the outage; side by side, 10 s.
-            instance_yaml.write("\nsensors:\n  use_threads: true\n  num_workers: 4\n")
+        home = prepare_dagster_home(root / "home")  # the project's dagster.yaml: sensors in threads
+        assert "use_threads: true" in (home / "dagster.yaml").read_text()
         instance = dg.DagsterInstance.from_config(str(home))
         instance.upgrade(print_fn=lambda _msg: None)  # before dagster dev's processes race on it
         env = {
