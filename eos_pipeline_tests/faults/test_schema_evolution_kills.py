@@ -1,10 +1,11 @@
 """SIGKILL around a schema evolution: the retry is exact on the data (issue 27).
 
 The table is built from v1 of a registry subject; records of the compatible v2 arrive. A child
-run is killed between the evolution's ``ALTER TABLE`` and the insert of the step that asked for
-it (ClickHouse), or while the Hudi commit that carries the evolved schema is in flight; a clean
-run then catches up: every offset once, the rows written before the evolution with the new
-columns' defaults (Hudi: NULL), the later ones with their values.
+run is killed before the evolution's ``ALTER TABLE`` (BEFORE written), between it and the insert
+of the step that asked for it, after that insert (ClickHouse), or while the Hudi commit that
+carries the evolved schema is in flight; a clean run then catches up: every offset once, the
+rows written before the evolution with the new columns' defaults (Hudi: NULL), the later ones
+with their values.
 """
 
 from __future__ import annotations
@@ -59,6 +60,32 @@ def test_sigkill_between_the_alter_and_the_insert_then_the_retry_is_exact(
     after_kill = run_child("rows", {**job, "columns": ["channel"]})
     assert after_kill.returncode == 0, after_kill.tail()  # the column is there ...
     assert sorted(after_kill.result) == [f"0:{o}" for o in sorted(before)]  # ... no new row
+
+    clean = run_child("clickhouse", job)
+    assert clean.returncode == 0, clean.tail()
+    assert rig.assert_exactly_once() == 14
+    rows = run_child("rows", {**job, "columns": list(COLUMNS)}).result
+    assert rows == {
+        f"0:{o}": [list(expected_row(i, v, before_evolution=o in before, hudi=False).values())]
+        for o, (i, v) in sent.items()
+    }
+
+
+@pytest.mark.parametrize("step", ["after_keeper_before", "after_insert"])
+def test_sigkill_before_the_alter_or_after_the_insert_then_the_retry_is_exact(
+    rig: FaultRig, schema_registry: str, step: str
+) -> None:
+    """The other two steps around the evolution: killed with BEFORE written and the table not
+    yet altered, or with the evolved rows inserted and AFTER not yet written. The retry alters
+    (idempotently) and inserts the same block: ClickHouse drops it by its token."""
+    job, sent, before = _evolving(rig, schema_registry)
+    assert run_child("clickhouse", job).returncode == 0
+    _rest(rig, schema_registry, sent)
+
+    killed = run_child("clickhouse", job, fault=step)
+    assert killed.killed, f"rc={killed.returncode}\n{killed.tail()}"
+    assert f"at step {step}" in killed.stderr
+    assert keeper_state(rig, 0) == ("BEFORE", 6, 9)  # the step that asked for the evolution
 
     clean = run_child("clickhouse", job)
     assert clean.returncode == 0, clean.tail()
