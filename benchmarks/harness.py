@@ -140,7 +140,7 @@ def _fresh_kafka_clients(active: bool) -> Iterator[None]:
     from eos_pipeline.adapters import kafka
 
     @contextlib.contextmanager
-    def no_shared_consumer(_settings: Any) -> Iterator[None]:
+    def no_shared_consumer(_settings: Any, _topics: Any = ()) -> Iterator[None]:
         yield None  # read_range then makes and closes a consumer per batch
 
     with (
