@@ -14,7 +14,6 @@ import time
 import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
-from dagster._core.definitions.partitions.context import partition_loading_context
 
 from eos_dev.stack.mirror import MirrorStack, ReplicationProbe
 from eos_pipeline.adapters.failover import switch
@@ -32,22 +31,12 @@ from eos_pipeline_tests.mirror_fixtures import (
     two_cluster_topic,
     wait_for_records,
 )
+from eos_pipeline_tests.support.sensor_tick import tick
 
 pytestmark = pytest.mark.integration
 
 #: The issue's bound for MM2 to replicate again after a broker restart, by itself.
 MIRROR_RESUMES_WITHIN = 30.0
-
-
-def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance) -> dg.SensorResult:
-    sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(
-            instance=instance, resources=defs.resources, definitions=defs
-        ) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
-        return sensor.evaluate_tick(context)
 
 
 def test_cluster_a_down_after_a_failover_fails_nothing_and_mirrormaker_resumes_by_itself(
@@ -94,7 +83,7 @@ def test_cluster_a_down_after_a_failover_fails_nothing_and_mirrormaker_resumes_b
         broker.down(30.0)
         try:
             for sensor in sensors:  # a tick that raises is a red traceback in the UI
-                _tick(defs, sensor, instance)
+                tick(defs, sensor, instance)
             on_b = run(instance)
             assert on_b.success, "a run on B went red because A, the old cluster, is down"
             [written] = on_b.get_asset_materialization_events()

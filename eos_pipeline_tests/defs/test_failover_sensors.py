@@ -14,7 +14,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from clickhouse_connect.driver.client import Client
-from dagster._core.definitions.partitions.context import partition_loading_context
 from pyspark.sql import SparkSession
 
 from eos_dev.stack.mirror import MirrorStack
@@ -33,20 +32,10 @@ from eos_pipeline.core.failover.switch import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+from eos_pipeline_tests.support.sensor_tick import tick
 from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-def _evaluate(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
-    sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(
-            instance=instance, resources=defs.resources, definitions=defs
-        ) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
-        return sensor.evaluate_tick(context)
 
 
 def test_sensors_follow_the_active_cluster_through_a_failover(
@@ -94,7 +83,7 @@ pipelines:
     lag_sensors = (f"{name}_clickhouse_lag", f"{name}_hudi_lag")
 
     def requests() -> dict[str, int]:
-        return {s: len(_evaluate(defs, s, instance).run_requests or []) for s in lag_sensors}
+        return {s: len(tick(defs, s, instance).run_requests or []) for s in lag_sensors}
 
     def run_both() -> None:
         run_active_clickhouse(fp, ch_spec, store, sink, pipeline.dead_letter_topic)
@@ -110,7 +99,7 @@ pipelines:
         states = FailoverStates(store)
         states.write(name, ActiveState("A").begun("B"), None)
         for sensor in (*lag_sensors, f"{name}_topics"):
-            skipped = _evaluate(defs, sensor, instance)
+            skipped = tick(defs, sensor, instance)
             assert not skipped.run_requests and "in flight" in (skipped.skip_message or "")
         switch(store, fp, "B")
         produce_events(b, topic, 1, 20, prefix="b")
@@ -118,7 +107,7 @@ pipelines:
         assert requests() == dict.fromkeys(lag_sensors, 1)
         run_active_clickhouse(fp, ch_spec, store, sink, pipeline.dead_letter_topic)
         # The Hudi run the sensor asks for, through Dagster: the asset moves the table to B.
-        [request] = _evaluate(defs, f"{name}_hudi_lag", instance).run_requests
+        [request] = tick(defs, f"{name}_hudi_lag", instance).run_requests
         [asset] = [d for d in defs.assets if getattr(d, "key", None) == hudi_key(pipeline)]
         result = dg.materialize(
             [asset],
@@ -133,7 +122,7 @@ pipelines:
         assert metadata["inserted"].value == 20
         assert 0 < metadata["reread_after_switch"].value <= mirror_stack.config.offset_lag_max + 1
         assert requests() == dict.fromkeys(lag_sensors, 0), "caught up on B"
-        observed = _evaluate(defs, f"{name}_topics", instance)
+        observed = tick(defs, f"{name}_topics", instance)
         [event] = [e for e in observed.asset_events if e.asset_key == topic_key(topic)]
         assert event.metadata["cluster"].value == "B"
         assert event.metadata["clickhouse_lag"].value == 0

@@ -11,7 +11,6 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pytest
-from dagster._core.definitions.partitions.context import partition_loading_context
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -32,19 +31,11 @@ from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.components.sensors import HUDI_TABLE_TAG
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.support.defs_folder import write_defs
+from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig, pipeline_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
-    sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(instance=instance, resources=defs.resources) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
-        return sensor.evaluate_tick(context)
 
 
 def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
@@ -59,7 +50,7 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
         # The sensor asks for ONE run covering both lagging partitions, as a key range.
-        (request,) = _tick(defs, sensor, instance).run_requests
+        (request,) = tick(defs, sensor, instance).run_requests
         assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
         assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[1]
         assert request.tags[HUDI_TABLE_TAG] == rig.hudi_path
@@ -104,7 +95,7 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         }
 
         # Nothing new: the sensor is quiet, and a forced re-run (a backfill) commits nothing.
-        assert not _tick(defs, sensor, instance).run_requests
+        assert not tick(defs, sensor, instance).run_requests
         again = run()
         meta = again.get_asset_materialization_events()[0].materialization.metadata
         # ... and says so, with no activity numbers to plot as zeros

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pytest
-from dagster._core.definitions.partitions.context import partition_loading_context
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -28,6 +26,7 @@ from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
+from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig, following, run_in_flight
 
@@ -38,15 +37,6 @@ AVRO_SCHEMA = {
     "name": "sensor_record",
     "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
 }
-
-
-def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance) -> Any:
-    sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(instance=instance, resources=defs.resources) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
-        return sensor.evaluate_tick(context)
 
 
 def test_a_commit_by_hoodie_streamer_is_seen_at_the_next_tick(
@@ -69,7 +59,7 @@ def test_a_commit_by_hoodie_streamer_is_seen_at_the_next_tick(
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
         # No table yet: both partitions lag, one run is asked for over both.
-        (before,) = _tick(defs, sensor, instance).run_requests
+        (before,) = tick(defs, sensor, instance).run_requests
         assert before.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
         assert before.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[1]
 
@@ -80,14 +70,14 @@ def test_a_commit_by_hoodie_streamer_is_seen_at_the_next_tick(
             TopicPartition(rig.topic, p): e for p, e in ends.items()
         }
         assert instance.get_latest_materialization_event(hudi_key(rig.config.pipelines[0])) is None
-        caught_up = _tick(defs, sensor, instance)
+        caught_up = tick(defs, sensor, instance)
         assert not caught_up.run_requests
         assert "caught up" in str(caught_up.skip_message)
 
         # New records in partition 0 only: the next tick asks for partition 0 alone, from
         # the streamer's checkpoint.
         rig.produce({0: 3})
-        (after,) = _tick(defs, sensor, instance).run_requests
+        (after,) = tick(defs, sensor, instance).run_requests
         assert after.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
         assert after.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[0]
 
@@ -106,22 +96,22 @@ def test_a_following_hudi_run_covers_every_partition_and_nothing_is_asked_behind
     sensor = f"{rig.pipeline}_hudi_lag"
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
-        assert not _tick(defs, sensor, instance).run_requests  # nothing to follow yet
+        assert not tick(defs, sensor, instance).run_requests  # nothing to follow yet
         rig.produce({1: 4})
-        (request,) = _tick(defs, sensor, instance).run_requests
+        (request,) = tick(defs, sensor, instance).run_requests
         assert request.tags[FOLLOW_TAG] == "true"
         assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
         assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[2]
         # a run launched without hudi.follow covers the lagging partition only, and never follows
-        (unfollowed,) = _tick(plain, sensor, instance).run_requests
+        (unfollowed,) = tick(plain, sensor, instance).run_requests
         assert FOLLOW_TAG not in unfollowed.tags
         assert unfollowed.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[1]
         # while the following run is in flight nothing else is asked for, even with new records
         running = run_in_flight(instance, request.tags)
         rig.produce({0: 2})
-        skip = _tick(defs, sensor, instance).skip_message or ""
+        skip = tick(defs, sensor, instance).skip_message or ""
         assert skip == f"a following run is writing {rig.hudi_path}: it writes what arrives"
         # once it is over (gone from the runs in flight), the next one is asked for
         instance.delete_run(running.run_id)
-        (after,) = _tick(defs, sensor, instance).run_requests
+        (after,) = tick(defs, sensor, instance).run_requests
         assert after.tags[FOLLOW_TAG] == "true"

@@ -13,9 +13,10 @@ from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.healing import HEAL_TAG, MAX_HEALS
 from eos_pipeline.sinks.hooks import SinkHooks
+from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig
-from .test_sensors import _apply_partition_requests, _evaluate, _on_server
+from .test_sensors import _apply_partition_requests, _on_server
 
 pytestmark = pytest.mark.integration
 
@@ -41,11 +42,9 @@ def test_a_run_that_died_after_its_data_landed_is_recorded_again_by_the_sensor(
     lag = f"{rig.pipeline}_clickhouse_lag"
     asset = clickhouse_key(pipeline)
     with dg.instance_for_test() as instance:
-        _apply_partition_requests(
-            instance, _evaluate(server, f"{rig.pipeline}_partitions", instance)
-        )
+        _apply_partition_requests(instance, tick(server, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 6})
-        (request,) = _evaluate(server, lag, instance).run_requests
+        (request,) = tick(server, lag, instance).run_requests
         failed = dg.materialize(
             [*dying.assets, *dying.asset_checks],
             selection=dg.AssetSelection.assets(asset) | dg.AssetSelection.checks_for_assets(asset),
@@ -59,11 +58,11 @@ def test_a_run_that_died_after_its_data_landed_is_recorded_again_by_the_sensor(
         assert instance.get_latest_materialization_event(asset) is None
 
         # caught up (the keeper moved), but shown failed: one heal run, once per failed run
-        (heal,) = _evaluate(server, lag, instance).run_requests
+        (heal,) = tick(server, lag, instance).run_requests
         assert heal.tags[HEAL_TAG] == failed.run_id
         assert heal.partition_key == request.partition_key
         assert heal.asset_check_keys == [dg.AssetCheckKey(asset, CHECK_NAME)]
-        (again,) = _evaluate(server, lag, instance).run_requests
+        (again,) = tick(server, lag, instance).run_requests
         assert again.run_key == heal.run_key  # Dagster launches a run key once
 
         healed = dg.materialize(
@@ -80,7 +79,7 @@ def test_a_run_that_died_after_its_data_landed_is_recorded_again_by_the_sensor(
         assert event.asset_materialization.metadata["dagster/row_count"].value == 6
         (evaluation,) = healed.get_asset_check_evaluations()
         assert evaluation.passed
-        assert not _evaluate(server, lag, instance).run_requests  # nothing left to heal
+        assert not tick(server, lag, instance).run_requests  # nothing left to heal
 
 
 def test_heal_runs_stop_after_a_few_in_a_row(make_rig: Callable[..., Rig]) -> None:
@@ -91,11 +90,9 @@ def test_heal_runs_stop_after_a_few_in_a_row(make_rig: Callable[..., Rig]) -> No
     lag = f"{rig.pipeline}_clickhouse_lag"
     asset = clickhouse_key(rig.config.pipelines[0])
     with dg.instance_for_test() as instance:
-        _apply_partition_requests(
-            instance, _evaluate(server, f"{rig.pipeline}_partitions", instance)
-        )
+        _apply_partition_requests(instance, tick(server, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 2})
-        (request,) = _evaluate(server, lag, instance).run_requests
+        (request,) = tick(server, lag, instance).run_requests
         for _ in range(MAX_HEALS + 1):
             dg.materialize(
                 dying.assets,
@@ -106,7 +103,7 @@ def test_heal_runs_stop_after_a_few_in_a_row(make_rig: Callable[..., Rig]) -> No
                 tags=request.tags,
                 raise_on_error=False,
             )
-            requests = _evaluate(server, lag, instance).run_requests
+            requests = tick(server, lag, instance).run_requests
             if not requests:
                 break
             (request,) = requests

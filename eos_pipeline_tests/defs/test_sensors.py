@@ -9,7 +9,6 @@ from typing import Any
 import dagster as dg
 import pytest
 from confluent_kafka.admin import NewPartitions
-from dagster._core.definitions.partitions.context import partition_loading_context
 
 from eos_pipeline.adapters.kafka import admin_client
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
@@ -28,22 +27,11 @@ from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
+from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig, following, run_in_flight
 
 pytestmark = pytest.mark.integration
-
-
-def _evaluate(defs: dg.Definitions, name: str, instance: dg.DagsterInstance):
-    """One tick as the sensor daemon runs it (``evaluate_tick``), on the real resources."""
-    sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(
-            instance=instance, resources=defs.resources, definitions=defs
-        ) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
-        return sensor.evaluate_tick(context)
 
 
 def _on_server(config: PipelinesFile) -> PipelinesFile:
@@ -85,37 +73,37 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
     name = partitions_name(rig.pipeline)
     with dg.instance_for_test() as instance:
         # 1. the partitions sensor adds one key per Kafka partition, then nothing
-        first = _evaluate(defs, f"{rig.pipeline}_partitions", instance)
+        first = tick(defs, f"{rig.pipeline}_partitions", instance)
         (request,) = first.dynamic_partitions_requests
         assert list(request.partition_keys) == keys_for(rig.topic, 2)
         _apply_partition_requests(instance, first)
-        assert _evaluate(defs, f"{rig.pipeline}_partitions", instance).skip_message
+        assert tick(defs, f"{rig.pipeline}_partitions", instance).skip_message
 
         # 2. nothing produced yet: no run requested
         lag = f"{rig.pipeline}_clickhouse_lag"
-        assert not _evaluate(defs, lag, instance).run_requests
+        assert not tick(defs, lag, instance).run_requests
 
         # 3. records in partition 1 only: exactly one run, for that partition (on chDB a
         # key range of that one partition; on a ClickHouse server a single-partition run)
         keys = keys_for(rig.topic, 2)
         rig.produce({1: 5})
-        (request,) = _evaluate(defs, lag, instance).run_requests
+        (request,) = tick(defs, lag, instance).run_requests
         assert request.partition_key_range == dg.PartitionKeyRange(keys[1], keys[1])
         assert request.tags[CHDB_PATH_TAG] == chdb_path(rig.config.clickhouse.url)
         # the same evaluation again asks for the same run key: Dagster launches it once
-        (again,) = _evaluate(defs, lag, instance).run_requests
+        (again,) = tick(defs, lag, instance).run_requests
         assert again.run_key == request.run_key
         # the request names its asset, so the Runs list shows it as the run's target
         assert request.asset_selection == [clickhouse_key(rig.config.pipelines[0])]
-        (single,) = _evaluate(server, lag, instance).run_requests
+        (single,) = tick(server, lag, instance).run_requests
         assert single.partition_key == keys[1]
         assert single.tags[SINK_PARTITION_TAG].endswith(single.partition_key)
         assert CHDB_PATH_TAG not in single.tags
 
         # 4. materialize it as the sensor's run: caught up, nothing requested any more
         _materialize_request(defs, instance, request)
-        assert not _evaluate(defs, lag, instance).run_requests
-        assert not _evaluate(server, lag, instance).run_requests
+        assert not tick(defs, lag, instance).run_requests
+        assert not tick(server, lag, instance).run_requests
 
         # 5. a partition left in BEFORE (a run died mid-step) is requested first: on a server
         # its own run comes first, on chDB the one range run (with the recovery priority)
@@ -125,10 +113,10 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
             key = KeeperKey.of(rig.pipeline, "clickhouse", TopicPartition(rig.topic, 1))
             lease = store.acquire(key)
             store.write(lease, 5, 7, Phase.BEFORE.value)
-        requests = _evaluate(server, lag, instance).run_requests
+        requests = tick(server, lag, instance).run_requests
         assert [r.partition_key for r in requests] == list(reversed(keys))
         assert [r.tags[PRIORITY_TAG] for r in requests] == ["10", "0"]
-        (request,) = _evaluate(defs, lag, instance).run_requests
+        (request,) = tick(defs, lag, instance).run_requests
         assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
         assert request.tags[PRIORITY_TAG] == "10"
         result = _materialize_request(defs, instance, request, checks=True)
@@ -143,12 +131,12 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         evaluations = result.get_asset_check_evaluations()
         assert sorted(e.partition for e in evaluations) == keys
         assert all(e.passed for e in evaluations)
-        assert not _evaluate(defs, lag, instance).run_requests
+        assert not tick(defs, lag, instance).run_requests
 
         # 6. the topic grows: the new partition appears as a dynamic partition
         admin = admin_client(rig.kafka)
         admin.create_partitions([NewPartitions(rig.topic, 3)])[rig.topic].result(30)
-        grown = _evaluate(defs, f"{rig.pipeline}_partitions", instance)
+        grown = tick(defs, f"{rig.pipeline}_partitions", instance)
         (request,) = grown.dynamic_partitions_requests
         assert list(request.partition_keys) == [keys_for(rig.topic, 3)[2]]
         _apply_partition_requests(instance, grown)
@@ -158,19 +146,19 @@ def test_partitions_follow_the_topic_and_lag_requests_are_exact_and_idempotent(
         # until it starts); a running one gets the next run, to wait behind it, once records
         # arrived beyond the ends it was asked for (before that, the next run would find none)
         rig.produce({0: 2})
-        (request,) = _evaluate(defs, lag, instance).run_requests
+        (request,) = tick(defs, lag, instance).run_requests
         job = dg.Definitions(jobs=[dg.define_asset_job("ch_job")]).get_job_def("ch_job")
         waiting = instance.create_run_for_job(
             job, tags=request.tags, status=dg.DagsterRunStatus.NOT_STARTED
         )
-        assert "is queued" in (_evaluate(defs, lag, instance).skip_message or "")
+        assert "is queued" in (tick(defs, lag, instance).skip_message or "")
         instance.delete_run(waiting.run_id)
         instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.STARTED)
-        skipped = _evaluate(defs, lag, instance)
+        skipped = tick(defs, lag, instance)
         assert not skipped.run_requests
         assert "is writing up to these ends" in (skipped.skip_message or "")
         rig.produce({0: 1})
-        (behind,) = _evaluate(defs, lag, instance).run_requests
+        (behind,) = tick(defs, lag, instance).run_requests
         assert behind.partition_key_range == request.partition_key_range
 
 
@@ -186,17 +174,17 @@ def test_on_a_cold_start_the_first_lag_tick_adds_the_partitions_and_asks_for_the
     keys = keys_for(rig.topic, 2)
     rig.produce({0: 3, 1: 2})
     with dg.instance_for_test() as instance:
-        first = _evaluate(defs, lag, instance)
+        first = tick(defs, lag, instance)
         (added,) = first.dynamic_partitions_requests
         assert list(added.partition_keys) == keys
         (request,) = first.run_requests
         assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
         _apply_partition_requests(instance, first)
         assert _materialize_request(defs, instance, request).success
-        again = _evaluate(defs, lag, instance)
+        again = tick(defs, lag, instance)
         assert not again.run_requests and not again.dynamic_partitions_requests
         # the partitions sensor, ticking later, finds nothing left to add
-        assert _evaluate(defs, f"{rig.pipeline}_partitions", instance).skip_message
+        assert tick(defs, f"{rig.pipeline}_partitions", instance).skip_message
 
 
 def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_removed(
@@ -210,7 +198,7 @@ def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_remove
     typo, beyond = f"{rig.topic}-typo", keys_for(rig.topic, 3)[2]
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(name, [keys[0], typo, beyond])  # by hand, in the UI
-        result = _evaluate(defs, sensor, instance)
+        result = tick(defs, sensor, instance)
         add, delete = result.dynamic_partitions_requests
         assert isinstance(delete, dg.DeleteDynamicPartitionsRequest)
         assert list(add.partition_keys) == [keys[1]]
@@ -219,7 +207,7 @@ def test_a_partition_key_added_by_hand_that_matches_no_kafka_partition_is_remove
         for key in delete.partition_keys:
             instance.delete_dynamic_partition(name, key)
         assert instance.get_dynamic_partitions(name) == [keys[0], keys[1]]
-        assert _evaluate(defs, sensor, instance).skip_message
+        assert tick(defs, sensor, instance).skip_message
 
 
 def _run_failing(
@@ -252,14 +240,14 @@ def _with_retry(config: PipelinesFile, retry: Retry) -> PipelinesFile:
 
 def _next_request(defs: dg.Definitions, lag: str, instance: dg.DagsterInstance, waited: str):
     """The sensor's request after a failure: first a visible wait, then the request."""
-    result = _evaluate(defs, lag, instance)
+    result = tick(defs, lag, instance)
     assert not result.run_requests
     assert "retrying in " in (result.skip_message or ""), result.skip_message
     assert waited in (result.skip_message or ""), result.skip_message
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        result = _evaluate(defs, lag, instance)
+        result = tick(defs, lag, instance)
         if result.run_requests:
             (request,) = result.run_requests
             return request
@@ -281,9 +269,9 @@ def test_a_transient_failure_is_retried_after_a_visible_backoff_without_limit(
     embedded = build_definitions(config)
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
-        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        _apply_partition_requests(instance, tick(defs, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 4})
-        (request,) = _evaluate(defs, lag, instance).run_requests
+        (request,) = tick(defs, lag, instance).run_requests
         assert request.tags[START_STATE_TAG] == "new:0"
         keys, partition = [request.run_key], request.partition_key
         for n in (1, 2, 3):  # max_attempts is 2: a transient fault does not count against it
@@ -292,7 +280,7 @@ def test_a_transient_failure_is_retried_after_a_visible_backoff_without_limit(
             assert request.partition_key == partition
             assert request.tags[START_STATE_TAG] == "new:0"
             keys.append(request.run_key)
-            (again,) = _evaluate(defs, lag, instance).run_requests
+            (again,) = tick(defs, lag, instance).run_requests
             assert again.run_key == request.run_key  # idempotent while nothing changes
         assert len(set(keys)) == 4  # a fresh key after each failure
         reason = _evaluate_after_failure(defs, instance, request, lag)
@@ -307,16 +295,16 @@ def test_a_transient_failure_is_retried_after_a_visible_backoff_without_limit(
             instance=instance,
             resources=embedded.resources,
         )
-        assert not _evaluate(defs, lag, instance).run_requests  # caught up
+        assert not tick(defs, lag, instance).run_requests  # caught up
         rig.produce({0: 3})
-        (moved,) = _evaluate(defs, lag, instance).run_requests
+        (moved,) = tick(defs, lag, instance).run_requests
         assert moved.tags[START_STATE_TAG] == "AFTER:4"
         assert ":retry" not in moved.run_key
 
 
 def _evaluate_after_failure(defs, instance, request, lag: str) -> str:  # type: ignore[no-untyped-def]
     _run_failing(defs, instance, request)
-    result = _evaluate(defs, lag, instance)
+    result = tick(defs, lag, instance)
     assert not result.run_requests
     return result.skip_message or ""
 
@@ -332,9 +320,9 @@ def test_an_unknown_failure_is_given_up_after_max_attempts_on_a_range_run(
     defs = build_definitions(config, hooks=_raising(RuntimeError("odd: no rule knows this")))
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
-        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        _apply_partition_requests(instance, tick(defs, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 4, 1: 2})
-        (first,) = _evaluate(defs, lag, instance).run_requests
+        (first,) = tick(defs, lag, instance).run_requests
         keys = keys_for(rig.topic, 2)
         assert first.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
 
@@ -347,7 +335,7 @@ def test_an_unknown_failure_is_given_up_after_max_attempts_on_a_range_run(
         # 2nd failure from the same state: max_attempts reached, nothing requested any more
         last = _materialize_request(defs, instance, second, raise_on_error=False).run_id
         time.sleep(2.2)  # past any backoff
-        result = _evaluate(defs, lag, instance)
+        result = tick(defs, lag, instance)
         assert not result.run_requests
         reason = result.skip_message or ""
         assert keys[0] in reason and "new:0" in reason
@@ -362,12 +350,12 @@ def test_a_failure_that_needs_a_person_stops_at_once_naming_it(
     defs = build_definitions(_on_server(_with_retry(rig.config, RETRY)))
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
-        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        _apply_partition_requests(instance, tick(defs, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 2})
-        (request,) = _evaluate(defs, lag, instance).run_requests
+        (request,) = tick(defs, lag, instance).run_requests
         run_id = _run_failing(defs, instance, request, url="http://:8123/db")
         time.sleep(2.2)  # past any backoff: still nothing
-        result = _evaluate(defs, lag, instance)
+        result = tick(defs, lag, instance)
         assert not result.run_requests
         reason = result.skip_message or ""
         assert "needs a person" in reason and "names no host" in reason and run_id in reason
@@ -380,12 +368,12 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
     defs = build_definitions(rig.config)
     lag = f"{rig.pipeline}_hudi_lag"
     with dg.instance_for_test() as instance:
-        _apply_partition_requests(instance, _evaluate(defs, f"{rig.pipeline}_partitions", instance))
+        _apply_partition_requests(instance, tick(defs, f"{rig.pipeline}_partitions", instance))
         rig.produce({0: 2, 1: 2})
         keys: list[str] = []
         failed_ids: list[str] = []
         for _ in range(3):  # the default max_attempts
-            (request,) = _evaluate(defs, lag, instance).run_requests
+            (request,) = tick(defs, lag, instance).run_requests
             keys.append(request.run_key)
             # the run died (e.g. killed before its commit): the checkpoint did not move
             run = instance.create_run_for_job(
@@ -395,7 +383,7 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
             )
             failed_ids.append(run.run_id)
         assert len(set(keys)) == 3  # a fresh key after each failure
-        result = _evaluate(defs, lag, instance)
+        result = tick(defs, lag, instance)
         assert not result.run_requests
         assert "3 runs" in (result.skip_message or "") and failed_ids[-1] in result.skip_message
         assert rig.hudi_path in result.skip_message
@@ -415,7 +403,7 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
                 run,
             )
             instance.report_run_failed(run)  # what Dagster records for a dead run process
-            result = _evaluate(defs, lag, instance)
+            result = tick(defs, lag, instance)
             assert not result.run_requests
             reason = result.skip_message or ""
             assert f"after {n} failures" in reason and "the run's process died" in reason
@@ -434,26 +422,26 @@ def test_following_runs_cover_every_partition_and_nothing_is_asked_behind_them(
     lag = f"{rig.pipeline}_clickhouse_lag"
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
-        assert not _evaluate(defs, lag, instance).run_requests  # nothing to follow yet
+        assert not tick(defs, lag, instance).run_requests  # nothing to follow yet
         rig.produce({1: 4})
         # chDB: one run over every partition (it writes whatever arrives anywhere)
-        (request,) = _evaluate(defs, lag, instance).run_requests
+        (request,) = tick(defs, lag, instance).run_requests
         assert request.partition_key_range == dg.PartitionKeyRange(keys[0], keys[2])
         assert request.tags[FOLLOW_TAG] == "true"
         # a server: each lagging partition's own run follows it
-        (single,) = _evaluate(server, lag, instance).run_requests
+        (single,) = tick(server, lag, instance).run_requests
         assert single.partition_key == keys[1] and single.tags[FOLLOW_TAG] == "true"
         # while the following run is in flight nothing else is asked for, even with new records
         running = run_in_flight(instance, request.tags)
         rig.produce({0: 2})
-        assert "follows the stream" in (_evaluate(defs, lag, instance).skip_message or "")
+        assert "follows the stream" in (tick(defs, lag, instance).skip_message or "")
         # once it ended, the next one is asked for
         instance.report_run_failed(running)
-        (after,) = _evaluate(defs, lag, instance).run_requests
+        (after,) = tick(defs, lag, instance).run_requests
         assert after.tags[FOLLOW_TAG] == "true"
         # a run without the tag (from the UI, a backfill) does not follow: see the asset test
         plain = build_definitions(rig.config)
-        (unfollowed,) = _evaluate(plain, lag, instance).run_requests
+        (unfollowed,) = tick(plain, lag, instance).run_requests
         assert FOLLOW_TAG not in unfollowed.tags
 
 
@@ -474,7 +462,7 @@ def test_a_partition_that_needs_a_person_is_set_aside_and_the_others_go_on(
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys)
         rig.produce({0: 10})
-        (first,) = _evaluate(defs, lag, instance).run_requests
+        (first,) = tick(defs, lag, instance).run_requests
         assert _materialize_request(defs, instance, first).success  # partition 0 stands at 10
         rig.produce({0: 20, 1: 6})
         admin = admin_client(rig.kafka)  # keep a reference: the futures die with their client
@@ -482,7 +470,7 @@ def test_a_partition_that_needs_a_person_is_set_aside_and_the_others_go_on(
             f.result(30)
         assert start_offsets(rig.kafka, rig.topic)[0] == 20
 
-        (both,) = _evaluate(defs, lag, instance).run_requests
+        (both,) = tick(defs, lag, instance).run_requests
         assert both.partition_key_range == dg.PartitionKeyRange(keys[0], keys[1])
         failed = _materialize_request(defs, instance, both, raise_on_error=False)
         assert not failed.success
@@ -505,9 +493,9 @@ def test_a_partition_that_needs_a_person_is_set_aside_and_the_others_go_on(
 
         # more records in both: the next run covers partition 1 only, with a warning for 0
         rig.produce({0: 1, 1: 2})
-        (healthy,) = _evaluate(defs, lag, instance).run_requests
+        (healthy,) = tick(defs, lag, instance).run_requests
         assert healthy.partition_key_range == dg.PartitionKeyRange(keys[1], keys[1])
         assert _materialize_request(defs, instance, healthy).success
         # nothing else lags: the skip reason names the partition set aside and what to do
-        reason = _evaluate(defs, lag, instance).skip_message or ""
+        reason = tick(defs, lag, instance).skip_message or ""
         assert keys[0] in reason and "until a person acts" in reason

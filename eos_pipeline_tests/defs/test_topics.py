@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import dagster as dg
 import pytest
-from dagster._core.definitions.partitions.context import partition_loading_context
 
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import clickhouse_key, dead_letter_key, topic_key
@@ -16,21 +15,11 @@ from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.health import Streak
 from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.components.topics import STEADY_SECONDS
+from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig
 
 pytestmark = pytest.mark.integration
-
-
-def _tick(defs: dg.Definitions, name: str, instance: dg.DagsterInstance, cursor: str | None):
-    sensor = defs.get_repository_def().get_sensor_def(name)
-    with (
-        dg.build_sensor_context(
-            instance=instance, resources=defs.resources, definitions=defs, cursor=cursor
-        ) as context,
-        partition_loading_context(dynamic_partitions_store=instance),
-    ):
-        return sensor.evaluate_tick(context)
 
 
 def _by_key(result) -> dict[dg.AssetKey, dg.AssetObservation]:
@@ -64,7 +53,7 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
     rig.produce({0: 3, 1: 5}, bad_every=4)  # records 4 and 8 do not decode
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys_for(rig.topic, 2))
-        first = _tick(defs, sensor, instance, None)
+        first = tick(defs, sensor, instance, None)
         observed = _by_key(first)
         source = observed[topic_key(rig.topic)]
         ends = end_offsets(rig.kafka, rig.topic)
@@ -81,7 +70,7 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
         assert source.metadata["records_held"].value == sum(ends.values()) == 8
         assert source.metadata["clickhouse_lag"].value == 8
         # the dead-letter topic is observed too (created on first use: absent or empty now)
-        assert _tick(defs, sensor, instance, first.cursor).skip_message
+        assert tick(defs, sensor, instance, first.cursor).skip_message
 
         key = keys_for(rig.topic, 2)[1]
         dg.materialize(
@@ -91,7 +80,7 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
             instance=instance,
             resources=defs.resources,
         )
-        second = _tick(defs, sensor, instance, first.cursor)
+        second = tick(defs, sensor, instance, first.cursor)
         observed = _by_key(second)
         lags = {r["partition"]: r["clickhouse_lag"] for r in _rows(observed[topic_key(rig.topic)])}
         assert lags == {0: ends[0], 1: 0}
@@ -105,9 +94,9 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
         assert [r.data for r in by_source] == [
             {"source_partition": key, "clickhouse_dead_letters": 2}
         ]
-        assert _tick(defs, sensor, instance, second.cursor).skip_message
+        assert tick(defs, sensor, instance, second.cursor).skip_message
         # nothing changed, but a minute passed: observed again (a steady cadence for plots)
         inner = json.loads(Streak.parse(second.cursor).inner or "{}")
         inner["at"] = time.time() - STEADY_SECONDS
         stale = Streak(json.dumps(inner)).encode()
-        assert _tick(defs, sensor, instance, stale).asset_events
+        assert tick(defs, sensor, instance, stale).asset_events

@@ -46,6 +46,21 @@ def _rest(rig: FaultRig, url: str, sent: dict[int, tuple[int, int]]) -> None:
         sent[o] = (i, 1)
 
 
+def _clean_retry_is_exact(
+    rig: FaultRig, job: dict[str, Any], sent: dict[int, tuple[int, int]], before: set
+) -> None:
+    """A clean ClickHouse run after the kill: every offset once, the rows written before the
+    evolution with the new columns' defaults, the later ones with their values."""
+    clean = run_child("clickhouse", job)
+    assert clean.returncode == 0, clean.tail()
+    assert rig.assert_exactly_once() == 14
+    rows = run_child("rows", {**job, "columns": list(COLUMNS)}).result
+    assert rows == {
+        f"0:{o}": [list(expected_row(i, v, before_evolution=o in before, hudi=False).values())]
+        for o, (i, v) in sent.items()
+    }
+
+
 def test_sigkill_between_the_alter_and_the_insert_then_the_retry_is_exact(
     rig: FaultRig, schema_registry: str
 ) -> None:
@@ -61,14 +76,7 @@ def test_sigkill_between_the_alter_and_the_insert_then_the_retry_is_exact(
     assert after_kill.returncode == 0, after_kill.tail()  # the column is there ...
     assert sorted(after_kill.result) == [f"0:{o}" for o in sorted(before)]  # ... no new row
 
-    clean = run_child("clickhouse", job)
-    assert clean.returncode == 0, clean.tail()
-    assert rig.assert_exactly_once() == 14
-    rows = run_child("rows", {**job, "columns": list(COLUMNS)}).result
-    assert rows == {
-        f"0:{o}": [list(expected_row(i, v, before_evolution=o in before, hudi=False).values())]
-        for o, (i, v) in sent.items()
-    }
+    _clean_retry_is_exact(rig, job, sent, before)
 
 
 @pytest.mark.parametrize("step", ["after_keeper_before", "after_insert"])
@@ -87,14 +95,7 @@ def test_sigkill_before_the_alter_or_after_the_insert_then_the_retry_is_exact(
     assert f"at step {step}" in killed.stderr
     assert keeper_state(rig, 0) == ("BEFORE", 6, 9)  # the step that asked for the evolution
 
-    clean = run_child("clickhouse", job)
-    assert clean.returncode == 0, clean.tail()
-    assert rig.assert_exactly_once() == 14
-    rows = run_child("rows", {**job, "columns": list(COLUMNS)}).result
-    assert rows == {
-        f"0:{o}": [list(expected_row(i, v, before_evolution=o in before, hudi=False).values())]
-        for o, (i, v) in sent.items()
-    }
+    _clean_retry_is_exact(rig, job, sent, before)
 
 
 def test_sigkill_inside_the_hudi_commit_that_evolves_the_table_then_the_retry_is_exact(
