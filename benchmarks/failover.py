@@ -53,8 +53,7 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.adapters.mirror import read_window
-from eos_pipeline.core.failover import Window
-from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.failover import ClusterSet, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec

@@ -28,8 +28,7 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
 )
 from eos_pipeline.adapters.mirror import read_window
-from eos_pipeline.core.failover import MirroredRecord, Window
-from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.failover import ClusterSet, MirroredRecord, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 

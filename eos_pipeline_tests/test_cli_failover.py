@@ -15,7 +15,7 @@ import pytest
 from eos_pipeline.adapters.failover import FailoverStates
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
-from eos_pipeline.core.failover.switch import ActiveState
+from eos_pipeline.core.failover import ActiveState
 from eos_pipeline_tests.support.defs_folder import write_defs
 
 pytestmark = pytest.mark.integration

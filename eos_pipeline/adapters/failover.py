@@ -1,6 +1,6 @@
 """The switch between clusters, carried out: the core's plan against ZooKeeper and Kafka.
 
-:func:`switch` runs the steps of :mod:`eos_pipeline.core.failover.switch`: it checks everything
+:func:`switch` runs the steps of :mod:`eos_pipeline.core.failover`: it checks everything
 it can before the first write (unknown alias, flows MM2 does not replicate, a switch in flight, a
 write in flight, and for every position whose window is bounded, that the last written record's
 copy is really there; for a pipeline's Hudi table, that its position can move:
@@ -52,23 +52,23 @@ from eos_pipeline.adapters.mirror import (
 )
 from eos_pipeline.core.dedup import Phase
 from eos_pipeline.core.failover import (
-    Flow,
-    PhysicalTopic,
-    SyncHistory,
-    Window,
-    resume_after,
-    route,
-)
-from eos_pipeline.core.failover.errors import FailoverError
-from eos_pipeline.core.failover.switch import (
     ActiveState,
     ClusterSet,
+    FailoverError,
+    Flow,
     Move,
+    PhysicalTopic,
     SwitchRefused,
+    SyncHistory,
+    Window,
+    carry_over,
+    flows_needed,
     move,
     plan_switch,
+    resume_after,
+    route,
+    stored_position,
 )
-from eos_pipeline.core.failover.table_position import carry_over, flows_needed, stored_position
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord
 from eos_pipeline.core.offsets import TopicPartition
 

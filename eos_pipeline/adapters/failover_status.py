@@ -27,21 +27,19 @@ from eos_pipeline.adapters.mirror import (
     read_window,
 )
 from eos_pipeline.core.failover import (
+    FRESH_SYNC_S,
+    ActiveState,
     Flow,
+    FlowReplication,
     MirroredRecord,
+    ReplicaFacts,
     ResumeError,
     SyncHistory,
     Window,
-    resume_after,
-)
-from eos_pipeline.core.failover.replication import (
-    FRESH_SYNC_S,
-    FlowReplication,
-    ReplicaFacts,
     failback_advice,
     judge,
+    resume_after,
 )
-from eos_pipeline.core.failover.switch import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
 
 #: The replica's last record is looked for among its last this many offsets (markers between).

@@ -346,7 +346,7 @@ def offset_for_time(
 
 class TimeFloors:
     """Per partition of one cluster, the first offset at a mark's timestamp (the time bound of
-    :func:`~eos_pipeline.core.failover.bounds.read_start`); None where it must not be used."""
+    :func:`~eos_pipeline.core.failover.read_start`); None where it must not be used."""
 
     def __init__(
         self, settings: KafkaSettings, timeout: float = 10.0, admin: AdminClient | None = None

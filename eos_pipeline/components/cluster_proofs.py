@@ -3,7 +3,7 @@
 Per Dagster partition ``T/p``, for each cluster the pipeline names and each physical topic of
 ``T`` there (``T`` and its MirrorMaker 2 replicas), the sink's committed range on that cluster
 is read from Kafka with each record's fingerprint, and the table's rows from it (source topic
-``<cluster>:<topic>``) are counted; :func:`~eos_pipeline.core.failover.identity_proof.
+``<cluster>:<topic>``) are counted; :func:`~eos_pipeline.core.proof.
 prove_by_identity` decides. The committed range is ``[low, position)`` (``low``: the log start,
 as for one cluster, see ``core.positions.committed_low``), where the position is:
 
@@ -31,11 +31,11 @@ from eos_pipeline.adapters.kafka import read_range, start_offsets
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.metadata import CLICKHOUSE_SINK
-from eos_pipeline.core.failover.identity_proof import HeldRecord, IdentityProof, prove_by_identity
-from eos_pipeline.core.failover.table_position import row_topic
+from eos_pipeline.core.failover import row_topic
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import committed, committed_low, sink_state
+from eos_pipeline.core.proof import HeldRecord, IdentityProof, prove_by_identity
 
 __all__ = ["clickhouse_identity_proofs", "hudi_identity_proofs"]
 
@@ -134,7 +134,7 @@ def hudi_identity_proofs(
 
     from eos_pipeline.adapters.hudi_timeline import latest_commit
     from eos_pipeline.components.source import failover_pipeline
-    from eos_pipeline.core.failover.table_position import stored_position
+    from eos_pipeline.core.failover import stored_position
 
     assert pipeline.hudi is not None
     fp = failover_pipeline(pipeline)

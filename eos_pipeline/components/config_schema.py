@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from eos_pipeline.core.contract import compile_contract
-from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.failover import ClusterSet
 from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
 from eos_pipeline.core.keeper import validate_root, validate_topic
 from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings

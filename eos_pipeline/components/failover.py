@@ -13,8 +13,7 @@ from eos_pipeline.adapters.failover import SwitchReport, switch
 from eos_pipeline.components.config import Pipeline, PipelinesFile
 from eos_pipeline.components.resources import KeeperResource
 from eos_pipeline.components.source import failover_pipeline, source_of
-from eos_pipeline.core.failover.bounds import TIMESTAMP
-from eos_pipeline.core.failover.switch import SwitchRefused
+from eos_pipeline.core.failover import TIMESTAMP, SwitchRefused
 
 
 def find_pipeline(config: PipelinesFile, name: str) -> Pipeline:

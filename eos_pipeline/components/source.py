@@ -20,7 +20,7 @@ from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.components.config import EnvRef, Pipeline
 from eos_pipeline.components.metadata import CLICKHOUSE_SINK
-from eos_pipeline.core.failover.switch import ClusterSet, SwitchRefused
+from eos_pipeline.core.failover import ClusterSet, SwitchRefused
 from eos_pipeline.sinks.source import ActiveCluster, OneCluster, Source
 
 

@@ -33,7 +33,7 @@ CHECKPOINT_KEY_V1 = "deltastreamer.checkpoint.key"
 TOPIC_ID_SUFFIX = ".eos.kafka.topic.id"
 #: A pipeline with several clusters stores its cluster position (which cluster, every physical
 #: topic, the mark of the last record written) under ``<checkpoint key>`` + this suffix, as JSON
-#: (:class:`eos_pipeline.core.failover.table_position.TablePosition`).
+#: (:class:`eos_pipeline.core.failover.TablePosition`).
 CLUSTER_POSITION_SUFFIX = ".eos.cluster.position"
 
 _DIGITS = re.compile(r"^[0-9]+$")

@@ -1,37 +1,30 @@
-"""The exactly-once proof for one topic-partition, on the data (what the asset checks decide).
+"""The exactly-once proof, on the data. Pure: callers pass data in.
 
-Over the committed range ``[start, position)`` of a sink, the offsets Kafka holds there
-(read_committed) minus the ones sent to the dead-letter topic must appear in the table exactly
-once each, and nothing else may appear there. Duplicates, gaps and unexpected offsets are counted
-and a few examples kept, so a failed check says what to look at.
+Per topic-partition, over a sink's committed range ``[start, position)``: the offsets Kafka holds
+there (read_committed) minus the dead letters appear in the table exactly once each, and nothing
+else does; duplicates, gaps and strays are counted with a few examples.
 
-Pure: the callers read Kafka, the dead-letter topic and the table, and pass the offsets in.
+Incremental: a passing proof leaves a :class:`ProvenPrefix` (range, counts, offset sum) in the
+check's metadata; the next check compares offset by offset only what was written since
+(:func:`detail_range`) and re-checks the proven part by aggregates the table computes
+(:class:`TableAggregate`). Any difference there sends the whole range back to the full comparison.
 
-Incremental: a passing proof leaves a :class:`ProvenPrefix` (its range, counts and the sum of its
-offsets) in the check's metadata. The next check compares offset by offset only the range the
-sink wrote since (:func:`detail_range`); the proven part is re-checked by what the table engine
-computes without sending rows (rows, distinct offsets, their sum: :class:`TableAggregate`). Any
-difference there (a delete, a replay, a duplicate, an unexpected row) sends the whole committed
-range back to the offset-by-offset comparison, which then names what changed.
+Across clusters (:func:`prove_by_identity`) offsets differ, so a record is its MM2-preserved
+fingerprint and a row its stored source coordinates. Every record below a position on any
+cluster was written once (a record and its copies are one identity, so stretches on A, B and
+back join without gap or overlap). A cluster holds each record at most once, so an identity is
+expected as many times as the most records carrying it on one cluster: two identical records
+produced twice stay two, a record and its copy count once.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from eos_pipeline.core.failover import row_topic
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-
-__all__ = [
-    "EXAMPLES",
-    "PartitionProof",
-    "ProvenPrefix",
-    "TableAggregate",
-    "compare",
-    "detail_range",
-    "extend",
-    "prefix_unchanged",
-]
 
 EXAMPLES = 10
 
@@ -210,3 +203,94 @@ def compare(
         unexpected=sorted(rows.keys() - expected),
         offset_sum=sum(expected),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRecord:
+    """A record Kafka holds in a sink's committed range on one cluster."""
+
+    cluster: str
+    tp: TopicPartition  # the physical topic-partition on that cluster
+    offset: int
+    fingerprint: str
+    dead: bool = False  # sent to that cluster's dead-letter topic
+
+    @property
+    def where(self) -> str:
+        return f"{row_topic(self.cluster, self.tp.topic)}[{self.tp.partition}]@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityProof:
+    """The partition's :class:`PartitionProof` (counts per identity) and where to look."""
+
+    proof: PartitionProof
+    #: Examples of records missing, doubled or unexpected, by ``cluster:topic[p]@offset``.
+    examples: tuple[str, ...]
+
+
+def prove_by_identity(
+    tp: TopicPartition,
+    committed: OffsetRange,
+    held: Iterable[HeldRecord],
+    table: Mapping[tuple[str, int], int],
+) -> IdentityProof:
+    """Compare the table's rows with the records committed on every cluster, per identity.
+
+    ``held``: the records Kafka holds in each cluster's committed ranges of ``tp``'s physical
+    partitions; ``table``: rows per ``(row topic, offset)`` inside those ranges (a row topic
+    as :func:`row_topic` writes it). ``committed`` is only reported (the local topic's range on
+    the active cluster).
+    """
+    records = list(held)
+    by_where = {(row_topic(r.cluster, r.tp.topic), r.offset): r for r in records}
+    per_cluster: dict[str, Counter[str]] = {}
+    dead_per_cluster: dict[str, Counter[str]] = {}
+    first: dict[str, HeldRecord] = {}
+    for r in records:
+        per_cluster.setdefault(r.cluster, Counter())[r.fingerprint] += 1
+        if r.dead:
+            dead_per_cluster.setdefault(r.cluster, Counter())[r.fingerprint] += 1
+        # name a record by its original (its cluster's own topic), not by a copy of it
+        if r.fingerprint not in first or (r.tp.topic == tp.topic != first[r.fingerprint].tp.topic):
+            first[r.fingerprint] = r
+    expected: Counter[str] = Counter()
+    dead: Counter[str] = Counter()
+    for counts in per_cluster.values():
+        for fp, n in counts.items():
+            expected[fp] = max(expected[fp], n)
+    for counts in dead_per_cluster.values():
+        for fp, n in counts.items():
+            dead[fp] = max(dead[fp], n)
+    rows: Counter[str] = Counter()
+    unexpected: list[tuple[str, int]] = []
+    for (topic, offset), n in sorted(table.items()):
+        found = by_where.get((topic, offset))
+        if found is None or found.dead:
+            unexpected.append((topic, offset))
+            continue
+        rows[found.fingerprint] += n
+    duplicates: dict[int, int] = {}
+    gaps: list[int] = []
+    examples: list[str] = []
+    for fp in sorted(set(expected) | set(rows), key=lambda f: first[f].where):
+        want, have = expected[fp], rows[fp] + dead[fp]
+        if have > want:
+            duplicates[first[fp].offset] = have
+            examples.append(f"{first[fp].where} written {have} times")
+        elif have < want:
+            gaps.append(first[fp].offset)
+            examples.append(f"{first[fp].where} missing")
+    examples.extend(f"{t}[{tp.partition}]@{o}: no such committed record" for t, o in unexpected)
+    proof = PartitionProof(
+        tp=tp,
+        committed=committed,
+        kafka_records=sum(expected.values()),
+        dead_letters=sum(dead.values()),
+        table_rows=sum(table.values()),
+        distinct_offsets=len(rows),
+        duplicates=duplicates,
+        gaps=gaps,
+        unexpected=[o for _, o in unexpected],
+    )
+    return IdentityProof(proof, tuple(examples[:EXAMPLES]))

@@ -48,7 +48,7 @@ from eos_pipeline.core.contract import ErrorClass, oversized, oversized_position
 from eos_pipeline.core.decode import add_source_columns, decode_json_arrow
 from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
 from eos_pipeline.core.errors import LogChanged
-from eos_pipeline.core.failover.table_position import row_topic
+from eos_pipeline.core.failover import row_topic
 from eos_pipeline.core.formats import writer_ids
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition

@@ -2,7 +2,7 @@
 
 The table's position stays in its commits (the single source of truth, as for any Hudi table),
 but each commit of a clustered pipeline also stores a cluster position
-(:class:`~eos_pipeline.core.failover.table_position.TablePosition`): the cluster, the next offset
+(:class:`~eos_pipeline.core.failover.TablePosition`): the cluster, the next offset
 of every physical topic read there (``T`` and each MirrorMaker 2 replica such as ``B.T``) and the
 fingerprint of the last record written per partition. One transaction reads all of them.
 
@@ -50,8 +50,8 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import TimeFloors, first_offset
-from eos_pipeline.core.failover import SyncHistory
-from eos_pipeline.core.failover.table_position import (
+from eos_pipeline.core.failover import (
+    SyncHistory,
     TablePosition,
     carry_over,
     flows_needed,

@@ -11,7 +11,7 @@ compare (each partition's end and stored position) and what to keep before a wri
   MirrorMaker 2 makes of it there (``B.T`` on A), each a topic with its own positions keyed by
   cluster; rows name the cluster (``A:T``, ``core.failover.table_position.row_topic``) and so
   do tokens. The physical topics fold into one state per Dagster partition
-  (:mod:`eos_pipeline.core.failover.fold`). Built from the keeper's state, refused while a
+  (:mod:`eos_pipeline.core.failover`). Built from the keeper's state, refused while a
   switch is in flight (``SwitchInProgress``): no sink may run then, and the sensors skip.
 
 Built per run or sensor tick by ``components.source.PipelineSource.at``. Wiring only: reads
@@ -43,8 +43,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.kafka.offsets import TopicInfo, describe, end_offsets_of
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.checkpoint import Checkpoint
-from eos_pipeline.core.failover.fold import fold_keeper_states, fold_positions
-from eos_pipeline.core.failover.table_position import stored_position
+from eos_pipeline.core.failover import fold_keeper_states, fold_positions, stored_position
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import TopicState
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state

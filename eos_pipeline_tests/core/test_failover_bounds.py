@@ -14,11 +14,20 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from eos_pipeline.core.failover import Flow, MirroredRecord, PhysicalTopic, resume_after
-from eos_pipeline.core.failover.bounds import SYNCS, TIMESTAMP, read_start
-from eos_pipeline.core.failover.switch import ClusterSet, move
-from eos_pipeline.core.failover.syncs import Window
-from eos_pipeline.core.failover.table_position import TablePosition, carry_over
+from eos_pipeline.core.failover import (
+    SYNCS,
+    TIMESTAMP,
+    ClusterSet,
+    Flow,
+    MirroredRecord,
+    PhysicalTopic,
+    TablePosition,
+    Window,
+    carry_over,
+    move,
+    read_start,
+    resume_after,
+)
 from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.core.test_failover_properties import TP, Mirror, mirrors

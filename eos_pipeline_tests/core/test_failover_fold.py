@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eos_pipeline.core.dedup import Phase, SinkState
-from eos_pipeline.core.failover.fold import fold_keeper_states, fold_positions
+from eos_pipeline.core.failover import fold_keeper_states, fold_positions
 from eos_pipeline.core.offsets import OffsetRange
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eos_pipeline.core.failover.identity_proof import HeldRecord, prove_by_identity
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.proof import HeldRecord, prove_by_identity
 
 TP = TopicPartition("T", 0)
 T_A, AT_B = TopicPartition("T", 0), TopicPartition("A.T", 0)

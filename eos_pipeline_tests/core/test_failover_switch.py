@@ -6,14 +6,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from eos_pipeline.core.failover import Flow, OffsetSync, PhysicalTopic, SyncHistory
-from eos_pipeline.core.failover.errors import FailoverError
-from eos_pipeline.core.failover.switch import (
+from eos_pipeline.core.failover import (
     STEPS,
     ActiveState,
     ClusterSet,
+    FailoverError,
+    Flow,
+    OffsetSync,
+    PhysicalTopic,
     SwitchInFlight,
     SwitchRefused,
+    SyncHistory,
     move,
     plan_switch,
 )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eos_pipeline.core.failover import Flow, OffsetSync, SyncHistory
-from eos_pipeline.core.failover.errors import FailoverError
+from eos_pipeline.core.failover import FailoverError, Flow, OffsetSync, SyncHistory
 from eos_pipeline.core.offsets import TopicPartition
 
 

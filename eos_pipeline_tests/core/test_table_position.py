@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from eos_pipeline.core.failover import Flow, OffsetSync, SyncHistory
-from eos_pipeline.core.failover.switch import ClusterSet, SwitchRefused
-from eos_pipeline.core.failover.table_position import (
+from eos_pipeline.core.failover import (
+    ClusterSet,
+    Flow,
+    OffsetSync,
+    SwitchRefused,
+    SyncHistory,
     TablePosition,
     TablePositionError,
     carry_over,

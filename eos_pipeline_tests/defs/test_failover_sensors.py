@@ -28,7 +28,7 @@ from eos_pipeline.components.cluster_proofs import hudi_identity_proofs
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.failover import failover_pipeline
 from eos_pipeline.components.partitions import partition_key, partitions_name
-from eos_pipeline.core.failover.switch import ActiveState
+from eos_pipeline.core.failover import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records

@@ -8,8 +8,7 @@ from eos_pipeline.adapters.failover import SwitchReport
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import ConfigError, parse_config
 from eos_pipeline.components.failover import describe, failover_pipeline
-from eos_pipeline.core.failover import Flow
-from eos_pipeline.core.failover.switch import SwitchRefused
+from eos_pipeline.core.failover import Flow, SwitchRefused
 
 ONE = """
 pipelines:

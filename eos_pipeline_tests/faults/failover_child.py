@@ -20,7 +20,7 @@ from typing import Any
 def _pipeline(job: dict[str, Any]) -> Any:
     from eos_pipeline.adapters.failover import FailoverPipeline
     from eos_pipeline.adapters.kafka import KafkaSettings
-    from eos_pipeline.core.failover.switch import ClusterSet
+    from eos_pipeline.core.failover import ClusterSet
 
     return FailoverPipeline(
         name=job["name"],

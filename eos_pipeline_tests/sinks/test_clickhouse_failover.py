@@ -37,8 +37,13 @@ from eos_pipeline.cli import main as cli_main
 from eos_pipeline.components.failover import failover_job
 from eos_pipeline.components.project import load_project
 from eos_pipeline.components.resources import KeeperResource
-from eos_pipeline.core.failover import FingerprintNotFound, ResumeError
-from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
+from eos_pipeline.core.failover import (
+    ActiveState,
+    ClusterSet,
+    FingerprintNotFound,
+    ResumeError,
+    SwitchRefused,
+)
 from eos_pipeline.core.keeper import KeeperKey, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema

@@ -20,8 +20,7 @@ from eos_pipeline.adapters.failover import SyncArchive, switch
 from eos_pipeline.adapters.failover_status import read_status
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.failover import Flow
-from eos_pipeline.core.failover.replication import UNREACHABLE
+from eos_pipeline.core.failover import UNREACHABLE, Flow
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_failover_rig,

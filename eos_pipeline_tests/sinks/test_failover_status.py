@@ -21,9 +21,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
 from eos_pipeline.components.failover import failover_pipeline, find_pipeline
 from eos_pipeline.components.project import load_project
-from eos_pipeline.core.failover import Flow
-from eos_pipeline.core.failover.replication import CAUGHT_UP, STALLED
-from eos_pipeline.core.failover.switch import ActiveState
+from eos_pipeline.core.failover import CAUGHT_UP, STALLED, ActiveState, Flow
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_pipeline_yaml,

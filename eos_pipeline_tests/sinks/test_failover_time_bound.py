@@ -31,8 +31,7 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.adapters.mirror import read_offset_syncs
-from eos_pipeline.core.failover import Flow, SyncHistory
-from eos_pipeline.core.failover.bounds import TIMESTAMP
+from eos_pipeline.core.failover import TIMESTAMP, Flow, SyncHistory
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync
 from eos_pipeline_tests.mirror_fixtures import clickhouse_failover_rig, wait_for_records

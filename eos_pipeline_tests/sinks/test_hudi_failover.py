@@ -33,8 +33,7 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history, latest_commit
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.failover.switch import ActiveState, ClusterSet, SwitchRefused
-from eos_pipeline.core.failover.table_position import TablePosition
+from eos_pipeline.core.failover import ActiveState, ClusterSet, SwitchRefused, TablePosition
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault

@@ -20,7 +20,7 @@ from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.adapters.spark_remote import connect
-from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.failover import ClusterSet
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec
 from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync

@@ -14,7 +14,7 @@ from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of, reco
 from eos_pipeline.adapters.kafka import read_range
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.dedup import OffsetRegressionError, decide
-from eos_pipeline.core.failover.errors import ResumeError
+from eos_pipeline.core.failover import ResumeError
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.clickhouse import (

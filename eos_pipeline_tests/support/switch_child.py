@@ -16,7 +16,7 @@ import sys
 from eos_pipeline.adapters.failover import FailoverPipeline, switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.core.failover.switch import ClusterSet
+from eos_pipeline.core.failover import ClusterSet
 
 
 def main(raw: str) -> int:

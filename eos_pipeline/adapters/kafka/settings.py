@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from eos_pipeline.core.failover.identity import record_fingerprint
+from eos_pipeline.core.failover import record_fingerprint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 
