@@ -63,7 +63,7 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     produce_all,
 )
-from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
+from eos_pipeline.core.planning import DEFAULT_BULK_INSERT_MIN_RECORDS
 
 TOPIC = "bench"
 

@@ -53,8 +53,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import CLICKHOUSE_SINK
 from eos_pipeline.components.following import FOLLOWING_TAG
 from eos_pipeline.components.healing import HEAL_TAG
-from eos_pipeline.core.planning import SINK_TAG
-from eos_pipeline.core.planning.follow import FOLLOW_TAG
+from eos_pipeline.core.planning import FOLLOW_TAG, SINK_TAG
 from eos_pipeline.core.positions import committed, sink_state
 from eos_pipeline_tests.support import browser
 from eos_pipeline_tests.support.defs_folder import write_defs

@@ -23,10 +23,10 @@ from pydantic import (
 
 from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.failover import ClusterSet
-from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
 from eos_pipeline.core.keeper import validate_root, validate_topic
 from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
 from eos_pipeline.core.payload_format import Secret as CoreSecret
+from eos_pipeline.core.planning import DEFAULT_BULK_INSERT_MIN_RECORDS
 from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
 
 #: Values of ``spark.remote`` meaning "no server: Spark in the run's own process".

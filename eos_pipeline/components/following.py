@@ -13,8 +13,15 @@ from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.planning.follow import FollowPolicy, follows, yields_to
-from eos_pipeline.core.planning.runs import CHDB_PATH_TAG, HUDI_TABLE_TAG, PARTITION_TAG, SINK_TAG
+from eos_pipeline.core.planning import (
+    CHDB_PATH_TAG,
+    HUDI_TABLE_TAG,
+    PARTITION_TAG,
+    SINK_TAG,
+    FollowPolicy,
+    follows,
+    yields_to,
+)
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
 from eos_pipeline.sinks.follow import follow, follow_table
 

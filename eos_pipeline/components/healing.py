@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import dagster as dg
 
-from eos_pipeline.core.planning import RunInfo
-from eos_pipeline.core.planning.runs import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG
+from eos_pipeline.core.planning import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, RunInfo
 
 __all__ = ["HEAL_TAG", "MAX_HEALS", "heal_requests", "run_partitions"]
 

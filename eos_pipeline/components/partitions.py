@@ -3,14 +3,14 @@
 Partitions are dynamic: the set of keys follows the topics' partition counts (the partitions
 sensor adds new ones, see :mod:`eos_pipeline.components.sensors`), so a topic that grows needs no
 restart and no code change. The key format is a pure rule of the core
-(:mod:`eos_pipeline.core.partition_keys`), re-exported here for the Dagster layer.
+(:mod:`eos_pipeline.core.planning`), re-exported here for the Dagster layer.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-from eos_pipeline.core.partition_keys import keys_for, parse_partition_key, partition_key
+from eos_pipeline.core.planning import keys_for, parse_partition_key, partition_key
 
 __all__ = [
     "keys_for",

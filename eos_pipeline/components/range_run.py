@@ -12,7 +12,7 @@ import dagster as dg
 from eos_pipeline.components.metadata import CLICKHOUSE_SINK
 from eos_pipeline.components.partitions import parse_partition_key
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.planning.stuck import NEEDS_PERSON_TAG, encode, state_label
+from eos_pipeline.core.planning import NEEDS_PERSON_TAG, encode, state_label
 from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.sinks.clickhouse_reports import SyncReport

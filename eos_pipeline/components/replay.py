@@ -28,7 +28,7 @@ from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.resources import kafka_resource, kafka_resource_key
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.partition_keys import partition_key
+from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 
 if TYPE_CHECKING:

@@ -13,8 +13,7 @@ from typing import Any
 
 import dagster as dg
 
-from eos_pipeline.core.planning import RunInfo, failures_by_start
-from eos_pipeline.core.planning.stuck import stuck_partitions
+from eos_pipeline.core.planning import RunInfo, failures_by_start, stuck_partitions
 from eos_pipeline.core.retries import FailureFacts, Failures, diagnose
 
 __all__ = ["DiagnosedFailures", "failed_run_infos", "failure_facts"]

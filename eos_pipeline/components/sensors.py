@@ -61,8 +61,11 @@ from eos_pipeline.components.source import source_of
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import (
+    ANY_PARTITION,
     CHDB_PATH_TAG,
+    FOLLOW_TAG,
     HUDI_TABLE_TAG,
+    NORMAL_PRIORITY,
     PARTITION_TAG,
     PRIORITY_TAG,
     SINK_PARTITION_TAG,
@@ -80,8 +83,6 @@ from eos_pipeline.core.planning import (
     plan_hudi,
     plan_new_partitions,
 )
-from eos_pipeline.core.planning.follow import FOLLOW_TAG
-from eos_pipeline.core.planning.runs import ANY_PARTITION, NORMAL_PRIORITY
 from eos_pipeline.core.positions import committed
 from eos_pipeline.core.retries import Backoff
 

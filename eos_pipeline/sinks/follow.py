@@ -1,5 +1,5 @@
 """A run that follows its partitions after catching up: a ClickHouse run step by step per
-partition, a Hudi run commit by commit (see :mod:`eos_pipeline.core.planning.follow` for the
+partition, a Hudi run commit by commit (see :mod:`eos_pipeline.core.planning` for the
 rule and why)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.planning.follow import FollowPolicy, pending, stop_reason
+from eos_pipeline.core.planning import FollowPolicy, pending, stop_reason
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
 
 if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it

@@ -8,7 +8,7 @@ One transaction is one Hudi commit, and the commit is the only place the positio
    per chosen partition, capped by the batch limit. Partitions the table has never seen start
    from the reset policy. Offsets the table still needs but Kafka no longer holds (retention, a
    recreated topic) stop the plan with an error instead of being skipped (the rule:
-   :mod:`eos_pipeline.core.planning.hudi`);
+   :mod:`eos_pipeline.core.planning`);
 2. read exactly those ranges with Spark's Kafka source, decode with the declared schema, send
    the records that do not decode to the dead-letter topic;
 3. write the good rows in one Hudi write whose commit metadata carries the next offset of
@@ -46,14 +46,15 @@ from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_jso
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.formats import writer_ids
-from eos_pipeline.core.hudi_operation import (
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning import (
     AUTO_STEADY_OPERATION,
+    TransactionRefused,
     WriteOperation,
+    plan_ranges,
     planned_records,
     transaction_operation,
 )
-from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.planning.hudi import TransactionRefused, plan_ranges
 from eos_pipeline.core.positions import check_same_log
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
 from eos_pipeline.sinks.hudi_rows import (

@@ -18,12 +18,12 @@ from eos_pipeline.adapters.hudi import (
 )
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.errors import LogChanged
-from eos_pipeline.core.hudi_operation import (
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning import (
     DEFAULT_BULK_INSERT_MIN_RECORDS,
     ConfiguredOperation,
     WriteOperation,
 )
-from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 
 
@@ -49,7 +49,7 @@ class HudiTableSpec:
     ordering_field: str | None = DEFAULT_ORDERING_FIELD
     partition_fields: tuple[str, ...] = ()
     #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
-    #: planned records, ``upsert`` below (:mod:`eos_pipeline.core.hudi_operation`).
+    #: planned records, ``upsert`` below (:mod:`eos_pipeline.core.planning`).
     operation: ConfiguredOperation = "auto"
     bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS
     max_records_per_partition: int = 1_000_000

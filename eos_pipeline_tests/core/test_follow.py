@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from eos_pipeline.core.planning.follow import (
-    FOLLOW_TAG,
-    FollowPolicy,
-    follows,
-    pending,
-    stop_reason,
-    yields_to,
-)
-from eos_pipeline.core.planning.runs import (
+from eos_pipeline.core.planning import (
     CHDB_PATH_TAG,
+    FOLLOW_TAG,
     HUDI_TABLE_TAG,
     PARTITION_TAG,
     RANGE_END_TAG,
     RANGE_START_TAG,
     SINK_TAG,
+    FollowPolicy,
+    follows,
+    pending,
+    stop_reason,
+    yields_to,
 )
 
 POLICY = FollowPolicy(idle_seconds=5, max_seconds=60, poll_seconds=0.1)

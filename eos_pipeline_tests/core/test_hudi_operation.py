@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from eos_pipeline.core.hudi_operation import (
+from eos_pipeline.core.offsets import OffsetRange
+from eos_pipeline.core.planning import (
     AUTO_STEADY_OPERATION,
     DEFAULT_BULK_INSERT_MIN_RECORDS,
     planned_records,
     transaction_operation,
 )
-from eos_pipeline.core.offsets import OffsetRange
 
 
 def test_planned_records_is_the_sum_of_the_range_widths() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.planning.hudi import TransactionRefused, plan_ranges
+from eos_pipeline.core.planning import TransactionRefused, plan_ranges
 
 T = "events"
 

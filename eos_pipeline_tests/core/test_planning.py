@@ -8,10 +8,10 @@ import pytest
 
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.partition_keys import keys_for, parse_partition_key, partition_key
 from eos_pipeline.core.planning import (
     ANY_PARTITION,
     CHDB_PATH_TAG,
+    FOLLOW_TAG,
     HUDI_TABLE_TAG,
     MAX_RUNS_PER_TICK,
     PARTITION_TAG,
@@ -30,10 +30,12 @@ from eos_pipeline.core.planning import (
     clickhouse_needs_log_starts,
     clickhouse_range_run,
     failures_by_start,
-    given_up_message,
     hudi_blocked,
     hudi_needs_log_starts,
     in_flight_keys,
+    keys_for,
+    parse_partition_key,
+    partition_key,
     plan_clickhouse,
     plan_hudi,
     plan_new_partitions,
@@ -43,7 +45,7 @@ from eos_pipeline.core.planning import (
 from eos_pipeline.core.planning import (
     ENDS_TAG as ENDS,
 )
-from eos_pipeline.core.planning.follow import FOLLOW_TAG
+from eos_pipeline.core.retries import given_up_message
 
 SINK = "p.clickhouse"
 T = "events"

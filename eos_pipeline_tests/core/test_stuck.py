@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.offsets import OffsetRange
-from eos_pipeline.core.planning import RunInfo, TopicState, clickhouse_range_run
-from eos_pipeline.core.planning.runs import RANGE_END_TAG, RANGE_START_TAG
-from eos_pipeline.core.planning.stuck import (
+from eos_pipeline.core.planning import (
     NEEDS_PERSON_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    RunInfo,
+    TopicState,
+    clickhouse_range_run,
     decode,
     encode,
     set_aside,

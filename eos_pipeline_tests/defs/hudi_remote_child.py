@@ -22,7 +22,7 @@ from eos_pipeline.components.assets import hudi_key
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.partitions import partitions_name
 from eos_pipeline.components.project import load_project
-from eos_pipeline.core.planning.follow import FOLLOW_TAG
+from eos_pipeline.core.planning import FOLLOW_TAG
 
 
 def main(argv: list[str]) -> int:

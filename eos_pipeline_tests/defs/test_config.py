@@ -11,7 +11,7 @@ from eos_pipeline.components.assets import clickhouse_spec, hudi_spec
 from eos_pipeline.components.config import ConfigError, parse_config
 from eos_pipeline.components.project import load_project
 from eos_pipeline.components.resources import KafkaResource, MissingSecretError, build_resources
-from eos_pipeline.core.hudi_operation import DEFAULT_BULK_INSERT_MIN_RECORDS
+from eos_pipeline.core.planning import DEFAULT_BULK_INSERT_MIN_RECORDS
 
 GOOD = """
 keeper: {hosts: "${ZK:-127.0.0.1:2181}"}

@@ -87,7 +87,7 @@ def test_a_following_hudi_run_covers_every_partition_and_nothing_is_asked_behind
 ) -> None:
     """With ``hudi.follow`` the sensor tags its run to follow and covers every partition; while
     such a run is in flight it asks for nothing and says why. No JVM: the sensor reads hudi-rs."""
-    from eos_pipeline.core.planning.follow import FOLLOW_TAG
+    from eos_pipeline.core.planning import FOLLOW_TAG
 
     rig = make_rig(partitions=3, clickhouse=False, hudi=True)
     defs = build_definitions(following(rig.config, 5, "hudi"))

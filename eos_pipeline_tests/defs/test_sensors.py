@@ -413,7 +413,7 @@ def test_hudi_sensor_retries_a_failed_table_run_then_gives_up_unless_transient(
 def test_following_runs_cover_every_partition_and_nothing_is_asked_behind_them(
     make_rig: Callable[..., Rig],
 ) -> None:
-    from eos_pipeline.core.planning.follow import FOLLOW_TAG
+    from eos_pipeline.core.planning import FOLLOW_TAG
 
     rig = make_rig(partitions=3)
     defs = build_definitions(following(rig.config, 5))
@@ -453,7 +453,7 @@ def test_a_partition_that_needs_a_person_is_set_aside_and_the_others_go_on(
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     from eos_pipeline.adapters.kafka import end_offsets, start_offsets
-    from eos_pipeline.core.planning.stuck import NEEDS_PERSON_TAG, decode
+    from eos_pipeline.core.planning import NEEDS_PERSON_TAG, decode
 
     rig = make_rig(partitions=2)
     defs = build_definitions(rig.config)

@@ -1,0 +1,941 @@
+"""Which runs the sensors ask for, and what a run reads: a pure planner, from plain state to plain
+run requests (the sensors in :mod:`eos_pipeline.components.sensors` read the state and turn the
+plans into Dagster objects; everything they decide is decided here).
+
+* **Keys.** One Dagster partition per Kafka topic-partition, ``<topic>__p0007`` (no characters
+  Dagster's UI or CLI treat specially; sorts in partition order). Run keys hold the ends asked
+  for and the sink's position, so a tick with nothing new yields the same keys and Dagster
+  launches nothing. Keys matching no Kafka partition are removed, naming the valid ones.
+* **Failures.** A failed run that did not move the position would ask for the same run key,
+  which Dagster never launches twice. So each run is tagged with its start state
+  (:data:`START_STATE_TAG`), failures are counted per partition and start state, and the count
+  goes into the run key. Why the newest run failed (:mod:`eos_pipeline.core.retries`) decides
+  next: transient, retried after a capped backoff without limit; needs a person, stop at once;
+  anything else, up to ``max_attempts`` runs from the same state, then given up with a warning.
+* **ClickHouse** (:func:`plan_clickhouse`): on a server, one run per lagging partition,
+  ``BEFORE`` ones first with a higher priority, at most :data:`MAX_RUNS_PER_TICK` per tick; on a
+  chDB path (one process at a time) one key-range run over all lagging partitions. A partition
+  of that run that needs a person is set aside (recorded in :data:`NEEDS_PERSON_TAG`) while its
+  keeper state is the one it failed from, so it does not stall the healthy ones.
+* **Hudi** (:func:`plan_hudi`): one table, one writer, so one key-range run over every lagging
+  partition and one commit. :func:`plan_ranges` picks ``[start, min(end, start + limit))`` per
+  partition from the table's checkpoint (unseen partitions start by the reset policy of
+  :mod:`eos_pipeline.core.positions`) and refuses (:class:`TransactionRefused`) whatever would
+  skip or repeat records. Exactly once rests on the checkpoint and the fence, not on upsert, so
+  ``auto`` lets a large transaction ``bulk_insert`` while small ones ``upsert`` (merging small
+  files); a table keyed by a business key always upserts.
+* **Following runs**: once caught up, a run keeps polling the ends and writing, each step
+  through the same state machine, until idle for ``idle_seconds``, after ``max_seconds``, or
+  when another run needs its table or chDB path; while one is in flight its sensor asks for
+  nothing there. It saves a queue wait and a process start per trickle of records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.errors import LogChanged
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.positions import (
+    Reset,
+    Standing,
+    check_same_log,
+    checkpoint_state,
+    needs_log_start,
+    standing,
+    start_offset,
+)
+from eos_pipeline.core.retries import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    Failures,
+    RetryDecision,
+    decide_retry,
+)
+
+
+def partition_key(tp: TopicPartition) -> str:
+    """``topic__p0007``: no commas, pipes, brackets or spaces, sorts in partition order."""
+    return f"{tp.topic}__p{tp.partition:04d}"
+
+
+def parse_partition_key(key: str) -> TopicPartition:
+    topic, _, number = key.rpartition("__p")
+    if not topic or not number.isdigit():
+        raise ValueError(f"partition key {key!r} is not of the form <topic>__p<NNNN>")
+    return TopicPartition(topic, int(number))
+
+
+def keys_for(topic: str, count: int) -> list[str]:
+    """The keys of partitions ``0 .. count - 1`` of ``topic``, in order."""
+    return [partition_key(TopicPartition(topic, p)) for p in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """Partition keys to add and to remove, or why none."""
+
+    keys: tuple[str, ...] = ()
+    skip_reason: str | None = None
+    #: Keys that match no Kafka partition of the pipeline's topics (added by hand, a typo):
+    #: the sensor deletes them, and says why in :attr:`remove_reason`.
+    remove: tuple[str, ...] = ()
+    remove_reason: str | None = None
+
+
+#: Most valid keys a removal message lists one by one (more are summarised per topic).
+MAX_KEYS_NAMED = 20
+
+
+def _valid_keys_text(counts: Mapping[str, int]) -> str:
+    keys = [k for topic, n in counts.items() for k in keys_for(topic, n)]
+    if len(keys) <= MAX_KEYS_NAMED:
+        return ", ".join(keys) if keys else "none"
+    return "; ".join(
+        f"{keys_for(topic, n)[0]} .. {keys_for(topic, n)[-1]} ({n} keys)"
+        for topic, n in counts.items()
+        if n
+    )
+
+
+def stray_keys(
+    existing: Iterable[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
+) -> list[str]:
+    """Keys of ``existing`` that match no partition of the pipeline's topics, sorted.
+
+    A key matches when it is exactly ``partition_key`` of a partition below its topic's count.
+    Keys of a topic that could not be read (``missing_topics``) are kept: the topic may be
+    back on the next evaluation, and only what Kafka says is judged.
+    """
+    stray = []
+    for key in existing:
+        try:
+            tp = parse_partition_key(key)
+        except ValueError:
+            stray.append(key)
+            continue
+        if tp.topic in missing_topics and partition_key(tp) == key:
+            continue
+        if partition_key(tp) != key or tp.partition >= counts.get(tp.topic, 0):
+            stray.append(key)
+    return sorted(stray)
+
+
+def plan_new_partitions(
+    existing: Collection[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
+) -> NewPartitions:
+    """The keys of ``counts`` (topic -> partition count) not in ``existing``, in order, and
+    the keys of ``existing`` that match no Kafka partition (:func:`stray_keys`), to remove."""
+    wanted = [k for topic, n in counts.items() for k in keys_for(topic, n) if k not in existing]
+    remove = tuple(stray_keys(existing, counts, missing_topics))
+    reason = None
+    if remove:
+        topics = [*counts, *missing_topics]
+        reason = (
+            f"removing partition key(s) {list(remove)}: they match no Kafka partition of "
+            f"topic(s) {topics}. Valid keys: {_valid_keys_text(counts)}"
+        )
+    if wanted or remove:
+        return NewPartitions(tuple(wanted), remove=remove, remove_reason=reason)
+    note = f"; topics not found: {list(missing_topics)}" if missing_topics else ""
+    return NewPartitions(skip_reason=f"{len(existing)} partitions, none new{note}")
+
+
+#: An operation Hudi runs for one data commit.
+WriteOperation = Literal["upsert", "insert", "bulk_insert"]
+#: What a pipeline configures: one of those, or ``auto`` (chosen per transaction).
+ConfiguredOperation = Literal["upsert", "insert", "bulk_insert", "auto"]
+
+#: ``auto``'s operation below the threshold: upsert keeps merging records into small files.
+AUTO_STEADY_OPERATION: Final[WriteOperation] = "upsert"
+#: ``auto``'s threshold: from this many planned records on, a transaction bulk-inserts. At
+#: 100,000 records bulk_insert used half of upsert's CPU (benchmarks/README.md, issue 14); below
+#: some ten thousand records a run's fixed costs dominate either way, and a bulk insert adds a
+#: file per Kafka partition that later upserts must fill. A judgement, not a measured crossover.
+DEFAULT_BULK_INSERT_MIN_RECORDS: Final = 20_000
+
+
+def planned_records(ranges: Iterable[OffsetRange]) -> int:
+    """Upper bound on the records of a plan: the sum of its ranges' widths.
+
+    Known before anything is read; gaps (transaction markers, compaction) only make it high.
+    """
+    return sum(r.width for r in ranges)
+
+
+def transaction_operation(
+    configured: ConfiguredOperation,
+    planned: int,
+    *,
+    bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS,
+    unique_keys: bool = True,
+) -> WriteOperation:
+    """The operation of a transaction of ``planned`` records (at most) under ``configured``.
+
+    A fixed operation is kept as configured; ``auto`` takes ``bulk_insert`` from
+    ``bulk_insert_min_records`` planned records on, and :data:`AUTO_STEADY_OPERATION` below or
+    when the record key does not hold the source coordinates (``unique_keys`` false).
+    """
+    if bulk_insert_min_records < 1:
+        raise ValueError(f"bulk_insert_min_records must be at least 1: {bulk_insert_min_records}")
+    if planned < 0:
+        raise ValueError(f"planned records cannot be negative: {planned}")
+    if configured == "auto":
+        large = unique_keys and planned >= bulk_insert_min_records
+        return "bulk_insert" if large else AUTO_STEADY_OPERATION
+    if configured not in ("upsert", "insert", "bulk_insert"):
+        raise ValueError(f"operation must be upsert, insert, bulk_insert or auto: {configured!r}")
+    return configured
+
+
+#: The sink a run writes, ``<pipeline>.<sink>``: the runs of one sink are queried by it.
+SINK_TAG = "eos_pipeline/sink"
+#: ``<sink>.<partition key>``: ``dagster.yaml`` allows one run per value at a time.
+SINK_PARTITION_TAG = "eos_pipeline/sink_partition"
+#: The Hudi table's path: ``dagster.yaml`` allows one run per table at a time.
+HUDI_TABLE_TAG = "eos_pipeline/hudi_table"
+#: The embedded chDB data path: ``dagster.yaml`` allows one run per path at a time.
+CHDB_PATH_TAG = "eos_pipeline/chdb_path"
+#: The sink state a run starts from (ClickHouse: ``<phase>:<position>``; Hudi: a digest of the
+#: checkpoint): failed runs are counted per partition and start state.
+START_STATE_TAG = "eos_pipeline/start_state"
+#: The Kafka end offsets a chDB range run was asked for, ``<partition key>=<end>,...``: while
+#: it runs, a next run is asked for only once some end moved beyond them.
+ENDS_TAG = "eos_pipeline/ends"
+#: Dagster's own tags: a run's partition, its priority, and a partition-key-range run's bounds
+#: (the values of dagster's ``ASSET_PARTITION_RANGE_START_TAG``/``_END_TAG``).
+PARTITION_TAG = "dagster/partition"
+PRIORITY_TAG = "dagster/priority"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+#: Priority of a ClickHouse run that resolves a ``BEFORE`` range, and of any other run.
+RECOVERY_PRIORITY = "10"
+NORMAL_PRIORITY = "0"
+#: Most runs one ClickHouse sensor evaluation asks for (the rest come on the next tick).
+MAX_RUNS_PER_TICK = 200
+#: The partition key under which a run without one (a range run) is counted.
+ANY_PARTITION = "*"
+
+
+# ------------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A run as the planner sees it: its id and tags."""
+
+    run_id: str
+    tags: Mapping[str, str] = field(default_factory=dict)
+    #: When a failed run ended (epoch seconds): the backoff counts from there.
+    ended_at: float | None = None
+
+
+def asked_ends(runs: Iterable[RunInfo]) -> dict[str, int] | None:
+    """The highest end per partition key that ``runs`` (running range runs) were asked for, or
+    None when none of them says (no run, or runs launched by hand)."""
+    ends: dict[str, int] | None = None
+    for run in runs:
+        text = run.tags.get(ENDS_TAG)
+        if not text:
+            continue
+        ends = {} if ends is None else ends
+        for item in text.split(","):
+            key, _, end = item.rpartition("=")
+            ends[key] = max(ends.get(key, -1), int(end))
+    return ends
+
+
+def in_flight_keys(runs: Iterable[RunInfo]) -> set[str]:
+    """Partition keys with a run queued or running; :data:`ANY_PARTITION` for a range run."""
+    busy: set[str] = set()
+    for run in runs:
+        key = run.tags.get(PARTITION_TAG)
+        if key:
+            busy.add(key)
+        if RANGE_START_TAG in run.tags:
+            busy.add(ANY_PARTITION)  # a range run: the whole table is being written
+    return busy
+
+
+def failures_by_start(runs: Iterable[RunInfo]) -> dict[tuple[str, str], Failures]:
+    """``(partition key or "*", start state) -> Failures`` of failed runs given newest first.
+
+    Runs without a start state were launched by hand (the UI, a backfill): not counted.
+    """
+    out: dict[tuple[str, str], Failures] = {}
+    for run in runs:
+        start = run.tags.get(START_STATE_TAG)
+        if start is None:
+            continue
+        key = (run.tags.get(PARTITION_TAG, ANY_PARTITION), start)
+        if key in out:
+            out[key].count += 1
+        else:
+            out[key] = Failures(1, run.run_id, run.ended_at)
+    return out
+
+
+def retry_suffix(failed: Failures | None) -> str:
+    """The run-key suffix that makes each retry from one start state a new key."""
+    return f":retry{failed.count}" if failed else ""
+
+
+# ------------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRun:
+    """One run request: a single-partition run (``partition_key``) or a range run (tags)."""
+
+    run_key: str
+    tags: dict[str, str]
+    partition_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one sensor evaluation asks for; ``skip_reason`` is set when it asks for nothing."""
+
+    runs: tuple[PlannedRun, ...] = ()
+    #: One line per partition (or table) given up on: the sensor logs them as warnings.
+    given_up: tuple[str, ...] = ()
+    skip_reason: str | None = None
+    #: One line per partition (or table) waiting out its backoff after transient failures.
+    waiting: tuple[str, ...] = ()
+
+
+def plan_of(
+    runs: Sequence[PlannedRun], given_up: Sequence[str], idle: str, waiting: Sequence[str] = ()
+) -> Plan:
+    """The plan of one evaluation: its runs, or why it asks for none (``idle`` if nothing)."""
+    if runs:
+        return Plan(tuple(runs), tuple(given_up), waiting=tuple(waiting))
+    said = [*given_up, *waiting]
+    return Plan((), tuple(given_up), " ".join(said) if said else idle, tuple(waiting))
+
+
+def stopped(verdict: RetryDecision, given_up: list[str], waiting: list[str]) -> bool:
+    """Note why no run is asked for (if so): backing off, or given up."""
+    if verdict.run:
+        return False
+    (waiting if verdict.waiting else given_up).append(str(verdict.message))
+    return True
+
+
+def digest(text: str) -> str:
+    """A short stable hash for run keys (the same state gives the same key)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: Set on runs the lag sensor asks to follow: runs launched by hand (the UI, backfills) end as
+#: soon as they have caught up.
+FOLLOW_TAG = "eos_pipeline/follow"
+
+
+@dataclass(frozen=True, slots=True)
+class FollowPolicy:
+    """How long a following run goes on (``idle_seconds`` 0: runs do not follow)."""
+
+    idle_seconds: float = 0.0
+    max_seconds: float = 300.0
+    #: Pause between two looks at Kafka's end offsets when nothing new arrived.
+    poll_seconds: float = 0.2
+
+    @property
+    def enabled(self) -> bool:
+        return self.idle_seconds > 0
+
+
+def stop_reason(
+    policy: FollowPolicy,
+    *,
+    started: float,
+    last_data: float,
+    now: float,
+    others_waiting: bool,
+) -> str | None:
+    """Why a following run ends now, or None to keep following.
+
+    ``started``: when following began; ``last_data``: when the run last found new records (or
+    began following); ``others_waiting``: another run that may need the path is queued.
+    """
+    if others_waiting:
+        return "another run waits for the table: handing it over"
+    if now - started >= policy.max_seconds:
+        return f"followed for {policy.max_seconds:g} s (the most a run follows)"
+    if now - last_data >= policy.idle_seconds:
+        return f"no new records for {policy.idle_seconds:g} s"
+    return None
+
+
+def yields_to(
+    sink: str,
+    held: str | None,
+    queued: Iterable[Mapping[str, str]],
+    partition: str | None = None,
+    *,
+    held_tag: str = CHDB_PATH_TAG,
+) -> bool:
+    """Whether one of the ``queued`` runs (their tags) may need what a following run of
+    ``sink`` holds.
+
+    ``held`` is what the run holds alone, named by the tag ``held_tag``: a chDB path
+    (:data:`CHDB_PATH_TAG`, one process at a time) or a Hudi table (``HUDI_TABLE_TAG``,
+    one writer at a time). It gives way to a run of the same sink, a run tagged with the same
+    path or table, or a run without a sink tag (launched by hand: a backfill, a check, a replay,
+    another asset; its needs are unknown); runs of other sinks on other paths or tables do not
+    stop it. On a ClickHouse server (``held`` None) a following run holds only its
+    ``partition``: a run of that partition, or a key-range run launched by hand (it may cover
+    it); the sensor's runs of other partitions go on side by side.
+    """
+    for tags in queued:
+        other = tags.get(SINK_TAG)
+        if held is None:
+            if partition is not None and tags.get(PARTITION_TAG) == partition:
+                return True
+            if other is None and RANGE_START_TAG in tags:
+                return True
+            continue
+        if other is None or other == sink:
+            return True
+        if tags.get(held_tag) == held:
+            return True
+    return False
+
+
+def follows(policy: FollowPolicy, run_tags: Mapping[str, str], clustered: bool) -> bool:
+    """Whether a run with ``run_tags`` follows: only sensor runs tagged to follow, only when
+    the policy is on, and never on a clustered pipeline (its runs end once caught up)."""
+    return policy.enabled and run_tags.get(FOLLOW_TAG) == "true" and not clustered
+
+
+def pending(ends: Mapping[str, int], positions: Mapping[str, int]) -> list[str]:
+    """The partition keys whose Kafka end is past the run's position, in key order."""
+    return sorted(key for key, end in ends.items() if end > positions.get(key, end))
+
+
+#: Set by a range run on itself: the partitions it set aside (see the module docstring).
+NEEDS_PERSON_TAG = "eos_pipeline/needs_person"
+#: Longest cause kept per partition (Dagster shows tags in full in the run's page).
+_CAUSE_CHARS = 300
+
+
+def state_label(state: SinkState | None) -> str:
+    """The keeper state a partition failed from, as a short stable text."""
+    if state is None:
+        return "none"
+    return f"{state.phase.value}:{state.range.start}-{state.range.end}"
+
+
+def encode(stuck: Mapping[str, tuple[str, str]]) -> str:
+    """The tag value for ``{key: (state label, cause)}``."""
+    return json.dumps(
+        {k: [label, cause[:_CAUSE_CHARS]] for k, (label, cause) in sorted(stuck.items())},
+        separators=(",", ":"),
+    )
+
+
+def decode(value: str) -> dict[str, tuple[str, str]]:
+    """The inverse of :func:`encode`; a malformed value (edited by hand) sets nothing aside."""
+    try:
+        raw = json.loads(value)
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        str(k): (str(v[0]), str(v[1]))
+        for k, v in raw.items()
+        if isinstance(v, list) and len(v) == 2
+    }
+
+
+def stuck_partitions(failed_newest_first: Iterable[RunInfo]) -> dict[str, tuple[str, str]]:
+    """``{key: (state label, cause)}`` from failed runs' tags; the newest run's word counts."""
+    out: dict[str, tuple[str, str]] = {}
+    for run in failed_newest_first:
+        value = run.tags.get(NEEDS_PERSON_TAG)
+        if value:
+            for key, entry in decode(value).items():
+                out.setdefault(key, entry)
+    return out
+
+
+def set_aside(
+    key: str, state: SinkState | None, stuck: Mapping[str, tuple[str, str]]
+) -> str | None:
+    """A warning if ``key`` is still stuck in the state it failed from, else None."""
+    entry = stuck.get(key)
+    if entry is None or entry[0] != state_label(state):
+        return None
+    return (
+        f"{key} is left out of the runs until a person acts: it failed from {entry[0]} with "
+        f"{entry[1]} (fix the cause, then launch a run of {key} by hand)"
+    )
+
+
+CAUGHT_UP = "every partition is caught up (or has a run in flight)"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    """One topic as the ClickHouse sensor reads it."""
+
+    topic: str
+    #: Kafka's last stable offset per partition.
+    ends: Mapping[int, int]
+    #: Partitions with a keeper record, and the position it holds (None: a record without
+    #: state yet). A partition missing here has no record at all.
+    records: Mapping[int, SinkState | None] = field(default_factory=dict)
+    #: Kafka's first offset per partition: only needed where
+    #: :func:`clickhouse_needs_log_starts` says so.
+    log_starts: Mapping[int, int] | None = None
+
+
+def _clickhouse_candidates(
+    topic: TopicState, known: Collection[str], busy: Collection[str]
+) -> Iterator[tuple[int, int, str]]:
+    """``(partition, end, key)`` of the known partitions without a run in flight, in order."""
+    for p, end in sorted(topic.ends.items()):
+        key = partition_key(TopicPartition(topic.topic, p))
+        if key in known and key not in busy:
+            yield p, end, key
+
+
+def clickhouse_needs_log_starts(
+    topic: TopicState, known: Collection[str], busy: Collection[str], reset: Reset
+) -> bool:
+    """Whether :func:`plan_clickhouse` needs ``topic.log_starts`` (one Kafka request)."""
+    return any(
+        needs_log_start(topic.records.get(p), reset)
+        for p, _, _ in _clickhouse_candidates(topic, known, busy)
+    )
+
+
+def plan_clickhouse(
+    sink: str,
+    topics: Iterable[TopicState],
+    *,
+    known: Collection[str],
+    busy: Collection[str],
+    failures: Mapping[tuple[str, str], Failures],
+    max_attempts: int,
+    reset: Reset,
+    chdb_path: str | None = None,
+    ordered_keys: Sequence[str] | None = None,
+    queued: bool = False,
+    running_ends: Mapping[str, int] | None = None,
+    follow: bool = False,
+    following: bool = False,
+    stuck: Mapping[str, tuple[str, str]] | None = None,
+    max_runs: int = MAX_RUNS_PER_TICK,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
+) -> Plan:
+    """The runs that catch the lagging partitions of ``topics`` up; ``BEFORE`` partitions first.
+
+    On a ClickHouse server (no ``chdb_path``): one run per lagging partition, side by side.
+    On an embedded chDB path runs are serialized anyway, so a run per partition would only add
+    a queue wait and a process start per partition: ONE run over a key range of the dynamic
+    partitions (:func:`clickhouse_range_run`), needing ``ordered_keys`` and ``queued`` (a run
+    of the sink waits in Dagster's queue).
+
+    Left alone: partitions not (yet) known as Dagster partitions, with a run in flight
+    (``busy``), caught up, or given up after ``max_attempts`` failed runs from their current
+    state. With ``reset: latest`` a partition whose keeper record holds no state yet is left
+    alone too: a run has taken it and pins its start with its first write.
+
+    ``follow``: the runs asked for go on writing new records once caught up
+    (:mod:`eos_pipeline.core.planning`); ``following``: such a run of the sink is in
+    flight on the chDB path, where it covers every partition. ``stuck``: see
+    :func:`clickhouse_range_run` (single-partition runs have their own failure counts).
+    """
+    if chdb_path is not None and ordered_keys is not None:
+        return clickhouse_range_run(
+            sink,
+            topics,
+            ordered_keys=ordered_keys,
+            busy=busy,
+            failures=failures,
+            max_attempts=max_attempts,
+            reset=reset,
+            chdb_path=chdb_path,
+            queued=queued,
+            running_ends=running_ends,
+            follow=follow,
+            following=following,
+            stuck=stuck,
+            backoff=backoff,
+            now=now,
+        )
+    recover: list[PlannedRun] = []
+    behind: list[PlannedRun] = []
+    given_up: list[str] = []
+    waiting: list[str] = []
+    for key, end, where in _clickhouse_lagging(topics, known, busy, reset):
+        start = f"{where.phase}:{where.position}"
+        failed = failures.get((key, start))
+        verdict = decide_retry(
+            f"{key} ({sink})", start, failed, max_attempts=max_attempts, backoff=backoff, now=now
+        )
+        if stopped(verdict, given_up, waiting):
+            continue
+        tags = {
+            SINK_TAG: sink,
+            SINK_PARTITION_TAG: f"{sink}.{key}",
+            PRIORITY_TAG: RECOVERY_PRIORITY if where.recovering else NORMAL_PRIORITY,
+            START_STATE_TAG: start,
+        }
+        if chdb_path:
+            tags[CHDB_PATH_TAG] = chdb_path
+        if follow:
+            tags[FOLLOW_TAG] = "true"
+        run = PlannedRun(
+            run_key=f"{sink}:{key}:{start}:{end}{retry_suffix(failed)}",
+            tags=tags,
+            partition_key=key,
+        )
+        (recover if where.recovering else behind).append(run)
+    runs = (recover + behind)[:max_runs]
+    return plan_of(runs, given_up, CAUGHT_UP, waiting)
+
+
+def _clickhouse_lagging(
+    topics: Iterable[TopicState], known: Collection[str], busy: Collection[str], reset: Reset
+) -> Iterator[tuple[str, int, Standing]]:
+    """``(key, end, standing)`` of every lagging known partition without a run in flight."""
+    for topic in topics:
+        lows = topic.log_starts or {}
+        for p, end, key in _clickhouse_candidates(topic, known, busy):
+            state = topic.records.get(p)
+            if state is None and reset == "latest" and p in topic.records:
+                continue
+            where = standing(state, reset, end=end, log_start=lows.get(p))
+            if where.lagging:
+                yield key, end, where
+
+
+def clickhouse_range_run(
+    sink: str,
+    topics: Iterable[TopicState],
+    *,
+    ordered_keys: Sequence[str],
+    busy: Collection[str],
+    failures: Mapping[tuple[str, str], Failures],
+    max_attempts: int,
+    reset: Reset,
+    chdb_path: str,
+    queued: bool = False,
+    running_ends: Mapping[str, int] | None = None,
+    follow: bool = False,
+    following: bool = False,
+    stuck: Mapping[str, tuple[str, str]] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
+) -> Plan:
+    """ONE run over every lagging partition of a chDB-backed table, or a skip reason.
+
+    A Dagster key range is contiguous in ``ordered_keys`` (the order partitions were added),
+    while lagging partitions need not be: the run covers the range from the first to the last
+    lagging one, and the caught-up partitions in between cost one keeper read and one offset
+    request each, no insert (one run is much cheaper than a process start per gap). Inside
+    the run, partitions in ``BEFORE`` are caught up first (:func:`recovery_order`), and the
+    run gets the recovery priority if any partition recovers.
+
+    The chDB path takes one process at a time. While a run of the sink waits in the queue
+    (``queued``) nothing is asked for: it reads whatever arrived when it starts. While one
+    runs, the next one is asked for and waits behind it (``dagster.yaml``'s chDB limit), so it
+    starts as soon as the path is free rather than a sensor tick later; but only once some
+    lagging partition's end moved beyond what the running run was asked for (``running_ends``,
+    from its :data:`ENDS_TAG`): it reads each partition to the end it finds, so a run queued for
+    those same records would start only to find nothing to do. Partitions with a
+    single-partition run of their own in flight (launched by hand) are left to it.
+
+    Failed range runs are counted under :data:`ANY_PARTITION` and a digest of the lagging
+    partitions' states, like Hudi's table runs. A run planned while another one ran carries
+    the states seen then; if it fails, the next plan starts from the real states and counts
+    afresh: at most one extra attempt, never a skipped offset (a run always starts from the
+    keeper's position).
+
+    A following run (``follow``) covers every known partition, not only the lagging ones: it
+    goes on writing whatever arrives anywhere, and while it is in flight (``following``)
+    nothing else is asked for.
+
+    ``stuck``: partitions an earlier range run set aside because they need a person
+    (:mod:`eos_pipeline.core.planning`): left out, with a warning, while their state is
+    the one they failed from, so the healthy partitions go on.
+    """
+    if queued:
+        return Plan(skip_reason=f"a run of {sink} is queued: it reads what arrived meanwhile")
+    if following:
+        return Plan(skip_reason=f"a run of {sink} follows the stream: it writes what arrives")
+    order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
+    topics = list(topics)
+    lagging = list(_clickhouse_lagging(topics, order, busy, reset))
+    set_aside_lines: list[str] = []
+    if stuck:
+        states = {
+            partition_key(TopicPartition(t.topic, p)): state
+            for t in topics
+            for p, state in t.records.items()
+        }
+        kept = []
+        for item in lagging:
+            line = set_aside(item[0], states.get(item[0]), stuck)
+            if line is None:
+                kept.append(item)
+            else:
+                set_aside_lines.append(line)
+        lagging = kept
+    if not lagging:
+        return plan_of((), set_aside_lines, CAUGHT_UP)
+    if running_ends is not None and all(
+        end <= running_ends.get(key, -1) for key, end, _ in lagging
+    ):
+        return plan_of(
+            (), set_aside_lines, f"a run of {sink} is writing up to these ends: nothing newer"
+        )
+    lagging.sort(key=lambda item: order[item[0]])
+    state = ",".join(f"{key}={where.phase}:{where.position}" for key, _, where in lagging)
+    wanted = ",".join(f"{key}={end}" for key, end, _ in lagging)
+    start = "range:" + digest(state)
+    failed = failures.get((ANY_PARTITION, start))
+    verdict = decide_retry(
+        f"{sink} partitions {state}",
+        start,
+        failed,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        now=now,
+    )
+    given_up: list[str] = list(set_aside_lines)
+    waiting: list[str] = []
+    if stopped(verdict, given_up, waiting):
+        return plan_of((), given_up, "", waiting)
+    recovering = any(where.recovering for _, _, where in lagging)
+    first, last = lagging[0][0], lagging[-1][0]
+    if follow:
+        first, last = ordered_keys[0], ordered_keys[-1]
+    tags = {
+        SINK_TAG: sink,
+        CHDB_PATH_TAG: chdb_path,
+        RANGE_START_TAG: first,
+        RANGE_END_TAG: last,
+        PRIORITY_TAG: RECOVERY_PRIORITY if recovering else NORMAL_PRIORITY,
+        START_STATE_TAG: start,
+        ENDS_TAG: wanted,
+    }
+    if follow:
+        tags[FOLLOW_TAG] = "true"
+    run_key = f"{sink}:{lagging[0][0]}..{lagging[-1][0]}:{digest(state + '/' + wanted)}"
+    return Plan(runs=(PlannedRun(run_key + retry_suffix(failed), tags),), given_up=tuple(given_up))
+
+
+def recovery_order(keys: Iterable[str], states: Mapping[str, SinkState | None]) -> list[str]:
+    """The order a multi-partition run catches its partitions up: those left in ``BEFORE``
+    (a run died mid-step) first, then the rest; each group in key order."""
+    ordered = sorted(keys)
+    before = [k for k in ordered if (s := states.get(k)) is not None and s.phase is Phase.BEFORE]
+    return before + [k for k in ordered if k not in set(before)]
+
+
+class TransactionRefused(ValueError):
+    """The next transaction cannot be planned without losing or repeating records."""
+
+
+class PlanLogChanged(LogChanged, TransactionRefused):
+    """The table's checkpoint is not from the log Kafka holds now."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRanges:
+    """One transaction's positions: before it, the ranges it reads, and after its commit."""
+
+    #: Position of every partition before (stored, or from the reset policy).
+    start: Checkpoint
+    #: The partitions of this transaction.
+    ranges: dict[TopicPartition, OffsetRange]
+    #: Position of every partition after the commit (those not read carried forward).
+    checkpoint: Checkpoint
+
+
+def plan_ranges(
+    table: str,
+    topic: str,
+    stored: Checkpoint,
+    ends: Mapping[int, int],
+    lows: Mapping[int, int],
+    *,
+    reset: Reset,
+    max_records: int,
+    partitions: Collection[int] | None = None,
+    until: Mapping[int, int] | None = None,
+) -> TransactionRanges:
+    """Plan one transaction of ``topic`` into ``table`` (named in the errors).
+
+    ``ends``/``lows``: Kafka's last stable offset and log start per partition, fixed now;
+    ``partitions`` default to all of the topic's.
+    """
+    foreign = sorted({tp.topic for tp in stored} - {topic})
+    if foreign:
+        raise TransactionRefused(
+            f"{table}: the table's checkpoint is for topic(s) {foreign}, "
+            f"not {topic!r}; one Hudi table follows one topic"
+        )
+    start: Checkpoint = {}
+    for p in sorted(ends):
+        tp = TopicPartition(topic, p)
+        state = checkpoint_state(stored.get(tp))
+        start[tp] = start_offset(state, reset, end=ends[p], log_start=lows.get(p))
+    check_same_log(
+        table,
+        topic=topic,
+        stored_partitions=[tp.partition for tp in stored],
+        present=ends,
+        error=PlanLogChanged,
+    )
+    chosen = sorted(ends) if partitions is None else sorted(set(partitions))
+    unknown = [p for p in chosen if p not in ends]
+    if unknown:
+        raise TransactionRefused(
+            f"partition(s) {unknown} do not exist in topic {topic!r} "
+            f"(it has {len(ends)}: 0..{len(ends) - 1})"
+        )
+    ranges: dict[TopicPartition, OffsetRange] = {}
+    for p in chosen:
+        tp = TopicPartition(topic, p)
+        begin = start[tp]
+        check_same_log(
+            f"{table}: {tp}",
+            topic=topic,
+            position=begin,
+            log_end=ends[p],
+            log_start=lows[p],
+            error=PlanLogChanged,
+        )
+        end = min(ends[p], begin + max_records)
+        if until is not None and p in until:
+            end = max(begin, min(end, until[p]))
+        ranges[tp] = OffsetRange(begin, end)
+    checkpoint = dict(start)
+    checkpoint.update({tp: r.end for tp, r in ranges.items()})
+    return TransactionRanges(start, ranges, checkpoint)
+
+
+def hudi_blocked(busy: Collection[str], table: str, following: bool = False) -> str | None:
+    """Why no Hudi run may be asked for now (a run writing the table), else None.
+
+    ``following``: the run in flight follows the stream (it writes what arrives).
+    """
+    if not busy:
+        return None
+    if following:
+        return f"a following run is writing {table}: it writes what arrives"
+    return f"a run writing {table} is queued or running"
+
+
+def _hudi_candidates(
+    topic: str, ends: Mapping[int, int], known: Collection[str]
+) -> Iterator[tuple[TopicPartition, int, str]]:
+    for p, end in sorted(ends.items()):
+        tp = TopicPartition(topic, p)
+        key = partition_key(tp)
+        if key in known:
+            yield tp, end, key
+
+
+def hudi_needs_log_starts(
+    topic: str,
+    ends: Mapping[int, int],
+    checkpoint: Mapping[TopicPartition, int],
+    known: Collection[str],
+    reset: Reset,
+) -> bool:
+    """Whether :func:`plan_hudi` needs ``log_starts`` (one Kafka request)."""
+    return any(
+        needs_log_start(checkpoint_state(checkpoint.get(tp)), reset)
+        for tp, _, _ in _hudi_candidates(topic, ends, known)
+    )
+
+
+def plan_hudi(
+    sink: str,
+    table: str,
+    topic: str,
+    *,
+    ends: Mapping[int, int],
+    ordered_keys: Sequence[str],
+    checkpoint: Mapping[TopicPartition, int],
+    busy: Collection[str],
+    failures: Mapping[tuple[str, str], Failures],
+    max_attempts: int,
+    reset: Reset,
+    log_starts: Mapping[int, int] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    now: float | None = None,
+    follow: bool = False,
+    following: bool = False,
+) -> Plan:
+    """ONE run (one Hudi commit) over every lagging partition of ``topic``, or a skip reason.
+
+    ``ordered_keys`` are the dynamic partitions in the order they were added: the run covers
+    the key range from the first to the last lagging one (partitions in between that are caught
+    up are read as empty ranges, harmless). ``checkpoint`` is the table's position (the copy
+    the asset records; it can only lag behind the table, never run ahead of it).
+
+    ``follow``: the run asked for goes on committing new records once caught up
+    (:mod:`eos_pipeline.core.planning`), so it covers every known partition of the
+    topic, not only the lagging ones; ``following``: such a run is in flight (the skip reason
+    says so).
+    """
+    blocked = hudi_blocked(busy, table, following)
+    if blocked:
+        return Plan(skip_reason=blocked)
+    lows = log_starts or {}
+    known = set(ordered_keys)
+    lagging: list[str] = []
+    for tp, end, key in _hudi_candidates(topic, ends, known):
+        state = checkpoint_state(checkpoint.get(tp))
+        if standing(state, reset, end=end, log_start=lows.get(tp.partition)).lagging:
+            lagging.append(key)
+    if not lagging:
+        return Plan(skip_reason="the Hudi table is caught up")
+    order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
+    covered = [key for _, _, key in _hudi_candidates(topic, ends, known)] if follow else lagging
+    first, last = min(covered, key=order.__getitem__), max(covered, key=order.__getitem__)
+    state = ",".join(f"{p}:{checkpoint.get(TopicPartition(topic, p), '-')}" for p in ends)
+    wanted = ",".join(str(e) for _, e in sorted(ends.items()))
+    # the checkpoint can be long (one entry per partition): the tag holds a digest of it
+    start = "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
+    failed = failures.get((ANY_PARTITION, start))
+    verdict = decide_retry(
+        f"Hudi table {table}",
+        start,
+        failed,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        now=now,
+        shown_start=f"checkpoint {state}",
+    )
+    given_up: list[str] = []
+    waiting: list[str] = []
+    if stopped(verdict, given_up, waiting):
+        return plan_of((), given_up, "", waiting)
+    tags = {
+        SINK_TAG: sink,
+        HUDI_TABLE_TAG: table,
+        RANGE_START_TAG: first,
+        RANGE_END_TAG: last,
+        START_STATE_TAG: start,
+    }
+    if follow:
+        tags[FOLLOW_TAG] = "true"
+    run = PlannedRun(run_key=f"{sink}:{state}:{wanted}{retry_suffix(failed)}", tags=tags)
+    return Plan(runs=(run,))
