@@ -42,8 +42,7 @@ from benchmarks.report import Figure, apply_ratios, render_table, write_json
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.registry import RegistrySchemas, schemas_for
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 
 FORMATS = ("json", "avro", "protobuf")

@@ -6,7 +6,7 @@ adapter asks it for the schema of an id and keeps the answer for the life of the
 id's schema never changes once registered, so each id costs one request per process (the run's
 and each Spark Python worker's).
 
-What an answer means for a record (see :mod:`core.formats`):
+What an answer means for a record (see :mod:`core.decode`):
 
 * the schema: decode with it;
 * HTTP 404 with the registry's "schema not found" code (40403): ``UnknownSchemaId`` dead letter;
@@ -26,11 +26,15 @@ from typing import Any
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from eos_pipeline.core.decode import Decoded, decode_json
-from eos_pipeline.core.formats import RegistryUnavailableError, WriterSchema, decode_framed
-from eos_pipeline.core.payload_format import RegistrySettings, Secret
-from eos_pipeline.core.registry_columns import writer_columns
-from eos_pipeline.core.schema import Column, SchemaError, TableSchema
+from eos_pipeline.core.decode import (
+    Decoded,
+    RegistryUnavailableError,
+    WriterSchema,
+    decode_framed,
+    decode_json,
+)
+from eos_pipeline.core.evolution import writer_columns
+from eos_pipeline.core.schema import Column, RegistrySettings, SchemaError, Secret, TableSchema
 
 __all__ = [
     "RegistryAccessError",
@@ -92,7 +96,7 @@ def client_config(settings: RegistrySettings) -> dict[str, Any]:
 
 
 class RegistrySchemas:
-    """:class:`core.formats.WriterSchemas` over one registry, every answer kept (ids included
+    """:class:`core.decode.WriterSchemas` over one registry, every answer kept (ids included
     that the registry does not know: a record's verdict must not change within a process)."""
 
     def __init__(self, settings: RegistrySettings, client: Any | None = None) -> None:

@@ -24,10 +24,17 @@ from pydantic import (
 from eos_pipeline.core.contract import compile_contract
 from eos_pipeline.core.failover import ClusterSet
 from eos_pipeline.core.keeper import validate_root, validate_topic
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-from eos_pipeline.core.payload_format import Secret as CoreSecret
 from eos_pipeline.core.planning import DEFAULT_BULK_INSERT_MIN_RECORDS
-from eos_pipeline.core.schema import Column, SchemaError, SourceColumns, TableSchema
+from eos_pipeline.core.schema import (
+    Column,
+    Format,
+    PayloadFormat,
+    RegistrySettings,
+    SchemaError,
+    SourceColumns,
+    TableSchema,
+)
+from eos_pipeline.core.schema import Secret as CoreSecret
 
 #: Values of ``spark.remote`` meaning "no server: Spark in the run's own process".
 IN_PROCESS = ("", "local")

@@ -12,12 +12,12 @@ Per record, checked in this order (the first failing rule names the error class)
 1. ``Oversized``: key + value bytes above the pipeline's ``max_record_bytes``;
 2. ``Tombstone``: a null value;
 3. ``DecodeError``: not UTF-8, not JSON, not a JSON object, text after the object, or a string
-   holding an unpaired surrogate (``"\\ud800"``: valid JSON syntax, not text);
+   holding an unpaired surrogate (``"\ud800"``: valid JSON syntax, not text);
 4. per declared column, in declared order: ``MissingField`` when the field is absent or null
    and the column has no default and is not nullable; ``TypeMismatch`` when the JSON token does
    not fit the column (see :data:`TOKENS`).
 
-Framed formats (``format: avro | protobuf | json_schema``, see :mod:`core.formats`) replace
+Framed formats (``format: avro | protobuf | json_schema``, see :mod:`core.decode`) replace
 rule 3 by three checks: ``BadFraming`` (no Confluent header: magic byte 0, a 4-byte schema id,
 Protobuf message indexes), ``UnknownSchemaId`` (the registry has no schema with that id) and
 ``DecodeError`` (the bytes are not a value of the writer schema, or that schema is of another
@@ -28,35 +28,459 @@ Keys that are not declared columns are ignored; a repeated key keeps its last va
 the contract returns are canonical Python values (``int``, ``float``, ``bool``, ``str``,
 ``Decimal``, ``date``, aware ``datetime`` in UTC, lists, dicts), which each sink converts to its
 storage type without judging again.
+
+
+Value rules: one converter per supported ClickHouse type turns a parsed JSON value into its
+canonical value or raises :class:`Reject` with the reason; types the two sinks cannot store
+alike are refused up front with a :class:`SchemaError` naming a type to use instead.
 """
 
 from __future__ import annotations
 
+import decimal
 import functools
 import json
+import math
 import re
+import struct
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any, Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from eos_pipeline.core.schema import Column, SchemaError, TableSchema
-from eos_pipeline.core.values import TOKENS, Converter, Reject, converter, kind_of, unwrap
 
-__all__ = [
-    "TOKENS",
-    "Contract",
-    "ErrorClass",
-    "FieldRule",
-    "Verdict",
-    "compile_contract",
-    "is_required",
-    "judge",
-    "judge_object",
-    "oversized",
-    "parse_object",
-    "unwrap",
-]
+
+@dataclass(frozen=True, slots=True)
+class ParsedType:
+    """A parsed canonical ClickHouse type: its name, arguments and whether null is allowed."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+def split_type(ch_type: str) -> ParsedType:
+    """``Name(arg, arg)`` split at its top-level commas (nested parentheses kept whole)."""
+    name, _, rest = ch_type.partition("(")
+    if not rest:
+        return ParsedType(name, ())
+    parts, depth, current = [], 0, ""
+    for ch in rest[:-1]:
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        current += ch
+    parts.append(current.strip())
+    return ParsedType(name, tuple(parts))
+
+
+def unwrap(ch_type: str) -> tuple[str, bool]:
+    """``ch_type`` without ``LowCardinality``/``Nullable`` wrappers, and whether it was Nullable."""
+    nullable = False
+    while True:
+        parsed = split_type(ch_type)
+        if parsed.name == "LowCardinality":
+            ch_type = parsed.args[0]
+        elif parsed.name == "Nullable":
+            ch_type, nullable = parsed.args[0], True
+        else:
+            return ch_type, nullable
+
+
+class Reject(Exception):
+    """A value does not fit its column (internal: becomes a ``TypeMismatch``)."""
+
+
+INT_RANGES: Final = {
+    f"{sign}Int{bits}": (0, (1 << bits) - 1) if sign else (-(1 << bits - 1), (1 << bits - 1) - 1)
+    for sign in ("", "U")
+    for bits in (8, 16, 32, 64)
+}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+DATE_RANGES: Final = {
+    "Date": (date(1970, 1, 1), date(2149, 6, 6)),
+    "Date32": (date(1900, 1, 1), date(2299, 12, 31)),
+}
+_DATETIME_RANGE: Final = (_EPOCH, datetime(2106, 2, 7, 6, 28, 15, tzinfo=UTC))
+_DATETIME64_RANGE: Final = (
+    datetime(1900, 1, 1, tzinfo=UTC),
+    datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+)
+_ISO: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})"
+    r"(?:[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})?)?"
+)
+_DATE: Final = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_DECIMAL_TEXT: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_UUID: Final = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_FLOAT32: Final = struct.Struct("<f")
+_WIDE: Final = decimal.Context(prec=200)  # quantize without the default 28-digit limit
+
+
+def kind_of(value: Any) -> str:
+    """The JSON token kind of a parsed value, for messages."""
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        Decimal: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def mismatch(value: Any, type_name: str, why: str = "") -> Reject:
+    detail = f" ({why})" if why else ""
+    return Reject(f"{kind_of(value)} {_show(value)} does not fit {type_name}{detail}")
+
+
+Converter = Callable[[Any], Any]
+
+
+def int_value(type_name: str) -> Converter:
+    low, high = INT_RANGES[type_name]
+
+    def convert(value: Any) -> Any:
+        if type(value) is not int:
+            raise mismatch(value, type_name, "needs a JSON integer")
+        if not low <= value <= high:
+            raise mismatch(value, type_name, f"out of range [{low}, {high}]")
+        return value
+
+    return convert
+
+
+def float_value(type_name: str) -> Converter:
+    single = type_name == "Float32"
+
+    def convert(value: Any) -> Any:
+        kind = type(value)
+        if kind is bool or kind not in (int, float, Decimal):
+            raise mismatch(value, type_name, "needs a JSON number")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.copysign(math.inf, value)  # an integer beyond any double
+        if single and math.isfinite(number):
+            try:
+                number = _FLOAT32.unpack(_FLOAT32.pack(number))[0]
+            except OverflowError:
+                number = math.copysign(math.inf, number)
+        return number
+
+    return convert
+
+
+def decimal_value(type_name: str, precision: int, scale: int) -> Converter:
+    quantum = Decimal(1).scaleb(-scale)
+    limit = Decimal(10) ** (precision - scale)
+
+    def convert(value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            if not _DECIMAL_TEXT.fullmatch(value):
+                raise mismatch(value, type_name, "not a decimal number")
+            number = Decimal(value)
+        elif kind is int or kind is Decimal:
+            number = Decimal(value)
+        elif kind is float:  # NaN or Infinity: JSON floats otherwise arrive as Decimal
+            raise mismatch(value, type_name, "not a finite number")
+        else:
+            raise mismatch(value, type_name, "needs a JSON number or decimal string")
+        if not number.is_finite():
+            raise mismatch(value, type_name, "not a finite number")
+        try:
+            exact = number.quantize(quantum, context=_WIDE)
+        except (InvalidOperation, decimal.Overflow):
+            raise mismatch(value, type_name, "out of range") from None
+        if exact != number:
+            raise mismatch(value, type_name, f"more than {scale} digits after the point")
+        if exact.copy_abs() >= limit:  # copy_abs: no rounding to the 28-digit context
+            raise mismatch(value, type_name, "out of range")
+        return exact
+
+    return convert
+
+
+def bool_value(value: Any) -> Any:
+    if type(value) is not bool:
+        raise mismatch(value, "Bool", "needs true or false")
+    return value
+
+
+def _text(value: Any, type_name: str) -> str:
+    if type(value) is not str:
+        raise mismatch(value, type_name, "needs a JSON string")
+    return value
+
+
+def string_value(type_name: str) -> Converter:
+    return lambda value: _text(value, type_name)
+
+
+def fixed_string_value(type_name: str, length: int) -> Converter:
+    def convert(value: Any) -> Any:
+        text = _text(value, type_name)
+        if len(text.encode("utf-8")) > length:
+            raise mismatch(value, type_name, f"longer than {length} bytes")
+        return text
+
+    return convert
+
+
+def uuid_value(value: Any) -> Any:
+    text = _text(value, "UUID")
+    if not _UUID.fullmatch(text):
+        raise mismatch(value, "UUID", "not in 8-4-4-4-12 hex form")
+    return str(uuid.UUID(text))
+
+
+def ip_value(type_name: str) -> Converter:
+    parse = IPv4Address if type_name == "IPv4" else IPv6Address
+
+    def convert(value: Any) -> Any:
+        text = _text(value, type_name)
+        try:
+            return str(parse(text))
+        except ValueError:
+            raise mismatch(value, type_name, "not an address") from None
+
+    return convert
+
+
+def date_value(type_name: str) -> Converter:
+    low, high = DATE_RANGES[type_name]
+
+    def convert(value: Any) -> Any:
+        match = _DATE.fullmatch(_text(value, type_name))
+        try:
+            day = date(*map(int, match.groups())) if match else None
+        except ValueError:
+            day = None
+        if day is None:
+            raise mismatch(value, type_name, "not a YYYY-MM-DD date")
+        if not low <= day <= high:
+            raise mismatch(value, type_name, f"out of range [{low}, {high}]")
+        return day
+
+    return convert
+
+
+def _zone(type_name: str, tz: str | None) -> Any:
+    if tz is None:
+        return UTC
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SchemaError(f"{type_name}: unknown time zone {tz!r}") from None
+
+
+def datetime_value(type_name: str, precision: int, tz: str | None) -> Converter:
+    zone = _zone(type_name, tz)
+    wide = type_name.startswith("DateTime64")
+    low, high = _DATETIME64_RANGE if wide else _DATETIME_RANGE
+    cut = 10 ** (6 - precision)  # microseconds per unit of the column's precision
+
+    def convert(value: Any) -> Any:
+        if type(value) is int:
+            try:
+                moment = _EPOCH + timedelta(seconds=value)
+            except OverflowError:
+                raise mismatch(value, type_name, "out of range") from None
+        else:
+            match = _ISO.fullmatch(_text(value, type_name)) if type(value) is str else None
+            if match is None:
+                raise mismatch(value, type_name, "needs epoch seconds or an ISO-8601 string")
+            year, month, day, hour, minute, second, fraction, offset = match.groups()
+            micros = int((fraction or "0")[:6].ljust(6, "0"))
+            if offset is None:
+                zone_here: Any = zone
+            elif offset == "Z":
+                zone_here = UTC
+            else:
+                sign = 1 if offset[0] == "+" else -1
+                hours, minutes = int(offset[1:3]), int(offset[4:6])
+                if hours > 23 or minutes > 59:
+                    raise mismatch(value, type_name, "bad UTC offset")
+                zone_here = _fixed_zone(sign * (hours * 60 + minutes))
+            try:
+                local = datetime(
+                    int(year),
+                    int(month),
+                    int(day),
+                    int(hour or 0),
+                    int(minute or 0),
+                    int(second or 0),
+                    micros,
+                    tzinfo=zone_here,
+                )
+                moment = local.astimezone(UTC)
+            except (ValueError, OverflowError):
+                raise mismatch(value, type_name, "not a valid date and time") from None
+        moment = moment.replace(microsecond=moment.microsecond - moment.microsecond % cut)
+        if not low <= moment <= high:
+            raise mismatch(value, type_name, f"out of range [{low:%Y-%m-%d}, {high:%Y-%m-%d}]")
+        return moment
+
+    return convert
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_zone(minutes: int) -> Any:
+    from datetime import timezone
+
+    return timezone(timedelta(minutes=minutes))
+
+
+TOKENS: Final[dict[str, str]] = {
+    "Int8..Int64, UInt8..UInt64": 'a JSON integer within the type\'s range (not 1.0, not "1")',
+    "Float32, Float64": "a JSON number, or NaN/Infinity/-Infinity; Float32 rounds to float32",
+    "Decimal(P, S)": "a JSON number or a decimal string, at most S fraction and P-S integer digits",
+    "Bool": "true or false",
+    "String": "a JSON string (not a number, not an object)",
+    "FixedString(N)": "a JSON string of at most N UTF-8 bytes",
+    "UUID": "a string in 8-4-4-4-12 hex form (stored lower-case)",
+    "IPv4, IPv6": "a string holding an address (stored in its compressed form)",
+    "Date, Date32": "a 'YYYY-MM-DD' string within the type's range",
+    "DateTime, DateTime64(P[, tz])": (
+        "whole seconds since the epoch as a JSON integer, or an ISO-8601 string "
+        "'YYYY-MM-DD[ T]hh:mm:ss[.fff][Z|+hh:mm]' (no offset: the column's time zone, else "
+        "UTC), within the type's range; fractions beyond P digits are cut off; P at most 6"
+    ),
+    "Array(T)": "a JSON array whose elements each fit T",
+    "Map(String, T)": "a JSON object whose values each fit T",
+    "Nullable(T), LowCardinality(T)": "as T; null only where Nullable",
+}
+
+#: Types no sink pair can store identically (Spark decimals hold 38 digits, timestamps hold
+#: microseconds; ClickHouse's JSON, Tuple and BFloat16 have no Spark counterpart of the same value).
+_UNSUPPORTED_HINT: Final = {
+    "Int128": "Int64 or Decimal(38, 0)",
+    "UInt128": "UInt64 or Decimal(38, 0)",
+    "Int256": "Int64 or Decimal(38, 0)",
+    "UInt256": "UInt64 or Decimal(38, 0)",
+    "BFloat16": "Float32",
+    "JSON": "String (the JSON text) or Map(String, String)",
+    "Tuple": "Array or Map",
+}
+
+
+def _unquote(tz: str) -> str:
+    return tz.strip().strip("'")
+
+
+def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
+    """The value rule for a canonical type string, and whether the type allows null.
+
+    Raises :class:`SchemaError` for a type the contract does not support, naming a type to use.
+    """
+    base, nullable = unwrap(ch_type)
+    parsed = split_type(base)
+    name = parsed.name
+    if name in _UNSUPPORTED_HINT:
+        raise SchemaError(
+            f"{where}: type {ch_type} is not supported by both sinks (ClickHouse and Hudi would "
+            f"store different values); use {_UNSUPPORTED_HINT[name]}"
+        )
+    if name in INT_RANGES:
+        return int_value(name), nullable
+    if name in ("Float32", "Float64"):
+        return float_value(name), nullable
+    if name == "Decimal":
+        precision, scale = int(parsed.args[0]), int(parsed.args[1])
+        if precision > 38:
+            raise SchemaError(
+                f"{where}: {base} holds more than 38 digits, which Spark decimals cannot; "
+                "use Decimal(38, S) or String"
+            )
+        return decimal_value(base, precision, scale), nullable
+    if name == "Bool":
+        return bool_value, nullable
+    if name == "String":
+        return string_value(base), nullable
+    if name == "FixedString":
+        return fixed_string_value(base, int(parsed.args[0])), nullable
+    if name == "UUID":
+        return uuid_value, nullable
+    if name in ("IPv4", "IPv6"):
+        return ip_value(name), nullable
+    if name in DATE_RANGES:
+        return date_value(name), nullable
+    if name == "DateTime":
+        return datetime_value(base, 0, _unquote(parsed.args[0]) if parsed.args else None), nullable
+    if name == "DateTime64":
+        precision = int(parsed.args[0])
+        if precision > 6:
+            raise SchemaError(
+                f"{where}: {base} keeps nanoseconds, Spark timestamps keep microseconds; "
+                "use DateTime64(6) or less"
+            )
+        tz = _unquote(parsed.args[1]) if len(parsed.args) > 1 else None
+        return datetime_value(base, precision, tz), nullable
+    if name == "Array":
+        element, element_nullable = converter(parsed.args[0], f"{where} element")
+        return _array(base, element, element_nullable), nullable
+    if name == "Map":
+        key_base, _ = unwrap(parsed.args[0])
+        if key_base != "String":
+            raise SchemaError(f"{where}: {base}: JSON object keys are strings; use Map(String, T)")
+        value, value_nullable = converter(parsed.args[1], f"{where} value")
+        return _map(base, value, value_nullable), nullable
+    raise SchemaError(f"{where}: type {ch_type} is not supported by the decoder contract")
+
+
+def _array(type_name: str, element: Converter, element_nullable: bool) -> Converter:
+    def convert(value: Any) -> Any:
+        if type(value) is not list:
+            raise mismatch(value, type_name, "needs a JSON array")
+        out = []
+        for item in value:
+            if item is None:
+                if not element_nullable:
+                    raise mismatch(value, type_name, "null element")
+                out.append(None)
+            else:
+                try:
+                    out.append(element(item))
+                except Reject as exc:
+                    raise mismatch(value, type_name, f"element {len(out)}: {exc}") from None
+        return out
+
+    return convert
+
+
+def _map(type_name: str, value_rule: Converter, value_nullable: bool) -> Converter:
+    def convert(value: Any) -> Any:
+        if type(value) is not dict:
+            raise mismatch(value, type_name, "needs a JSON object")
+        out = {}
+        for key, item in value.items():
+            if item is None:
+                if not value_nullable:
+                    raise mismatch(value, type_name, f"null value for key {key!r}")
+                out[key] = None
+            else:
+                try:
+                    out[key] = value_rule(item)
+                except Reject as exc:
+                    raise mismatch(value, type_name, f"key {key!r}: {exc}") from None
+        return out
+
+    return convert
+
 
 #: A ``\\uD800``-``\\uDFFF`` escape: only these can decode to a string that is not text.
 _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
@@ -241,7 +665,7 @@ def judge_object(obj: dict[str, Any], contract: Contract) -> Verdict:
     """Rule 4 on a decoded record: the declared columns, in order, from a field mapping.
 
     JSON objects come here from :func:`parse_object`; Avro, Protobuf and JSON Schema records
-    from :mod:`core.formats`, as the same JSON-like values, so one set of rules judges all.
+    from :mod:`core.decode`, as the same JSON-like values, so one set of rules judges all.
     """
     row = []
     for rule in contract.fields:

@@ -27,7 +27,7 @@ class ClickHouseTableSpec:
     #: Key + value bytes above which a record is dead-lettered as ``Oversized`` (None: no limit).
     max_record_bytes: int | None = None
     #: Who parses the JSON values (``clickhouse.json_parser``): ``auto`` lets ClickHouse parse
-    #: them where :func:`eos_pipeline.core.native_json.native_plan` vouches for the schema and
+    #: them where :func:`eos_pipeline.core.decode.native_plan` vouches for the schema and
     #: the sink is chDB, ``native`` requires that, ``arrow`` never lets it.
     json_parser: Literal["auto", "native", "arrow"] = "auto"
 

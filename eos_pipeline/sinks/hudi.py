@@ -44,8 +44,8 @@ from eos_pipeline.adapters.hudi import CommitInfo, Operation, latest_commit, wri
 from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets, topic_id
 from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_json
 from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.decode import writer_ids
 from eos_pipeline.core.errors import LogChanged
-from eos_pipeline.core.formats import writer_ids
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import (
     AUTO_STEADY_OPERATION,

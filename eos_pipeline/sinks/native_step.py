@@ -1,7 +1,7 @@
 """The ClickHouse sink's first choice for a step: ClickHouse parses the JSON values itself.
 
 Used where ``clickhouse.json_parser`` allows it, the table lives in chDB and
-:func:`eos_pipeline.core.native_json.native_plan` vouches for the schema. The step's token and
+:func:`eos_pipeline.core.decode.native_plan` vouches for the schema. The step's token and
 rows are those of the other paths (Arrow, per-record), so a retry deduplicates against a block
 written by any of them; a refused chunk writes nothing and goes on to the Arrow path.
 """
@@ -12,7 +12,7 @@ import logging
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.clickhouse.native_json import NativeRefused
-from eos_pipeline.core.native_json import NativeRows, native_plan
+from eos_pipeline.core.decode import NativeRows, native_plan
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse_reports import ClickHouseTableSpec
 

@@ -14,8 +14,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from eos_pipeline.adapters.registry import schemas_for
-from eos_pipeline.core.evolution import Evolution, IncompatibleSchemaChange, plan_evolution
-from eos_pipeline.core.registry_columns import writer_columns
+from eos_pipeline.core.evolution import (
+    Evolution,
+    IncompatibleSchemaChange,
+    plan_evolution,
+    writer_columns,
+)
 from eos_pipeline.core.schema import SchemaError, TableSchema
 
 

@@ -31,9 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from eos_pipeline.core.formats import plain
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.decode import plain
+from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, TableSchema
 from eos_pipeline_tests.support.framed_differential import judge_alike, table_against
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

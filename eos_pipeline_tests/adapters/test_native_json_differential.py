@@ -27,8 +27,14 @@ from hypothesis import strategies as st
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.clickhouse.native_json import NativeRefused
-from eos_pipeline.core.decode import add_source_columns, decode_json, decode_json_arrow
-from eos_pipeline.core.native_json import NativeRows, native_payload, native_plan
+from eos_pipeline.core.decode import (
+    NativeRows,
+    add_source_columns,
+    decode_json,
+    decode_json_arrow,
+    native_payload,
+    native_plan,
+)
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import Column, TableSchema
 from eos_pipeline_tests.adapters.test_decoder_differential import (

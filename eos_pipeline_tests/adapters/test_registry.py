@@ -21,10 +21,9 @@ from eos_pipeline.adapters.registry import (
     client_config,
     decode_values,
 )
-from eos_pipeline.core.formats import read_frame
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings, Secret
+from eos_pipeline.core.decode import read_frame
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, Secret, TableSchema
 from eos_pipeline_tests.support.framed import (
     ORDER_COLUMNS,
     bad_values,
@@ -133,7 +132,7 @@ def test_an_unreachable_registry_is_transient_never_a_dead_letter(failure: Excep
     client = _Client(failure)
     schemas = RegistrySchemas(RegistrySettings("http://127.0.0.1:9/apis/ccompat/v7"), client)
     schema = _schema("avro", "http://127.0.0.1:9/apis/ccompat/v7")
-    from eos_pipeline.core.formats import decode_framed
+    from eos_pipeline.core.decode import decode_framed
 
     with pytest.raises(RegistryUnavailableError, match="could not be reached") as info:
         decode_framed([_ID5], schema, schemas)

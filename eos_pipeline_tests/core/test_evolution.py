@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from eos_pipeline.core.errors import Fault
-from eos_pipeline.core.evolution import IncompatibleSchemaChange, plan_evolution
-from eos_pipeline.core.registry_columns import avro_columns
+from eos_pipeline.core.evolution import IncompatibleSchemaChange, avro_columns, plan_evolution
 from eos_pipeline.core.schema import Column, TableSchema
 
 
@@ -124,9 +123,9 @@ def test_new_protobuf_fields_and_enum_symbols_are_followed_and_old_records_read_
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     from eos_pipeline.adapters.registry import RegistrySchemas
-    from eos_pipeline.core.formats import decode_framed
-    from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-    from eos_pipeline.core.registry_columns import protobuf_columns
+    from eos_pipeline.core.decode import decode_framed
+    from eos_pipeline.core.evolution import protobuf_columns
+    from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings
 
     old, new = _proto("v1", extra=False), _proto("v2", extra=True)
     settings = RegistrySettings("mock://evolution-proto")

@@ -9,10 +9,15 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from eos_pipeline.adapters.registry import RegistrySchemas
 from eos_pipeline.core.contract import compile_contract
-from eos_pipeline.core.formats import decode_framed
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-from eos_pipeline.core.registry_columns import avro_columns, protobuf_columns
-from eos_pipeline.core.schema import SchemaError, TableSchema
+from eos_pipeline.core.decode import decode_framed
+from eos_pipeline.core.evolution import avro_columns, protobuf_columns
+from eos_pipeline.core.schema import (
+    Format,
+    PayloadFormat,
+    RegistrySettings,
+    SchemaError,
+    TableSchema,
+)
 from eos_pipeline_tests.support.framed import AVRO_ORDER, ProtoOrder, framed_values, order
 
 
@@ -69,7 +74,7 @@ def test_every_record_of_the_schema_is_a_row_of_the_derived_columns(fmt: str) ->
 
 
 def test_json_schema_properties_map_to_columns() -> None:
-    from eos_pipeline.core.registry_columns import json_schema_columns
+    from eos_pipeline.core.evolution import json_schema_columns
 
     schema = {
         "type": "object",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.core.payload_format import Format, Secret
+from eos_pipeline.core.schema import Format, Secret
 
 BASE = """
 pipelines:

@@ -16,8 +16,7 @@ from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import ConfigError, parse_config
 from eos_pipeline.components.subject import SubjectUnavailableError, resolve_subject
 from eos_pipeline.core.errors import Fault
-from eos_pipeline.core.payload_format import RegistrySettings
-from eos_pipeline.core.schema import SchemaError
+from eos_pipeline.core.schema import RegistrySettings, SchemaError
 
 AVRO = json.dumps(
     {
@@ -127,10 +126,8 @@ def test_a_written_schema_needs_no_registry_at_load() -> None:
 def test_an_evolution_is_in_the_materialization_and_needs_a_person_when_refused() -> None:
     from eos_pipeline.components.assets import evolution_metadata
     from eos_pipeline.components.range_run import person_cause
-    from eos_pipeline.core.evolution import IncompatibleSchemaChange, plan_evolution
-    from eos_pipeline.core.payload_format import Format, PayloadFormat
-    from eos_pipeline.core.registry_columns import avro_columns
-    from eos_pipeline.core.schema import Column, TableSchema
+    from eos_pipeline.core.evolution import IncompatibleSchemaChange, avro_columns, plan_evolution
+    from eos_pipeline.core.schema import Column, Format, PayloadFormat, TableSchema
     from eos_pipeline.sinks.schema_follow import SchemaFollower
 
     fmt = PayloadFormat(Format.AVRO, RegistrySettings("mock://meta"))

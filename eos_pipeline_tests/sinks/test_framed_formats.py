@@ -36,9 +36,8 @@ from eos_pipeline.adapters.kafka import (
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline_tests.support.framed import (

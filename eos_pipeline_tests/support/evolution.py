@@ -13,9 +13,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from eos_pipeline.adapters.registry import SubjectSchema
-from eos_pipeline.core.payload_format import Format, PayloadFormat, RegistrySettings
-from eos_pipeline.core.registry_columns import avro_columns
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.evolution import avro_columns
+from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, TableSchema
 
 
 def _record(*fields: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """ClickHouse parses a chunk's JSON itself: the INSERT ... SELECT and the checks inside it.
 
 The chunk's values are written to a temporary file (newline-separated, straight from the list of
-values), checked by :func:`eos_pipeline.core.native_json.native_payload` over a memory map of
+values), checked by :func:`eos_pipeline.core.decode.native_payload` over a memory map of
 it, and read with ``file(path, JSONEachRow, structure)``; the source
 columns come from query parameters (topic, partition) and, per row, from a second file holding
 the offsets and Kafka timestamps as little-endian Int64s, read once as one string (a query
@@ -11,7 +11,7 @@ the one-block settings of :meth:`ClickHouseSink.insert_settings`), exactly like 
 so a retried step deduplicates against a block written by any of them.
 
 Every column is read as text (numbers and bools as their raw token) and each row must pass the
-checks of ``WHERE throwIf(...)`` (listed in :mod:`eos_pipeline.core.native_json`); the count of
+checks of ``WHERE throwIf(...)`` (listed in :mod:`eos_pipeline.core.decode`); the count of
 quoted values is compared over the whole chunk with a window sum. Unknown and repeated keys are
 parse errors (``input_format_skip_unknown_fields=0``). Any error means "not this path": the
 INSERT throws before writing its block, and the caller takes the next path.
@@ -35,7 +35,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 
-from eos_pipeline.core.native_json import (
+from eos_pipeline.core.decode import (
     NativeColumn,
     NativePlan,
     NativeRows,

@@ -78,8 +78,8 @@ from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
 from eos_pipeline.adapters.clickhouse.native_json import insert_native
 from eos_pipeline.adapters.clickhouse.reads import SourceRangeQueries
 from eos_pipeline.adapters.clickhouse.urls import parse_url, scrub_password
+from eos_pipeline.core.decode import NativePlan, NativeRows
 from eos_pipeline.core.evolution import Evolution, catch_up
-from eos_pipeline.core.native_json import NativePlan, NativeRows
 from eos_pipeline.core.schema import (
     TableSchema,
     validate_identifiers,
