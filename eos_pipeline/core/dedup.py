@@ -15,7 +15,7 @@ Why the rules below keep exactly-once
 -------------------------------------
 ClickHouse drops an insert whose ``insert_deduplication_token`` it has already seen, so an insert
 is idempotent only if it is sent again with the same token *and the same rows*. Tokens come from
-a chunk's own bounds (:func:`eos_pipeline.core.tokens.dedup_token`), so the only thing that can
+a chunk's own bounds (:func:`dedup_token`), so the only thing that can
 safely be sent twice is a chunk with exactly the bounds of the first attempt. After a crash in
 ``BEFORE`` that is the stored range and nothing else: any other range touching it would carry a
 different token and might duplicate rows that already landed. Positions at or past the stored
@@ -85,15 +85,6 @@ from enum import Enum
 
 from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-
-__all__ = [
-    "Case",
-    "Decision",
-    "OffsetRegressionError",
-    "Phase",
-    "SinkState",
-    "decide",
-]
 
 
 class Phase(Enum):
@@ -268,3 +259,27 @@ def decide(
 
 def _after(r: OffsetRange) -> SinkState:
     return SinkState(r, Phase.AFTER)
+
+
+# --------------------------------------------------------------------------------- dedup tokens
+# ClickHouse drops an insert whose ``insert_deduplication_token`` is still in the table's dedup
+# window, so a re-sent step must carry the same token and rows as its first attempt: the token
+# is a pure function of (pipeline, topic, partition, step bounds), with no ``hash()`` (salted
+# per process), clock or randomness. The ``v1`` format is frozen: a new one needs a new prefix,
+# rolled out only when every record is AFTER. Each step is one insert of one block, since
+# ClickHouse suffixes the token per block. The window (per table, shared by all its writers)
+# must hold more blocks than they can insert between a crash and its retry.
+
+TOKEN_PREFIX = "eos:v1"
+
+
+def dedup_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange) -> str:
+    """The insert dedup token of ``chunk``: ``eos:v1:<pipeline>:<topic>:<partition>:<start>-<end>``.
+
+    Readable on purpose (it shows up in ``system.query_log``). It is injective: topic names cannot
+    hold ``:``, and the three fields after the pipeline name are fixed in shape, so the text splits
+    back into its parts from the right even if the pipeline name contains ``:``.
+    """
+    if not pipeline:
+        raise ValueError("pipeline name must not be empty")
+    return f"{TOKEN_PREFIX}:{pipeline}:{tp.topic}:{tp.partition}:{chunk.start}-{chunk.end}"

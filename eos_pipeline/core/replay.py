@@ -33,10 +33,9 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.dedup import Phase, SinkState, dedup_token
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.tokens import dedup_token
 
 __all__ = [
     "DONE",

@@ -46,13 +46,19 @@ from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.adapters.registry import decode_values
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import add_source_columns, decode_json_arrow, writer_ids
-from eos_pipeline.core.dedup import Decision, OffsetRegressionError, Phase, SinkState, decide
+from eos_pipeline.core.dedup import (
+    Decision,
+    OffsetRegressionError,
+    Phase,
+    SinkState,
+    decide,
+    dedup_token,
+)
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.failover import row_topic
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
-from eos_pipeline.core.tokens import dedup_token
 from eos_pipeline.sinks.clickhouse_reports import (
     BatchReport,
     ClickHouseTableSpec,

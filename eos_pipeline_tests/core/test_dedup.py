@@ -13,9 +13,9 @@ from eos_pipeline.core.dedup import (
     Phase,
     SinkState,
     decide,
+    dedup_token,
 )
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.tokens import dedup_token
 
 
 def r(start: int, end: int) -> OffsetRange:

@@ -21,9 +21,9 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eos_pipeline.core.dedup import Case, Decision, Phase, SinkState, decide
+from eos_pipeline.core.dedup import Case, Decision, Phase, SinkState, decide, dedup_token
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.tokens import dedup_token, split_range_by_offsets
+from eos_pipeline_tests.support.chunks import split_range_by_offsets
 
 TP = TopicPartition("events", 0)
 PIPELINE = "prop"

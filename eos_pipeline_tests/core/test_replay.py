@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eos_pipeline.core.dedup import Phase, SinkState
+from eos_pipeline.core.dedup import Phase, SinkState, dedup_token
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.replay import (
     DONE,
@@ -16,7 +16,6 @@ from eos_pipeline.core.replay import (
     plan_replay,
     replay_token,
 )
-from eos_pipeline.core.tokens import dedup_token
 
 TP = TopicPartition("events", 1)
 

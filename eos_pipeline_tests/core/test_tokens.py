@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eos_pipeline.core.dedup import dedup_token
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.tokens import dedup_token, split_range_by_offsets
+from eos_pipeline_tests.support.chunks import split_range_by_offsets
 
 TP = TopicPartition("orders", 3)
 
@@ -26,7 +27,7 @@ def test_token_has_the_documented_readable_shape() -> None:
 def test_token_is_the_same_in_another_process_with_another_hash_seed() -> None:
     code = (
         "from eos_pipeline.core.offsets import OffsetRange, TopicPartition\n"
-        "from eos_pipeline.core.tokens import dedup_token\n"
+        "from eos_pipeline.core.dedup import dedup_token\n"
         "print(dedup_token('sales', TopicPartition('orders', 3), OffsetRange(10, 20)))\n"
     )
     tokens = set()
