@@ -144,8 +144,8 @@ def _fresh_kafka_clients(active: bool) -> Iterator[None]:
         yield None  # read_range then makes and closes a consumer per batch
 
     with (
-        mock.patch.object(kafka.admin, "shared_admin", kafka.admin_client),
-        mock.patch.object(kafka.reader, "_gc_paused", contextlib.nullcontext),
+        mock.patch.object(kafka, "shared_admin", kafka.admin_client),
+        mock.patch.object(kafka, "_gc_paused", contextlib.nullcontext),
         mock.patch("eos_pipeline.sinks.clickhouse.range_consumer", no_shared_consumer),
     ):
         yield

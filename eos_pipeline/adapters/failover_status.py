@@ -17,8 +17,12 @@ import time
 from dataclasses import dataclass, replace
 
 from eos_pipeline.adapters.failover import FailoverPipeline, FailoverStates
-from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings
-from eos_pipeline.adapters.kafka.offsets import end_offsets_of, ends_and_starts
+from eos_pipeline.adapters.kafka import (
+    KafkaReadError,
+    KafkaSettings,
+    end_offsets_of,
+    ends_and_starts,
+)
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.adapters.mirror import (
     PROBE_TIMEOUT,

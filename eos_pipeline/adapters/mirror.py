@@ -24,8 +24,12 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
-from eos_pipeline.adapters.kafka import KafkaReadError, KafkaSettings, admin_client
-from eos_pipeline.adapters.kafka.settings import RANGE_FETCH_WAIT_MS
+from eos_pipeline.adapters.kafka import (
+    RANGE_FETCH_WAIT_MS,
+    KafkaReadError,
+    KafkaSettings,
+    admin_client,
+)
 from eos_pipeline.core.failover import (
     DEFAULT_POLICY,
     Flow,

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from eos_pipeline.adapters.jvm_artifacts import ArtifactError
-from eos_pipeline.adapters.kafka.settings import RANGE_FETCH_WAIT_MS
+from eos_pipeline.adapters.kafka import RANGE_FETCH_WAIT_MS
 from eos_pipeline.adapters.spark_decode import (
     ERROR_CLASS_COLUMN,
     ERROR_COLUMN,

@@ -26,7 +26,7 @@ import dagster as dg
 
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import read_range, start_offsets
-from eos_pipeline.adapters.replay_journal import ReplayJournal
+from eos_pipeline.adapters.keeper import ReplayJournal
 from eos_pipeline.components.assets import (
     CHECK_NAME,
     CLICKHOUSE_SINK,

@@ -25,8 +25,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from eos_pipeline.adapters.hudi_timeline import HudiTimelineError, latest_checkpoint
-from eos_pipeline.adapters.kafka import KafkaSettings
-from eos_pipeline.adapters.kafka.offsets import ends_and_starts
+from eos_pipeline.adapters.kafka import KafkaSettings, ends_and_starts
 from eos_pipeline.adapters.keeper import shared_store
 from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,

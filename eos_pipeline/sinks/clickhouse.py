@@ -38,10 +38,10 @@ from eos_pipeline.adapters.kafka import (
     KafkaBatch,
     KafkaReadError,
     KafkaSettings,
+    TopicFacts,
     range_consumer,
     read_range,
 )
-from eos_pipeline.adapters.kafka.offsets import TopicFacts
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.adapters.registry import decode_values
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions

@@ -32,8 +32,7 @@ from eos_pipeline.adapters.kafka import (
     start_offsets,
     topic_id,
 )
-from eos_pipeline.adapters.keeper import KeeperStateStore, Lease, default_writer_id
-from eos_pipeline.adapters.replay_journal import ReplayJournal
+from eos_pipeline.adapters.keeper import KeeperStateStore, Lease, ReplayJournal, default_writer_id
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition

@@ -35,12 +35,14 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.hudi_timeline import latest_checkpoint, latest_commit
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
+    TopicInfo,
     TopicMissingError,
+    describe,
     end_offsets,
+    end_offsets_of,
     partition_count,
     start_offsets,
 )
-from eos_pipeline.adapters.kafka.offsets import TopicInfo, describe, end_offsets_of
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.failover import fold_keeper_states, fold_positions, stored_position

@@ -130,7 +130,7 @@ def _count_admin_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 def test_offsets_of_many_topics_take_one_request_each_and_name_a_missing_topic(
     kafka_settings: KafkaSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eos_pipeline.adapters.kafka.offsets import end_offsets_of, start_offsets_of
+    from eos_pipeline.adapters.kafka import end_offsets_of, start_offsets_of
 
     other = f"{topic_name}_b"
     create_topic(kafka_settings, topic_name, partitions=3)
@@ -151,7 +151,7 @@ def test_offsets_of_many_topics_take_one_request_each_and_name_a_missing_topic(
 def test_topic_facts_ask_once_per_round_for_every_named_partition_and_again_when_old(
     kafka_settings: KafkaSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eos_pipeline.adapters.kafka.offsets import TopicFacts
+    from eos_pipeline.adapters.kafka import TopicFacts
 
     other = f"{topic_name}_b"
     create_topic(kafka_settings, topic_name, partitions=4)

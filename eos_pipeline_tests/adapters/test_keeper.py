@@ -23,7 +23,6 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, KazooException, No
 from eos_dev.stack.services import free_port
 from eos_pipeline.adapters.keeper import (
     ConflictError,
-    FencedError,
     KeeperAuthError,
     KeeperSettings,
     KeeperStateStore,
@@ -31,7 +30,7 @@ from eos_pipeline.adapters.keeper import (
     Lease,
     StateStore,
 )
-from eos_pipeline.core.keeper import CorruptRecordError, KeeperKey
+from eos_pipeline.core.keeper import CorruptRecordError, FencedError, KeeperKey
 from eos_pipeline_tests.support.memory_keeper import UnsafeInMemoryStateStore
 
 pytestmark = pytest.mark.integration

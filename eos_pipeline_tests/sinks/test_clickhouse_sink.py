@@ -24,9 +24,8 @@ from eos_pipeline.adapters.kafka import (
     produce_all,
     read_range,
 )
-from eos_pipeline.adapters.keeper import FencedError
 from eos_pipeline.core.dedup import OffsetRegressionError
-from eos_pipeline.core.keeper import KeeperKey
+from eos_pipeline.core.keeper import FencedError, KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.sinks.clickhouse import (
     ClickHousePartitionSync,

@@ -22,7 +22,7 @@ from eos_pipeline.adapters.kafka import (
     produce_all,
     read_range,
 )
-from eos_pipeline.adapters.replay_journal import ReplayJournal
+from eos_pipeline.adapters.keeper import ReplayJournal
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.proof import compare
 from eos_pipeline.core.replay import DONE, RUNNING, ReplayRefused

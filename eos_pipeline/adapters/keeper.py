@@ -1,15 +1,47 @@
-"""The ZooKeeper (or ClickHouse Keeper) state store through kazoo; see the package docstring
-for the layout, the compare-and-set fencing and how lost answers are settled."""
+"""The keeper state store: per topic-partition sink positions in ZooKeeper (or ClickHouse Keeper)
+through kazoo, fenced by epochs. The lease rules it applies are pure, in
+:mod:`eos_pipeline.core.keeper`.
+
+Layout: one persistent znode per (pipeline, sink, topic, partition),
+``<root>/<pipeline>/<sink>/<topic>/<partition>`` (root ``/eos_pipeline``; a chroot in the hosts
+string is created when missing), holding the JSON record of :mod:`eos_pipeline.core.keeper`.
+A replay in flight is journaled at ``<root>/<pipeline>/@replay/<sink>/<topic>/<partition>``
+(:class:`ReplayJournal`; ``RUNNING`` means rows may be deleted and not yet re-inserted).
+
+Compare-and-set and fencing: the epoch and the state live in the *same* znode, so one
+``set(path, data, version=v)`` checks and moves both. :meth:`KeeperStateStore.acquire` bumps the
+epoch with a CAS; every write is a CAS on the lease's last known version, so any other change (a
+newer writer's acquire) makes a zombie's write fail with ``BadVersion``, after which the store
+re-reads and raises :class:`FencedError` when the stored epoch is newer. ZooKeeper orders the
+bump and the zombie's CAS, and whichever comes second sees a version it did not expect.
+
+Lost responses (connection loss, expiry, timeout, or a retried write that had succeeded) are
+settled by re-reading: the content this write meant under our epoch and lease id -> it landed;
+the version we sent with -> send the same CAS again; a newer epoch -> :class:`FencedError`;
+anything else -> :class:`ConflictError`, nothing overwritten.
+
+Sessions: znodes are persistent, leases are epochs, so an expired session loses nothing. Reads
+are retried across connection loss (idempotent); every call is bounded by
+``operation_timeout_s``, then :class:`KeeperUnavailableError`. A store and its leases are for one
+thread at a time; readers that come back every few seconds (sensor ticks) share one store per
+process (:func:`shared_store`; rebuilt after close, fork or a keeper error), not a session each.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
+import threading
 import time
+import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -24,15 +56,12 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from eos_pipeline.adapters.keeper.settings import (
-    KeeperAuthError,
-    KeeperSettings,
-    KeeperUnavailableError,
-    default_writer_id,
-)
 from eos_pipeline.core.keeper import (
+    DEFAULT_ROOT,
     ConflictError,
+    KeeperError,
     KeeperKey,
     KeeperRecord,
     Lease,
@@ -43,8 +72,111 @@ from eos_pipeline.core.keeper import (
     refusal,
     topic_path,
     utc_now,
+    validate_name,
+    validate_root,
+    validate_topic,
     write_outcome,
 )
+from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.replay import JournalEntry
+
+
+class KeeperUnavailableError(KeeperError):
+    """ZooKeeper could not be reached, or did not answer within the configured time."""
+
+
+class KeeperAuthError(KeeperError):
+    """The znode's ACL refuses this client (missing or wrong digest credentials)."""
+
+
+def default_writer_id(run_id: str | None = None) -> str:
+    """``host/pid/run``: who holds a lease, for humans; a random suffix stands in for a run id."""
+    return f"{socket.gethostname()}/{os.getpid()}/{run_id or uuid.uuid4().hex[:12]}"
+
+
+class StateStore(Protocol):
+    """What a sink needs from the keeper; the ZooKeeper store and the unit-test store share it."""
+
+    def read(self, key: KeeperKey) -> VersionedRecord | None: ...
+
+    def read_many(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> dict[int, VersionedRecord]: ...
+
+    def list_partitions(
+        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
+    ) -> list[int]: ...
+
+    def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
+
+    def write(
+        self,
+        lease: Lease,
+        range_start: int,
+        range_end: int,
+        phase: str,
+        *,
+        topic_id: str | None = None,
+        mark: Mark | None = None,
+        replace_mark: bool = False,
+    ) -> VersionedRecord: ...
+
+
+@dataclass(frozen=True)
+class KeeperSettings:
+    """How to reach the keeper. ``hosts`` may end in a chroot: ``h1:2181,h2:2181/chroot``.
+
+    ``auth=(user, password)`` logs in with ZooKeeper digest auth and creates every znode with a
+    digest ACL giving that user all permissions (plus read for anyone if ``world_readable``).
+    The password never appears in ``repr`` or in logs.
+    """
+
+    hosts: str
+    root: str = DEFAULT_ROOT
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    world_readable: bool = False
+    connect_timeout_s: float = 10.0
+    session_timeout_s: float = 10.0
+    operation_timeout_s: float = 30.0
+    max_write_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.hosts or not self.hosts.strip():
+            raise ValueError("keeper hosts must not be empty, e.g. '127.0.0.1:2181'")
+        object.__setattr__(self, "root", validate_root(self.root))
+        if self.auth is not None:
+            user, password = self.auth
+            if not user or ":" in user or not password:
+                raise ValueError("keeper auth needs a non-empty user without ':' and a password")
+        for name in ("connect_timeout_s", "session_timeout_s", "operation_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.max_write_attempts < 1:
+            raise ValueError("max_write_attempts must be >= 1")
+
+    def __repr__(self) -> str:
+        user = f"{self.auth[0]!r}:***" if self.auth else None
+        return (
+            f"KeeperSettings(hosts={self.hosts!r}, root={self.root!r}, auth={user}, "
+            f"world_readable={self.world_readable})"
+        )
+
+    @property
+    def chroot(self) -> str | None:
+        _, sep, rest = self.hosts.partition("/")
+        return "/" + rest.strip("/") if sep and rest.strip("/") else None
+
+    def acl(self) -> list[ACL]:
+        if self.auth is None:
+            return list(OPEN_ACL_UNSAFE)
+        acl = [make_digest_acl(self.auth[0], self.auth[1], all=True)]
+        if self.world_readable:
+            acl.append(make_acl("world", "anyone", read=True))
+        return acl
+
+    def auth_data(self) -> list[tuple[str, str]]:
+        return [("digest", f"{self.auth[0]}:{self.auth[1]}")] if self.auth else []
+
 
 log = logging.getLogger(__name__)
 
@@ -359,4 +491,84 @@ class KeeperStateStore:
         return stored
 
 
-__all__ = ["KeeperStateStore"]
+_STORES: dict[tuple[int, KeeperSettings], KeeperStateStore] = {}
+_LOCK = threading.Lock()
+#: Settings seen by one process are few (one keeper per code location); more is a test session.
+_MAX_STORES = 8
+
+
+def _take(settings: KeeperSettings) -> KeeperStateStore:
+    key = (os.getpid(), settings)
+    with _LOCK:
+        store = _STORES.get(key)
+        if store is not None and not store.closed:
+            return store
+        store = KeeperStateStore(settings).start()
+        _STORES[key] = store
+        while len(_STORES) > _MAX_STORES:
+            _STORES.pop(next(iter(_STORES))).close()
+        return store
+
+
+def _drop(settings: KeeperSettings, store: KeeperStateStore) -> None:
+    key = (os.getpid(), settings)
+    with _LOCK:
+        if _STORES.get(key) is store:
+            del _STORES[key]
+    store.close()
+
+
+@contextmanager
+def shared_store(settings: KeeperSettings) -> Iterator[KeeperStateStore]:
+    """The process's started store for ``settings``, left open for the next reader."""
+    store = _take(settings)
+    try:
+        yield store
+    except KeeperError:
+        _drop(settings, store)
+        raise
+
+
+def close_shared_stores() -> None:
+    """Close every shared store of this process (tests, shutdown)."""
+    with _LOCK:
+        stores = list(_STORES.values())
+        _STORES.clear()
+    for store in stores:
+        store.close()
+
+
+class ReplayJournal:
+    """Read and move the replay journal of one pipeline's sink."""
+
+    def __init__(self, store: KeeperStateStore, pipeline: str, sink: str) -> None:
+        self.store = store
+        self.pipeline = validate_name("pipeline", pipeline)
+        self.sink = validate_name("sink", sink)
+
+    def path(self, tp: TopicPartition) -> str:
+        topic = validate_topic(tp.topic)
+        root = self.store.settings.root
+        return f"{root}/{self.pipeline}/@replay/{self.sink}/{topic}/{tp.partition}"
+
+    def read(self, tp: TopicPartition) -> tuple[JournalEntry | None, int | None]:
+        """The entry and its znode version; (None, None) if no replay ever ran."""
+        path = self.path(tp)
+        try:
+            data, stat = self.store.client.get(path)
+        except NoNodeError:
+            return None, None
+        return JournalEntry.decode(data, path), stat.version
+
+    def write(self, tp: TopicPartition, entry: JournalEntry, version: int | None) -> int:
+        """Store ``entry`` if the znode is still at ``version``; return the new version."""
+        path = self.path(tp)
+        try:
+            if version is None:
+                self.store.client.create(path, entry.encode(), makepath=True)
+                return 0
+            return int(self.store.client.set(path, entry.encode(), version=version).version)
+        except (BadVersionError, NodeExistsError):
+            raise ConflictError(
+                f"{path}: another replay of {tp} moved the journal; nothing more was done here"
+            ) from None

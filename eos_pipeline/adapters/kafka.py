@@ -1,0 +1,907 @@
+"""Kafka through confluent-kafka: settings, admin, offsets, exact offset-range reads, producing.
+
+Reads are by explicit assignment, never by consumer-group subscription: the pipeline keeps its
+positions in its sinks (the keeper, the Hudi commit), so Kafka's committed group offsets play no
+part and are never written. Consumers run in ``read_committed`` isolation so that records of
+aborted transactions are never delivered, and with ``auto.offset.reset=error`` so that a range
+whose start was deleted by retention fails loudly instead of silently jumping ahead.
+
+Facts for many topics are asked at once (one DescribeTopics, one ListOffsets per cluster), never
+per partition, and :class:`TopicFacts` keeps them ``max_age_s`` for a run. A few seconds old is
+safe: an end offset is a run's *target*, and a caller that would *refuse* on an old answer (a log
+that seems to end before the stored position, a missing partition) asks again with
+``fresh=True`` first. Secrets in the settings are kept out of logs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import itertools
+import operator
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicCollection,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from eos_pipeline.core.failover import record_fingerprint
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+
+
+class KafkaReadError(RuntimeError):
+    """An offset range could not be read exactly as asked."""
+
+
+class TopicMissingError(KafkaReadError):
+    """The cluster answered: this topic does not exist there (or may not be described). Kept
+    apart from a cluster that did not answer, which callers must never read as "no topic"."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Connection settings shared by admin, consumer and producer clients.
+
+    ``client_config`` is passed through to librdkafka as-is (``security.protocol``,
+    ``sasl.mechanisms``, ``sasl.username``, ``ssl.ca.location``...), which is how a real cluster
+    with SASL/SSL is reached.
+    """
+
+    bootstrap_servers: str
+    client_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        # The client's refusals (a wrong password, a TLS mismatch) reach only its error
+        # callback, while requests just time out: remember them so a timeout can name them.
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "error_cb": self._remember_refusal,
+            **self.client_config,
+            **extra,
+        }
+
+    def _key(self) -> tuple[str, str]:
+        return self.bootstrap_servers, str(self.client_config.get("sasl.username", ""))
+
+    def _remember_refusal(self, error: KafkaError) -> None:
+        if error.code() in _REFUSALS:
+            _LAST_REFUSAL[self._key()] = error.str()
+
+    def no_answer(self, what: str, timeout: float, client: Any = None) -> KafkaReadError:
+        """The error for a request that got no answer: the cluster's refusal of this client's
+        credentials if it refused them (what to fix), else an unreachable cluster.
+
+        ``client`` (whose request went unanswered) is polled once first: librdkafka hands its
+        errors to the callback only from a poll.
+        """
+        refused = self.refused(what, client)
+        if refused is not None:
+            return refused
+        return KafkaReadError(
+            f"{what}: no answer from Kafka at {self.bootstrap_servers} (timed out after "
+            f"{timeout:g} s); is the cluster up and reachable from here?"
+        )
+
+    def refused(self, what: str, client: Any = None) -> KafkaReadError | None:
+        """The cluster's refusal of this client's credentials, if it refused them (what to
+        fix); None when it did not (``client``, whose request went unanswered, is polled once
+        first: librdkafka hands its errors to the callback only from a poll)."""
+        if client is not None:
+            client.poll(0)
+        refusal = _LAST_REFUSAL.get(self._key())
+        if not refusal:
+            return None
+        return KafkaReadError(
+            f"{what}: Kafka at {self.bootstrap_servers} refused this client: {refusal}. "
+            "Fix the pipeline's kafka.client settings (sasl.username / sasl.password, "
+            "security.protocol, ssl.ca.location); the run read and wrote nothing."
+        )
+
+    def redacted_config(self) -> dict[str, Any]:
+        """The client settings safe to show: secret values (passwords, JAAS, keys) masked."""
+        return {k: "***" if is_secret_setting(k) else v for k, v in self.client_config.items()}
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print sasl.password & co. into logs, tracebacks and metadata.
+        return (
+            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"client_config={self.redacted_config()!r})"
+        )
+
+
+#: How long a consumer of known offsets lets the broker hold a fetch (ms), librdkafka's
+#: ``fetch.wait.max.ms`` and the Java client's ``fetch.max.wait.ms``. The default, 500 ms, is
+#: paid whenever the broker has nothing to return at once: at a range's end when that is a
+#: transaction's commit marker, or on a reused consumer's metadata lookups. Readers of ranges
+#: that are in the log lose nothing by asking for an early answer.
+RANGE_FETCH_WAIT_MS = 10
+
+#: librdkafka errors that mean "the cluster will not talk to this client as configured".
+_REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+#: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.no_answer`.
+_LAST_REFUSAL: dict[tuple[str, str], str] = {}
+
+_SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
+
+
+def is_secret_setting(name: str) -> bool:
+    """True for client settings whose value is a secret (``sasl.password``, ``ssl.key.pem``...)."""
+    return bool(_SECRET_SETTING.search(name)) and not name.endswith(".location")
+
+
+@dataclass
+class KafkaBatch:
+    """The records of one topic-partition in ``range``, column by column.
+
+    ``range`` is the positions covered, which can be wider than the offsets present: transaction
+    markers, aborted records and compaction leave holes, and a range may hold no record at all.
+    """
+
+    tp: TopicPartition
+    range: OffsetRange
+    offsets: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    timestamps_ms: list[int] = field(default_factory=list)
+    #: Headers by position in the batch, only for records that have any (most have none).
+    headers: dict[int, tuple[tuple[str, bytes | None], ...]] = field(default_factory=dict)
+    value_bytes: int = 0
+
+    def fingerprint(self, index: int) -> str:
+        """The record identity MirrorMaker 2 preserves (``core.failover.record_fingerprint``)."""
+        return record_fingerprint(
+            self.keys[index],
+            self.values[index],
+            self.timestamps_ms[index],
+            self.headers.get(index, ()),
+        )
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def admin_client(settings: KafkaSettings) -> AdminClient:
+    """A new admin client (the caller keeps it alive while its futures are pending)."""
+    return AdminClient(settings.config())
+
+
+_SHARED_ADMINS: dict[tuple[int, str, tuple[tuple[str, str], ...]], AdminClient] = {}
+_SHARED_ADMINS_LOCK = threading.Lock()
+_MAX_SHARED_ADMINS = 8
+
+
+def shared_admin(settings: KafkaSettings) -> AdminClient:
+    """One admin client per process and connection settings, reused by every lookup.
+
+    Building a client costs a bootstrap connection and metadata round trip (~30 ms), paid on
+    every offset lookup before. librdkafka's admin client is thread-safe. Callers keep the
+    returned client in a local variable until their futures are resolved, so a client dropped
+    from this small cache (more than a few clusters in one process, e.g. a test session) is
+    only destroyed once no future of it is pending. The process id is part of the key: a
+    client's background threads do not survive a fork, so a forked child builds its own.
+    """
+    key = (
+        os.getpid(),
+        settings.bootstrap_servers,
+        tuple(sorted((str(k), repr(v)) for k, v in settings.client_config.items())),
+    )
+    admin = _SHARED_ADMINS.get(key)
+    if admin is None:
+        with _SHARED_ADMINS_LOCK:
+            admin = _SHARED_ADMINS.get(key)
+            if admin is None:
+                admin = _SHARED_ADMINS[key] = admin_client(settings)
+                while len(_SHARED_ADMINS) > _MAX_SHARED_ADMINS:
+                    _SHARED_ADMINS.pop(next(iter(_SHARED_ADMINS)))
+    return admin
+
+
+#: Tries of :func:`create_topic` when the cluster does not answer in time (creating is idempotent).
+_CREATE_TRIES = 3
+
+
+def create_topic(
+    settings: KafkaSettings,
+    topic: str,
+    partitions: int,
+    replication_factor: int = 1,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create ``topic``; an existing topic with the same name is accepted as it is.
+
+    A request that gets no answer in ``timeout`` (a broker busy re-registering after a pause,
+    a loaded machine) is sent again, up to three times: a topic the first request did create
+    is then accepted as existing. Other errors are raised at once.
+    """
+    new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
+    for attempt in range(1, _CREATE_TRIES + 1):
+        admin = admin_client(settings)  # keep a reference: the futures die with their client
+        futures = admin.create_topics([new], operation_timeout=timeout)
+        try:
+            # The broker answers by operation_timeout at the latest: wait a little longer.
+            futures[topic].result(timeout + min(5.0, timeout))
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if not error.retriable() or attempt == _CREATE_TRIES:
+                raise
+        except FutureTimeout:
+            if attempt == _CREATE_TRIES:
+                raise KafkaReadError(
+                    f"creating topic {topic!r} on {settings.bootstrap_servers}: no answer in "
+                    f"{_CREATE_TRIES} tries of {timeout:g}s; is the cluster up?"
+                ) from None
+
+
+def unreachable(
+    settings: KafkaSettings, what: str, timeout: float, exc: object, client: Any = None
+) -> KafkaReadError:
+    """The error of a request the cluster did not answer: what, where, the cause and the fix
+    (its words mark it transient for the retry rules, ``core.retries``). A definite refusal
+    (an unknown topic, no authorization) keeps Kafka's own words, without "unreachable"; a
+    cluster that refused this client's credentials says so and what to fix
+    (``KafkaSettings.refused``)."""
+    if isinstance(exc, KafkaException) and not is_down(exc):
+        return KafkaReadError(f"could not {what} on {settings.bootstrap_servers}: {exc}")
+    refused = settings.refused(f"could not {what}", client)
+    if refused is not None:
+        return refused
+    cause = f": {exc}" if str(exc) else ""
+    return KafkaReadError(
+        f"could not {what} on {settings.bootstrap_servers} within {timeout:g} s (unreachable or "
+        f"timed out{cause}); is the broker up? Check kafka.bootstrap_servers, or start the "
+        "local stack with `eos-pipeline stack up`"
+    )
+
+
+#: librdkafka's codes for a cluster that does not answer (some are not flagged retriable).
+_DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
+
+
+def is_down(exc: object) -> bool:
+    """True when ``exc`` says the cluster did not answer (not a refusal of the request)."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(error, KafkaError):
+        return True
+    if error.code() in _REFUSED:  # Kafka flags an unknown topic retriable; it is an answer
+        return False
+    return error.retriable() or error.code() in _DOWN
+
+
+#: Definite answers about one topic, whatever their retriable flag says.
+_REFUSED = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.UNKNOWN_TOPIC_ID,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
+    admin = shared_admin(settings)
+    try:
+        meta = admin.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        what = f"read the metadata of topic {topic!r}"
+        raise unreachable(settings, what, timeout, exc, admin) from exc
+    info = meta.topics.get(topic)
+    if info is not None and info.error is not None and is_down(KafkaException(info.error)):
+        what = f"read the metadata of topic {topic!r}"
+        raise unreachable(settings, what, timeout, KafkaException(info.error), admin)
+    if info is None or info.error is not None:
+        raise TopicMissingError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
+    return len(info.partitions)
+
+
+def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
+    """Kafka's id of the topic (a UUID, new each time a topic is created).
+
+    Offsets alone cannot tell a topic from one deleted and recreated under the same name once
+    the new log has grown past a stored position; the id can. Sinks store it next to their
+    positions and refuse to continue on another id.
+    """
+    admin = shared_admin(settings)
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+    try:
+        description = future.result(timeout)
+    except FutureTimeout:
+        raise unreachable(settings, f"describe topic {topic!r}", timeout, "", admin) from None
+    except KafkaException as exc:
+        raise unreachable(settings, f"describe topic {topic!r}", timeout, exc, admin) from exc
+    return str(description.topic_id)
+
+
+def end_offsets(
+    settings: KafkaSettings,
+    topic: str,
+    committed: bool = True,
+    timeout: float = 10.0,
+) -> dict[int, int]:
+    """Next offset to be written per partition, in one request for the whole topic.
+
+    With ``committed`` (the default) this is the last stable offset: the end of what a
+    read_committed consumer can see. Offsets beyond it belong to open transactions and must not
+    be part of a batch, since their fate is not known yet.
+    """
+    admin = shared_admin(settings)
+    count = partition_count(settings, topic, timeout)
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(
+        {KafkaTopicPartition(topic, p): OffsetSpec.latest() for p in range(count)},
+        isolation_level=level,
+        request_timeout=timeout,
+    )
+    return _offsets(settings, f"list the end offsets of topic {topic!r}", futures, timeout)
+
+
+def start_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """Earliest offset still held per partition (retention or compaction may have moved it)."""
+    admin = shared_admin(settings)
+    count = partition_count(settings, topic, timeout)
+    futures = admin.list_offsets(
+        {KafkaTopicPartition(topic, p): OffsetSpec.earliest() for p in range(count)},
+        request_timeout=timeout,
+    )
+    return _offsets(settings, f"list the start offsets of topic {topic!r}", futures, timeout)
+
+
+def _offsets(
+    settings: KafkaSettings,
+    what: str,
+    futures: Mapping[KafkaTopicPartition, object],
+    timeout: float,
+) -> dict[int, int]:
+    """The offsets of answered ListOffsets futures; an unanswered one names the cluster."""
+    try:
+        # the request carries its own timeout; the wait here only bounds a lost answer
+        return {tp.partition: f.result(timeout + 5.0).offset for tp, f in futures.items()}  # type: ignore[attr-defined]
+    except FutureTimeout:
+        raise unreachable(settings, what, timeout, "") from None
+    except KafkaException as exc:
+        raise unreachable(settings, what, timeout, exc) from exc
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """What DescribeTopics says of one topic."""
+
+    topic_id: str
+    partitions: int
+
+
+def describe(
+    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+) -> dict[str, TopicInfo | KafkaReadError]:
+    """Partition count and id of each topic, in one request; a topic that cannot be described
+    (missing, not authorized) maps to the error naming it."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    admin = shared_admin(settings)
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout)
+    found: dict[str, TopicInfo | KafkaReadError] = {}
+    for name, future in futures.items():
+        try:
+            d = future.result(timeout)
+        except FutureTimeout:
+            raise unreachable(settings, f"describe topic {name!r}", timeout, "", admin) from None
+        except KafkaException as exc:
+            error = unreachable(settings, f"describe topic {name!r}", timeout, exc, admin)
+            if is_down(exc):
+                raise error from exc  # the cluster did not answer: a fact for the caller
+            found[name] = TopicMissingError(  # a definite refusal of this topic alone
+                f"topic {name!r} does not exist on {settings.bootstrap_servers} "
+                f"(or cannot be described): {exc}"
+            )
+            continue
+        found[name] = TopicInfo(str(d.topic_id), len(d.partitions))
+    return found
+
+
+def list_offsets(
+    settings: KafkaSettings,
+    wanted: Mapping[str, Iterable[int]],
+    *,
+    latest: bool = True,
+    committed: bool = True,
+    timeout: float = 10.0,
+) -> dict[str, dict[int, int]]:
+    """Latest (last stable with ``committed``) or earliest offset of each wanted partition of
+    each topic, in one ListOffsets request for all of them."""
+    spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+    request = {
+        KafkaTopicPartition(topic, p): spec for topic, parts in wanted.items() for p in parts
+    }
+    found: dict[str, dict[int, int]] = {topic: {} for topic in wanted}
+    if not request:
+        return found
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    admin = shared_admin(settings)  # kept alive while the futures are pending
+    futures = admin.list_offsets(request, isolation_level=level, request_timeout=timeout)
+    for ktp, future in futures.items():
+        what = f"list the offsets of {ktp.topic}[{ktp.partition}]"
+        try:
+            found[ktp.topic][ktp.partition] = future.result(timeout).offset
+        except FutureTimeout:
+            raise unreachable(settings, what, timeout, "", admin) from None
+        except KafkaException as exc:
+            raise unreachable(settings, what, timeout, exc, admin) from exc
+    return found
+
+
+def end_offsets_of(
+    settings: KafkaSettings,
+    topics: Iterable[str],
+    *,
+    committed: bool = True,
+    timeout: float = 10.0,
+) -> dict[str, dict[int, int] | KafkaReadError]:
+    """``end_offsets`` of many topics in two requests (DescribeTopics, then one ListOffsets);
+    a topic that cannot be described maps to its error."""
+    infos = describe(settings, topics, timeout)
+    known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
+    ends = list_offsets(settings, known, committed=committed, timeout=timeout)
+    return {t: ends[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
+
+
+def start_offsets_of(
+    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+) -> dict[str, dict[int, int] | KafkaReadError]:
+    """``start_offsets`` of many topics in two requests, as :func:`end_offsets_of`."""
+    infos = describe(settings, topics, timeout)
+    known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
+    lows = list_offsets(settings, known, latest=False, timeout=timeout)
+    return {t: lows[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
+
+
+def ends_and_starts(
+    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+) -> tuple[dict[str, dict[int, int] | KafkaReadError], dict[str, dict[int, int] | KafkaReadError]]:
+    """End and start offsets of many topics in three requests (one description, two
+    ListOffsets); a topic Kafka refuses maps to its error, Kafka not answering raises."""
+    infos = describe(settings, topics, timeout)
+    known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
+    ends = list_offsets(settings, known, timeout=timeout)
+    lows = list_offsets(settings, known, latest=False, timeout=timeout)
+    pick = lambda found: {t: found[t] if t in known else i for t, i in infos.items()}  # noqa: E731
+    return pick(ends), pick(lows)
+
+
+class TopicFacts:
+    """Topic ids, partition counts, end and start offsets of the partitions a caller named,
+    asked for all of them together and kept for ``max_age_s`` (0: asked on every use, for one
+    partition only, as a single run needs).
+
+    Safe to share between a run's loop and its read-ahead thread: one lookup at a time.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        max_age_s: float = 0.0,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.max_age_s = max_age_s
+        self.timeout = timeout
+        self._clock = clock
+        self._wanted: dict[str, set[int]] = {}
+        self._infos: dict[str, tuple[float, TopicInfo | KafkaReadError]] = {}
+        self._ends: dict[str, tuple[float, dict[int, int]]] = {}
+        self._starts: dict[str, tuple[float, dict[int, int]]] = {}
+        self._lock = threading.RLock()
+
+    def want(self, tps: Iterable[TopicPartition]) -> None:
+        """Name the partitions later lookups will be about (asked for together)."""
+        with self._lock:
+            for tp in tps:
+                self._wanted.setdefault(tp.topic, set()).add(tp.partition)
+
+    # ------------------------------------------------------------------------------ lookups
+    def info(self, topic: str, *, fresh: bool = False) -> TopicInfo:
+        """The topic's id and partition count; raises :class:`KafkaReadError` if missing."""
+        with self._lock:
+            got = self._fetch_infos(topic, fresh)
+        if isinstance(got, KafkaReadError):
+            raise got
+        return got
+
+    def topic_id(self, topic: str) -> str:
+        return self.info(topic).topic_id
+
+    def end(self, tp: TopicPartition, *, fresh: bool = False) -> int | None:
+        """Last stable offset of ``tp``, or None when the topic has no such partition."""
+        with self._lock:
+            return self._offset(self._ends, tp, fresh, latest=True)
+
+    def start(self, tp: TopicPartition, *, fresh: bool = False) -> int | None:
+        """Earliest offset still held of ``tp``, or None when there is no such partition."""
+        with self._lock:
+            return self._offset(self._starts, tp, fresh, latest=False)
+
+    # ------------------------------------------------------------------------------ plumbing
+    def _live(self, at: float) -> bool:
+        return self.max_age_s > 0 and self._clock() - at <= self.max_age_s
+
+    def _due(self, table: Mapping[str, tuple[float, object]], topic: str) -> list[str]:
+        """``topic`` and every wanted topic whose entry in ``table`` is missing or too old."""
+        if self.max_age_s <= 0:
+            return [topic]
+        due = {t for t in self._wanted if t not in table or not self._live(table[t][0])}
+        return sorted(due | {topic})
+
+    def _fetch_infos(self, topic: str, fresh: bool) -> TopicInfo | KafkaReadError:
+        held = self._infos.get(topic)
+        if held is not None and not fresh and self._live(held[0]):
+            return held[1]
+        now = self._clock()
+        for name, got in describe(
+            self.settings, self._due(self._infos, topic), self.timeout
+        ).items():
+            self._infos[name] = (now, got)
+        return self._infos[topic][1]
+
+    def _offset(
+        self,
+        table: dict[str, tuple[float, dict[int, int]]],
+        tp: TopicPartition,
+        fresh: bool,
+        *,
+        latest: bool,
+    ) -> int | None:
+        held = table.get(tp.topic)
+        if held is not None and not fresh and self._live(held[0]) and tp.partition in held[1]:
+            return held[1][tp.partition]
+        count = self.info(tp.topic, fresh=fresh).partitions
+        if tp.partition >= count:
+            return None
+        if self.max_age_s > 0:
+            self._wanted.setdefault(tp.topic, set()).add(tp.partition)
+        wanted: dict[str, list[int]] = {}
+        for topic in [tp.topic] if fresh else self._due(table, tp.topic):
+            got = self._infos.get(topic, (0.0, None))[1]
+            if not isinstance(got, TopicInfo):
+                continue  # not described yet, or missing: asked for when it is named
+            parts = self._wanted.get(topic, set()) if self.max_age_s > 0 else {tp.partition}
+            wanted[topic] = sorted(p for p in parts if p < got.partitions)
+        now = self._clock()
+        found = list_offsets(self.settings, wanted, latest=latest, timeout=self.timeout)
+        for topic, values in found.items():
+            table[topic] = (now, values)
+        return table[tp.topic][1].get(tp.partition)
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    return Consumer(
+        settings.config(
+            **{
+                # A group id is required by librdkafka even for manual assignment; nothing is
+                # ever committed under it.
+                "group.id": "eos-pipeline-range-reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                # A range never ends past the last stable offset, so the broker has every byte
+                # asked for; it waits only at the range's end when that is a transaction's
+                # commit marker (no record to return): 500 ms by default, per partition read.
+                "fetch.wait.max.ms": RANGE_FETCH_WAIT_MS,
+            }
+        )
+    )
+
+
+@contextlib.contextmanager
+def range_consumer(settings: KafkaSettings, topics: Iterable[str] = ()) -> Iterator[Consumer]:
+    """One consumer for several :func:`read_range` calls (the batches of a run), then closed.
+
+    A consumer costs a bootstrap connection and a fetch start-up per batch otherwise; reused,
+    the next batch of the same partition continues from what was already fetched.
+
+    ``topics``: the topics it will read, whose metadata it fetches first. Assigned a partition
+    of a topic it knows nothing of, the consumer fetches the topic's metadata then, and the
+    first ``consume()`` returns empty after its whole timeout: half a second per topic of a
+    run (32 s of a run over 64 topics of 16 partitions).
+    """
+    consumer = _consumer(settings)
+    for topic in sorted(set(topics)):
+        with contextlib.suppress(KafkaException):  # then fetched on assignment, as before
+            consumer.list_topics(topic, timeout=10)
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is consumed.
+
+    Every consumed message is a container object: with a large heap (Dagster, PySpark) the
+    allocations trigger full collections that walk every long-lived object of the process, a
+    third of the reading time in profiles. Messages hold no cycles, so reference counting frees
+    them anyway; the collector resumes (if it was on) when the batch is read. The young
+    generations are collected first: the previous batch's insert leaves cyclic garbage holding
+    its buffers, which would otherwise live on through this read (+85 MB at 25,000 records).
+    """
+    was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.collect(1)
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _position(consumer: Consumer, ktp: KafkaTopicPartition) -> int | None:
+    """Where ``consumer`` continues in ``ktp`` without a new assignment, or None."""
+    current = consumer.assignment()
+    if len(current) != 1 or (current[0].topic, current[0].partition) != (ktp.topic, ktp.partition):
+        return None
+    return int(consumer.position([ktp])[0].offset)
+
+
+def read_range(
+    settings: KafkaSettings,
+    tp: TopicPartition,
+    wanted: OffsetRange,
+    max_bytes: int | None = None,
+    timeout: float = 60.0,
+    *,
+    consumer: Consumer | None = None,
+) -> KafkaBatch:
+    """Read exactly the committed records of ``tp`` in ``wanted``.
+
+    The end must not lie beyond the partition's last stable offset (see :func:`end_offsets`).
+    With ``max_bytes``, reading stops before the record that would exceed it and the returned
+    batch's range ends there; because a committed range never changes, the same call returns
+    the same cut every time. ``consumer`` (from :func:`range_consumer`) is reused and left
+    open; it continues where it stopped when that is exactly ``wanted.start``, and is assigned
+    to ``wanted.start`` otherwise. Without it, a consumer is made and closed for this call.
+    """
+    batch = KafkaBatch(tp=tp, range=wanted)
+    if wanted.is_empty:
+        return batch
+    owned = consumer is None
+    if consumer is None:
+        consumer = _consumer(settings)
+    ktp = KafkaTopicPartition(tp.topic, tp.partition, wanted.start)
+    try:
+        if owned or _position(consumer, ktp) != wanted.start:
+            consumer.assign([ktp])
+        with _gc_paused():
+            end = _consume_into(batch, consumer, ktp, wanted, max_bytes, timeout)
+    finally:
+        if owned:
+            consumer.close()
+    batch.range = OffsetRange(wanted.start, end)
+    return batch
+
+
+def _consume_into(
+    batch: KafkaBatch,
+    consumer: Consumer,
+    ktp: KafkaTopicPartition,
+    wanted: OffsetRange,
+    max_bytes: int | None,
+    timeout: float,
+) -> int:
+    """The read loop of :func:`read_range`; returns where the batch ends.
+
+    The per-message work is the CPU floor of the whole sink: a list of messages without an
+    error (all of them, while a range is read) is taken apart column by column with ``map``
+    over the message methods, no Python statement per message; any other list goes through
+    :func:`_take_each`, message by message.
+    """
+    tp = batch.tp
+    deadline = time.monotonic() + timeout
+    end = wanted.end
+    position = wanted.start
+    done = False
+    while not done:
+        # consume() waits until it has num_messages or the timeout passed: never ask for more
+        # than the range can still hold, or every short batch costs the whole timeout.
+        wanted_now = max(1, min(10_000, end - position))
+        msgs = consumer.consume(num_messages=wanted_now, timeout=0.5)
+        if msgs and not any(map(_error, msgs)):
+            end, position, done = _take_all(batch, msgs, end, max_bytes)
+        elif msgs:
+            end, position, done = _take_each(batch, msgs, wanted, end, position, max_bytes)
+        if not done and consumer.position([ktp])[0].offset >= end:
+            done = True
+        if not done and time.monotonic() > deadline:
+            raise KafkaReadError(
+                f"{tp}: reading {wanted} stalled after {timeout:.0f}s with "
+                f"{len(batch)} records read; is the range beyond the partition's last "
+                "stable offset (an open transaction upstream)?"
+            )
+    return end
+
+
+_error = Message.error
+_offset = Message.offset
+_key = Message.key
+_value = Message.value
+_timestamp = Message.timestamp
+_headers = Message.headers
+_second = operator.itemgetter(1)
+
+
+def _take_all(
+    batch: KafkaBatch, msgs: list[Message], end: int, limit: int | None
+) -> tuple[int, int, bool]:
+    """Append records from ``msgs`` (none of them an error) to ``batch``, in bulk; the same
+    cut as :func:`_take_each`. Returns (end, position, done)."""
+    offsets = list(map(_offset, msgs))
+    position = offsets[-1] + 1
+    done = False
+    if offsets[-1] >= end - 1:  # the range ends in this list
+        done = True
+        cut = bisect.bisect_left(offsets, end)
+        if cut < len(offsets):
+            position = offsets[cut] + 1
+            del msgs[cut:], offsets[cut:]
+    values = list(map(_value, msgs))
+    try:
+        sizes = list(map(len, values))
+    except TypeError:  # a tombstone counts 0 bytes
+        sizes = [0 if v is None else len(v) for v in values]
+    if limit is not None and batch.value_bytes + sum(sizes) > limit:
+        # Cut before the first record that would pass the limit (the bytes held after each
+        # record only grow); the first record of a batch is always taken, however large.
+        held = list(itertools.accumulate(sizes, initial=batch.value_bytes))
+        cut = max(bisect.bisect_right(held, limit) - 1, 0 if batch.offsets else 1)
+        if cut < len(offsets):
+            end, position, done = offsets[cut], offsets[cut] + 1, True
+            del msgs[cut:], offsets[cut:], values[cut:], sizes[cut:]
+    if not msgs:
+        return end, position, done
+    first = len(batch.offsets)
+    batch.offsets.extend(offsets)
+    batch.values.extend(values)
+    batch.keys.extend(map(_key, msgs))
+    batch.timestamps_ms.extend(map(_second, map(_timestamp, msgs)))
+    headers = list(map(_headers, msgs))
+    if any(headers):
+        for i, found in enumerate(headers):
+            if found:
+                batch.headers[first + i] = tuple(found)
+    batch.value_bytes += sum(sizes)
+    return end, position, done
+
+
+def _take_each(
+    batch: KafkaBatch,
+    msgs: list[Message],
+    wanted: OffsetRange,
+    end: int,
+    position: int,
+    limit: int | None,
+) -> tuple[int, int, bool]:
+    """Append records from ``msgs`` to ``batch`` one message at a time, handling errors and
+    the end of the partition. Returns (end, position, done)."""
+    tp = batch.tp
+    done = False
+    offsets = batch.offsets
+    for msg in msgs:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                # Nothing more to read right now. If the log ends at or past our end,
+                # the rest of the range held only markers or aborted records.
+                done = msg.offset() >= end
+                continue
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                raise KafkaReadError(
+                    f"{tp}: offset {wanted.start} is no longer in the log (deleted by "
+                    "retention, or the topic was recreated); refusing to skip ahead. "
+                    f"Details: {err.str()}"
+                )
+            raise KafkaReadError(f"{tp}: error while reading {wanted}: {err.str()}")
+        offset = msg.offset()
+        position = offset + 1
+        if offset >= end:
+            done = True
+            break
+        value = msg.value()
+        size = len(value) if value is not None else 0
+        if limit is not None and offsets and batch.value_bytes + size > limit:
+            end = offset
+            done = True
+            break
+        offsets.append(offset)
+        batch.keys.append(msg.key())
+        batch.values.append(value)
+        batch.timestamps_ms.append(msg.timestamp()[1])
+        headers = msg.headers()
+        if headers:
+            batch.headers[len(offsets) - 1] = tuple(headers)
+        batch.value_bytes += size
+        if offset == end - 1:
+            done = True
+            break
+    return end, position, done
+
+
+def idempotent_producer(settings: KafkaSettings, **extra: Any) -> Producer:
+    """A producer whose retries never duplicate or reorder records within a partition."""
+    return Producer(
+        settings.config(
+            **{
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                **extra,
+            }
+        )
+    )
+
+
+def produce_all(
+    producer: Producer,
+    topic: str,
+    records: Iterable[tuple[int | None, bytes | None, bytes | None]],
+    headers: list[tuple[str, bytes]] | None = None,
+    timeout: float = 60.0,
+) -> list[tuple[int, int]]:
+    """Send ``(partition, key, value)`` records and wait for all; return their (partition, offset).
+
+    Any delivery failure raises: a caller never proceeds believing a record was written.
+    """
+    delivered: list[tuple[int, int]] = []
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            failures.append(err.str())
+        else:
+            delivered.append((msg.partition(), msg.offset()))
+
+    for partition, key, value in records:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if remaining or failures:
+        raise KafkaReadError(
+            f"producing to {topic!r} failed: {remaining} undelivered, errors: {failures[:3]}"
+        )
+    return delivered
