@@ -299,8 +299,7 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_failover(args: argparse.Namespace) -> int:
-    from eos_pipeline.adapters.failover import switch
-    from eos_pipeline.adapters.failover_status import read_status
+    from eos_pipeline.adapters.failover import read_status, switch
     from eos_pipeline.adapters.kafka import KafkaReadError
     from eos_pipeline.adapters.keeper import (
         KeeperSettings,

@@ -71,7 +71,7 @@ def test_an_unreachable_cluster_is_a_state_not_a_lag() -> None:
 
 
 def test_the_printed_status_names_each_case() -> None:
-    from eos_pipeline.adapters.failover_status import FailoverStatus
+    from eos_pipeline.adapters.failover import FailoverStatus
     from eos_pipeline.core.failover import ActiveState
 
     exact = judge(_facts(copied_to=97, uncopied_records=3, sync_age_s=4.0, last_sync=(96, 120)))

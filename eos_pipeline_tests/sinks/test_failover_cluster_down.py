@@ -16,8 +16,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 
 from eos_dev.stack.mirror import MirrorStack
-from eos_pipeline.adapters.failover import SyncArchive, switch
-from eos_pipeline.adapters.failover_status import read_status
+from eos_pipeline.adapters.failover import SyncArchive, read_status, switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.failover import UNREACHABLE, Flow

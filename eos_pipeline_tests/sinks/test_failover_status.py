@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from eos_dev.stack.mirror import MirrorStack
-from eos_pipeline.adapters.failover import FailoverStates
-from eos_pipeline.adapters.failover_status import FailoverStatus, read_status
+from eos_pipeline.adapters.failover import FailoverStates, FailoverStatus, read_status
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
