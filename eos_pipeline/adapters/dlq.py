@@ -53,12 +53,10 @@ class DeadLetterWriter:
         self._producer = None
 
     def ensure_topic(self, partitions: int = 1) -> None:
-        """Create the topic if missing, with the broker's default replication factor (a
-        replicated cluster's ``min.insync.replicas`` would refuse writes to a single copy).
-
-        A principal allowed to write dead letters but not to create topics is refused even for
-        a topic that exists (Kafka authorizes CREATE before it looks): that answer is taken as
-        "exists"; a topic that is really missing or unwritable fails the send, named there.
+        """Create the topic if missing, with the broker's default replication factor (a replicated
+        cluster's ``min.insync.replicas`` refuses a single copy). A principal that may write but not
+        create is refused even for an existing topic (Kafka authorizes CREATE first): taken as
+        "exists"; a topic really missing fails the send, named there.
         """
         try:
             create_topic(self.settings, self.topic, partitions, replication_factor=-1)
@@ -123,10 +121,8 @@ class DeadLetterWriter:
     def send_marker(
         self, source: TopicPartition, sink: str, replayed: OffsetRange, timeout: float = 60.0
     ) -> int:
-        """Write a replay marker of ``replayed`` to every partition of the topic; return how many.
-
-        Every partition, because order is only defined within one: each letter written before
-        the marker in its partition is withdrawn for ``sink``, each one written after counts.
+        """Write a replay marker of ``replayed`` to every partition (order exists only within one:
+        each earlier letter there is withdrawn for ``sink``); return how many.
         """
         from eos_pipeline.adapters.kafka import end_offsets
 
@@ -172,10 +168,9 @@ def _fit(
 def read_dead_letters(
     settings: KafkaSettings, topic: str, timeout: float = 30.0
 ) -> list[dict[str, str]]:
-    """Headers of every letter in dead-letter ``topic`` (empty if the topic does not exist).
-
-    Records sent twice (by a re-run, or by two sinks of one pipeline) are all returned; callers
-    de-duplicate on ``eos.source.topic/partition/offset``. Replay markers are not letters.
+    """Headers of every letter in ``topic`` (none if it does not exist), markers excluded; records
+    sent twice (a re-run, two sinks) are all returned, for callers to de-duplicate on
+    ``eos.source.topic/partition/offset``.
     """
     return [h for _, _, h in read_dead_letter_log(settings, topic, timeout) if not is_marker(h)]
 
@@ -220,9 +215,7 @@ def read_dead_letter_log(
 def dead_letter_offsets(
     kafka: KafkaSettings, dlq_topic: str, pipeline: str, sink: str | None = None
 ) -> dict[TopicPartition, set[int]]:
-    """Source offsets that are dead letters of ``pipeline``, per source partition.
-
-    With ``sink``, as that sink's proof counts them: replays of the sink taken into account
-    (:func:`eos_pipeline.core.replay.dead_offsets`).
+    """Source offsets that are dead letters of ``pipeline`` per source partition; with ``sink``, as
+    its proof counts them (:func:`eos_pipeline.core.replay.dead_offsets`).
     """
     return dead_offsets(read_dead_letter_log(kafka, dlq_topic), pipeline, sink)

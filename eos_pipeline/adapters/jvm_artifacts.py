@@ -123,10 +123,8 @@ def ensure_bundle(
 
 
 def unpacked(archive: Path) -> Path:
-    """The folder a verified ``.tar.gz`` from :func:`ensure_bundle` unpacks to, unpacked once.
-
-    Unpacked beside the archive into a temporary folder that is renamed only when complete, so
-    an interrupted unpack is redone, never mistaken for a finished one.
+    """The folder a verified ``.tar.gz`` from :func:`ensure_bundle` unpacks to, once: into a
+    temporary folder renamed when complete, so an interrupted unpack is redone.
     """
     target = archive.with_name(archive.name.removesuffix(".tar.gz"))
     if target.is_dir():

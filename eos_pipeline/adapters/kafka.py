@@ -56,11 +56,8 @@ class TopicMissingError(KafkaReadError):
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Connection settings shared by admin, consumer and producer clients.
-
-    ``client_config`` is passed through to librdkafka as-is (``security.protocol``,
-    ``sasl.mechanisms``, ``sasl.username``, ``ssl.ca.location``...), which is how a real cluster
-    with SASL/SSL is reached.
+    """Connection settings shared by admin, consumer and producer clients; ``client_config`` goes to
+    librdkafka as is (``security.protocol``, ``sasl.*``, ``ssl.*``): how SASL/SSL is reached.
     """
 
     bootstrap_servers: str
@@ -84,11 +81,9 @@ class KafkaSettings:
             _LAST_REFUSAL[self._key()] = error.str()
 
     def no_answer(self, what: str, timeout: float, client: Any = None) -> KafkaReadError:
-        """The error for a request that got no answer: the cluster's refusal of this client's
-        credentials if it refused them (what to fix), else an unreachable cluster.
-
-        ``client`` (whose request went unanswered) is polled once first: librdkafka hands its
-        errors to the callback only from a poll.
+        """The error for an unanswered request: the cluster's refusal of this client's credentials
+        if it refused them, else an unreachable cluster. ``client`` is polled once first (librdkafka
+        hands errors to the callback only from a poll).
         """
         refused = self.refused(what, client)
         if refused is not None:
@@ -147,10 +142,8 @@ def is_secret_setting(name: str) -> bool:
 
 @dataclass
 class KafkaBatch:
-    """The records of one topic-partition in ``range``, column by column.
-
-    ``range`` is the positions covered, which can be wider than the offsets present: transaction
-    markers, aborted records and compaction leave holes, and a range may hold no record at all.
+    """The records of one topic-partition in ``range``, column by column; ``range`` may be wider
+    than the offsets present (transaction markers, aborted records, compaction) or hold none.
     """
 
     tp: TopicPartition
@@ -187,14 +180,10 @@ _MAX_SHARED_ADMINS = 8
 
 
 def shared_admin(settings: KafkaSettings) -> AdminClient:
-    """One admin client per process and connection settings, reused by every lookup.
-
-    Building a client costs a bootstrap connection and metadata round trip (~30 ms), paid on
-    every offset lookup before. librdkafka's admin client is thread-safe. Callers keep the
-    returned client in a local variable until their futures are resolved, so a client dropped
-    from this small cache (more than a few clusters in one process, e.g. a test session) is
-    only destroyed once no future of it is pending. The process id is part of the key: a
-    client's background threads do not survive a fork, so a forked child builds its own.
+    """One admin client per process and connection settings (a new one costs ~30 ms of bootstrap
+    per lookup; librdkafka's admin client is thread-safe). Callers hold the client until their
+    futures resolve, so one dropped from this small cache dies only when idle. The process id is
+    in the key: a client's threads do not survive a fork.
     """
     key = (
         os.getpid(),
@@ -224,11 +213,8 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> None:
-    """Create ``topic``; an existing topic with the same name is accepted as it is.
-
-    A request that gets no answer in ``timeout`` (a broker busy re-registering after a pause,
-    a loaded machine) is sent again, up to three times: a topic the first request did create
-    is then accepted as existing. Other errors are raised at once.
+    """Create ``topic``; an existing one is accepted as it is. A request unanswered in ``timeout``
+    (a busy broker, a loaded machine) is sent again, up to three times; other errors are raised.
     """
     new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
     for attempt in range(1, _CREATE_TRIES + 1):
@@ -255,11 +241,10 @@ def create_topic(
 def unreachable(
     settings: KafkaSettings, what: str, timeout: float, exc: object, client: Any = None
 ) -> KafkaReadError:
-    """The error of a request the cluster did not answer: what, where, the cause and the fix
-    (its words mark it transient for the retry rules, ``core.retries``). A definite refusal
-    (an unknown topic, no authorization) keeps Kafka's own words, without "unreachable"; a
-    cluster that refused this client's credentials says so and what to fix
-    (``KafkaSettings.refused``)."""
+    """The error of a request the cluster did not answer: what, where, the cause and the fix (its
+    words mark it transient for ``core.retries``). A definite refusal keeps Kafka's own words; a
+    refusal of this client's credentials says what to fix (``KafkaSettings.refused``).
+    """
     if isinstance(exc, KafkaException) and not is_down(exc):
         return KafkaReadError(f"could not {what} on {settings.bootstrap_servers}: {exc}")
     refused = settings.refused(f"could not {what}", client)
@@ -315,11 +300,8 @@ def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) 
 
 
 def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
-    """Kafka's id of the topic (a UUID, new each time a topic is created).
-
-    Offsets alone cannot tell a topic from one deleted and recreated under the same name once
-    the new log has grown past a stored position; the id can. Sinks store it next to their
-    positions and refuse to continue on another id.
+    """Kafka's id of the topic, new each time it is created: what tells a recreated topic from the
+    old one once its log outgrew a stored position. Sinks store it and refuse another.
     """
     admin = shared_admin(settings)
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
@@ -338,11 +320,8 @@ def end_offsets(
     committed: bool = True,
     timeout: float = 10.0,
 ) -> dict[int, int]:
-    """Next offset to be written per partition, in one request for the whole topic.
-
-    With ``committed`` (the default) this is the last stable offset: the end of what a
-    read_committed consumer can see. Offsets beyond it belong to open transactions and must not
-    be part of a batch, since their fate is not known yet.
+    """Next offset to be written per partition, in one request for the whole topic; with
+    ``committed`` the last stable offset (beyond it, open transactions whose fate is unknown).
     """
     admin = shared_admin(settings)
     count = partition_count(settings, topic, timeout)
@@ -489,11 +468,9 @@ def ends_and_starts(
 
 
 class TopicFacts:
-    """Topic ids, partition counts, end and start offsets of the partitions a caller named,
-    asked for all of them together and kept for ``max_age_s`` (0: asked on every use, for one
-    partition only, as a single run needs).
-
-    Safe to share between a run's loop and its read-ahead thread: one lookup at a time.
+    """Topic ids, partition counts, end and start offsets of the partitions a caller named, asked
+    together and kept ``max_age_s`` (0: asked on every use, for one partition only). One lookup at
+    a time, so a run's threads may share it.
     """
 
     def __init__(
@@ -619,15 +596,10 @@ def _consumer(settings: KafkaSettings) -> Consumer:
 
 @contextlib.contextmanager
 def range_consumer(settings: KafkaSettings, topics: Iterable[str] = ()) -> Iterator[Consumer]:
-    """One consumer for several :func:`read_range` calls (the batches of a run), then closed.
-
-    A consumer costs a bootstrap connection and a fetch start-up per batch otherwise; reused,
-    the next batch of the same partition continues from what was already fetched.
-
-    ``topics``: the topics it will read, whose metadata it fetches first. Assigned a partition
-    of a topic it knows nothing of, the consumer fetches the topic's metadata then, and the
-    first ``consume()`` returns empty after its whole timeout: half a second per topic of a
-    run (32 s of a run over 64 topics of 16 partitions).
+    """One consumer for the :func:`read_range` calls of a run, then closed: a reused consumer saves
+    a bootstrap and fetch start-up per batch and continues what it fetched. ``topics`` are fetched
+    first: a consumer assigned a topic it knows nothing of spends its first ``consume()`` timeout
+    on metadata (half a second per topic, 32 s over 64 topics).
     """
     consumer = _consumer(settings)
     for topic in sorted(set(topics)):
@@ -641,14 +613,10 @@ def range_consumer(settings: KafkaSettings, topics: Iterable[str] = ()) -> Itera
 
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a batch is consumed.
-
-    Every consumed message is a container object: with a large heap (Dagster, PySpark) the
-    allocations trigger full collections that walk every long-lived object of the process, a
-    third of the reading time in profiles. Messages hold no cycles, so reference counting frees
-    them anyway; the collector resumes (if it was on) when the batch is read. The young
-    generations are collected first: the previous batch's insert leaves cyclic garbage holding
-    its buffers, which would otherwise live on through this read (+85 MB at 25,000 records).
+    """No cyclic garbage collection while a batch is consumed: with a large heap (Dagster, PySpark)
+    each message's allocation triggers full collections (a third of read time in profiles), and
+    messages hold no cycles. The young generations are collected first, so the previous batch's
+    cyclic garbage (its insert buffers, +85 MB at 25,000 records) does not live through this read.
     """
     was_enabled = gc.isenabled()
     if was_enabled:
@@ -678,14 +646,10 @@ def read_range(
     *,
     consumer: Consumer | None = None,
 ) -> KafkaBatch:
-    """Read exactly the committed records of ``tp`` in ``wanted``.
-
-    The end must not lie beyond the partition's last stable offset (see :func:`end_offsets`).
-    With ``max_bytes``, reading stops before the record that would exceed it and the returned
-    batch's range ends there; because a committed range never changes, the same call returns
-    the same cut every time. ``consumer`` (from :func:`range_consumer`) is reused and left
-    open; it continues where it stopped when that is exactly ``wanted.start``, and is assigned
-    to ``wanted.start`` otherwise. Without it, a consumer is made and closed for this call.
+    """Read exactly the committed records of ``tp`` in ``wanted`` (whose end is at most the last
+    stable offset). ``max_bytes`` stops before the record that would exceed it; a committed range
+    never changes, so the cut is the same every time. ``consumer`` (:func:`range_consumer`) is
+    reused, left open, and re-assigned unless it stopped exactly at ``wanted.start``.
     """
     batch = KafkaBatch(tp=tp, range=wanted)
     if wanted.is_empty:
@@ -714,12 +678,9 @@ def _consume_into(
     max_bytes: int | None,
     timeout: float,
 ) -> int:
-    """The read loop of :func:`read_range`; returns where the batch ends.
-
-    The per-message work is the CPU floor of the whole sink: a list of messages without an
-    error (all of them, while a range is read) is taken apart column by column with ``map``
-    over the message methods, no Python statement per message; any other list goes through
-    :func:`_take_each`, message by message.
+    """The read loop of :func:`read_range` (the sink's CPU floor), returning where the batch ends:
+    an error-free list of messages is taken apart column by column with ``map``, no Python statement
+    per message; any other list goes message by message (:func:`_take_each`).
     """
     tp = batch.tp
     deadline = time.monotonic() + timeout

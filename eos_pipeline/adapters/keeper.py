@@ -124,11 +124,9 @@ class StateStore(Protocol):
 
 @dataclass(frozen=True)
 class KeeperSettings:
-    """How to reach the keeper. ``hosts`` may end in a chroot: ``h1:2181,h2:2181/chroot``.
-
-    ``auth=(user, password)`` logs in with ZooKeeper digest auth and creates every znode with a
-    digest ACL giving that user all permissions (plus read for anyone if ``world_readable``).
-    The password never appears in ``repr`` or in logs.
+    """How to reach the keeper; ``hosts`` may end in a chroot (``h1:2181,h2:2181/chroot``).
+    ``auth=(user, password)`` logs in with digest auth and gives every znode created a digest ACL
+    for that user (plus read for anyone if ``world_readable``); the password is never shown.
     """
 
     hosts: str
@@ -187,10 +185,8 @@ _OUTCOME_UNKNOWN = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
 
 
 class KeeperStateStore:
-    """The :class:`StateStore` on ZooKeeper (or ClickHouse Keeper) through kazoo.
-
-    Use as a context manager, or call :meth:`start` and :meth:`close`. ``client_factory`` builds
-    the kazoo client from keyword arguments; tests pass a subclass that injects faults.
+    """The :class:`StateStore` on ZooKeeper (or ClickHouse Keeper) through kazoo; a context manager.
+    ``client_factory`` builds the kazoo client (tests pass one that injects faults).
     """
 
     def __init__(
@@ -341,10 +337,9 @@ class KeeperStateStore:
     def _put(
         self, path: str, intended: KeeperRecord, expected_version: int | None
     ) -> tuple[VersionedRecord | None, VersionedRecord | None]:
-        """CAS ``intended`` at ``path``: create when ``expected_version`` is None, else set.
-
-        Returns ``(stored, None)`` when the record is now stored (including a lost-response write
-        found on re-read), or ``(None, current)`` when someone else changed the znode first.
+        """CAS ``intended`` at ``path`` (create when ``expected_version`` is None): ``(stored,
+        None)`` when stored (a lost-response write found on re-read too), ``(None, current)`` when
+        someone else changed the znode first.
         """
         data = intended.encode()
         attempts = self.settings.max_write_attempts
@@ -424,12 +419,10 @@ class KeeperStateStore:
         }
 
     def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease:
-        """Take the partition: bump its epoch by CAS, fencing every earlier lease.
-
-        The newest acquirer always wins: when another acquire bumps the epoch first, this one
-        backs off and bumps again, giving up with :class:`ConflictError` only after
-        ``operation_timeout_s`` of constant contention (a scheduling bug: one run per partition).
-        The state stored before is kept unchanged and is available as ``lease.record``.
+        """Take the partition: bump its epoch by CAS, fencing every earlier lease. The newest
+        acquirer wins: bumped first by another, this one bumps again, giving up
+        (:class:`ConflictError`) only after ``operation_timeout_s`` of contention (a scheduling
+        bug). The stored state is kept, as ``lease.record``.
         """
         writer = writer or default_writer_id()
         lease_id = new_lease_id()
@@ -469,10 +462,8 @@ class KeeperStateStore:
         mark: Mark | None = None,
         replace_mark: bool = False,
     ) -> VersionedRecord:
-        """Store ``[range_start, range_end)`` in ``phase`` if ``lease`` still holds the partition.
-
-        Raises :class:`FencedError` when a newer epoch holds it and :class:`ConflictError` on any
-        other unexpected change; neither writes anything.
+        """Store ``[range_start, range_end)`` in ``phase`` if ``lease`` still holds the partition,
+        else :class:`FencedError` (a newer epoch) or :class:`ConflictError`, writing nothing.
         """
         path = self.path(lease.key)
         intended = lease.next_record(

@@ -82,11 +82,9 @@ def _cluster_key(settings: KafkaSettings) -> str:
 
 
 class MirrorReaders:
-    """One reading consumer per cluster for a sequence of reads (a switch), closed together.
-
-    A fresh consumer costs a bootstrap connection and a metadata round trip before its first
-    answer: in a profiled failback (ten reads over two clusters) that was two thirds of the
-    switch. Pass :meth:`get`'s consumer to the reads below; each read assigns its own partition.
+    """One reading consumer per cluster for a sequence of reads (a switch), closed together: a fresh
+    consumer's bootstrap and metadata were two thirds of a profiled failback. Each read assigns
+    its own partition to :meth:`get`'s consumer.
     """
 
     def __init__(self, probe_timeout: float = PROBE_TIMEOUT) -> None:
@@ -211,13 +209,10 @@ def read_offset_syncs(
     consumer: Consumer | None = None,
     written_at: dict[TopicPartition, int] | None = None,
 ) -> SyncHistory:
-    """Fold the syncs of ``flow`` written since ``history.source_position`` into ``history``.
-
-    ``written_at`` gets, per upstream partition, when MM2 wrote the latest sync read (ms).
-
-    ``settings`` reach the cluster holding the syncs (``flow.offset_syncs_cluster(location)``:
-    the flow's source by MM2's default, so while that cluster is down its syncs are only what
-    an earlier call kept). Returns the (new or given) history, now at the topic's end.
+    """Fold the syncs of ``flow`` written since ``history.source_position`` into ``history`` (new
+    if None) and return it, now at the topic's end; ``written_at`` gets when MM2 wrote each
+    partition's latest sync (ms). ``settings`` reach the cluster holding the syncs (by default
+    the flow's source: while it is down, only what an earlier call kept).
     """
     history = history if history is not None else SyncHistory(flow)
     if history.flow != flow:
@@ -256,11 +251,9 @@ def read_window(
     consumer: Consumer | None = None,
     admin: AdminClient | None = None,
 ) -> list[MirroredRecord]:
-    """The committed records of ``tp`` in ``window``; an open window is read to the stable end.
-
-    The start is raised to the partition's first offset (an earlier one is gone to retention,
-    which :func:`~eos_pipeline.core.failover.resume_after` then reports as not found rather than
-    this read failing).
+    """The committed records of ``tp`` in ``window`` (an open one to the stable end), from no
+    earlier than the partition's first offset: what retention removed
+    :func:`~eos_pipeline.core.failover.resume_after` reports as not found.
     """
     with _borrowed(settings, consumer) as consumer:
         low, _ = _watermarks(consumer, tp.topic, tp.partition, timeout)
@@ -273,11 +266,8 @@ def read_window(
 def _stable_end(
     settings: KafkaSettings, tp: TopicPartition, timeout: float, admin: AdminClient | None = None
 ) -> int:
-    """The last stable offset: the end of what a read_committed consumer sees now.
-
-    A client of its own rather than the process-wide one: failover reads reach clusters that
-    may go away, and a cached client would keep reconnecting to them for the process's life
-    (``admin``: one of a :class:`MirrorReaders`, dropped with it).
+    """The last stable offset, through a client of its own (``admin``, dropped with its
+    :class:`MirrorReaders`): a cached one would keep reconnecting to a cluster that went away.
     """
     admin = admin if admin is not None else admin_client(settings)
     future = admin.list_offsets(
@@ -304,11 +294,8 @@ def first_offset(
 def timestamps_kept(
     settings: KafkaSettings, topic: str, timeout: float = 10.0, admin: AdminClient | None = None
 ) -> bool:
-    """True when ``topic`` keeps the timestamps producers (and MM2) give its records.
-
-    ``message.timestamp.type=LogAppendTime`` makes the broker stamp each record on arrival, so
-    a copy's timestamp is no longer its original's. A topic whose config cannot be read counts
-    as not keeping them (the caller then relies on the offset syncs alone).
+    """Whether ``topic`` keeps producers' (and MM2's) timestamps: ``LogAppendTime`` restamps copies.
+    A topic whose config cannot be read counts as not (the offset syncs alone bound then).
     """
     resource = ConfigResource(ResourceType.TOPIC, topic)
     admin = admin if admin is not None else admin_client(settings)
@@ -382,11 +369,9 @@ def find_resume_point(
     *,
     timeout: float = 60.0,
 ) -> ResumePoint:
-    """Exact next position on ``route.target`` after the last record written from the source.
-
-    ``last_offset`` and ``fingerprint`` are those of the last record the sink wrote, read from
-    ``route.source``; ``target`` reaches the cluster switched to. Raises the core's
-    :class:`~eos_pipeline.core.failover.ResumeError` subclasses when it cannot be exact.
+    """Exact next position on ``route.target`` after the last record the sink wrote
+    (``last_offset``, ``fingerprint``, read from ``route.source``), or the core's
+    :class:`~eos_pipeline.core.failover.ResumeError`; ``target`` reaches the cluster switched to.
     """
     tp = TopicPartition(route.target.topic, partition)
     floor = first_offset(target, tp, timeout)

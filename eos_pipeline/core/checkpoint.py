@@ -64,12 +64,9 @@ def _topic_of(positions: Mapping[TopicPartition, int]) -> str:
 def validate_checkpoint(
     positions: Mapping[TopicPartition, int], partition_count: int | None = None
 ) -> None:
-    """Refuse a checkpoint that could not be handed to the next run as-is.
-
-    A checkpoint must name every partition of its topic: a partition missing from it would be
-    restarted from Kafka's reset policy by HoodieStreamer, i.e. re-read from the start or skipped.
-    Kafka numbers partitions 0..n-1, so the keys must be exactly that set; ``partition_count``
-    (the topic's current count) additionally catches partitions added since the caller looked.
+    """Refuse a checkpoint that could not be handed to the next run as is: it must name exactly
+    partitions 0..n-1 of its topic (a missing one would restart from the reset policy: re-read or
+    skipped); ``partition_count`` also catches partitions added since the caller looked.
     """
     topic = _topic_of(positions)
     for tp, offset in positions.items():
@@ -100,11 +97,8 @@ def format_checkpoint(
 
 
 def parse_checkpoint(text: str) -> Checkpoint:
-    """Parse a HoodieStreamer Kafka checkpoint string, strictly.
-
-    Hudi's own parser accepts some junk (signs, a bare topic); here anything but the exact
-    format fails with a message naming the bad piece, since a misread position silently loses
-    or repeats data.
+    """Parse a HoodieStreamer Kafka checkpoint string strictly (Hudi's own parser accepts signs or a
+    bare topic): a misread position silently loses or repeats data.
     """
     if not isinstance(text, str) or not text:
         raise CheckpointError("empty checkpoint string; expected 'topic,partition:offset,...'")
@@ -141,12 +135,9 @@ def merge_checkpoint(
     advanced: Mapping[TopicPartition, int],
     allow_rewind: bool = False,
 ) -> Checkpoint:
-    """The checkpoint after a transaction that moved only the partitions in ``advanced``.
-
-    Partitions the transaction did not touch keep their previous position, so the commit still
-    names every partition. A position moving backwards would make the next run re-read records
-    already in the table, so it is refused unless ``allow_rewind`` (a deliberate reprocessing
-    whose duplicates the table's record key absorbs).
+    """The checkpoint after a transaction that moved only ``advanced``: untouched partitions keep
+    their position, so the commit names them all. Moving backwards (a re-read of rows already
+    written) is refused unless ``allow_rewind`` (a deliberate reprocessing absorbed by the key).
     """
     if not advanced:
         raise CheckpointError("a transaction must advance at least one partition")
@@ -172,9 +163,7 @@ FIRST_V2_TABLE_VERSION = 8
 
 
 def checkpoint_key(table_version: int | None = None) -> str:
-    """The key HoodieStreamer 1.x writes for a table of ``table_version`` (None: current, V2).
-
-    Tables of version 6 (Hudi 0.14/0.15, or Hudi 1.x with ``hoodie.write.table.version=6``)
+    """The key HoodieStreamer 1.x writes for ``table_version`` (None: current, V2); version 6 tables
     carry V1, the only key HoodieStreamer 0.x reads.
     """
     if table_version is not None and table_version < FIRST_V2_TABLE_VERSION:

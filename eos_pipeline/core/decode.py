@@ -196,13 +196,9 @@ def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
 
 
 def json_lines(values: Sequence[bytes | None]) -> bytes | None:
-    """The values joined by newlines, if each is ``{...}`` in valid UTF-8 without an unpaired
-    surrogate escape; else None (a per-record judgement is needed). Bulk scans only.
-
-    Every value must start with ``{`` and end with ``}`` (checked at the joins, in bulk). Then
-    each value is at least one non-empty line, so at least one row for a JSON-lines reader, and
-    a value that holds a newline or carriage return either fails to parse (a line cut
-    mid-object) or yields more rows (`{...}\\n{...}`): the callers' row count checks catch both.
+    """The values joined by newlines if each is ``{...}`` in valid UTF-8 without an unpaired
+    surrogate escape (bulk scans only), else None. A value holding a line break then either fails
+    to parse or yields more rows, which the callers' row count checks catch.
     """
     count = len(values)
     if count == 0:
@@ -248,12 +244,9 @@ def unpaired_surrogate(data: bytes | mmap.mmap) -> bool:
 
 
 def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa.Table | None:
-    """The payload columns of every record as one Arrow table, or None to use the reference.
-
-    None means "some record needs a per-record judgement" (a dead letter, a shape Arrow reads
-    differently, a type not mapped), never that the chunk is bad: the caller then runs
-    :func:`decode_json` on the same values. The checks below are bulk byte scans, no Python
-    loop over the records.
+    """The payload columns of every record as one Arrow table (bulk byte scans, no Python loop), or
+    None: some record needs a per-record judgement (never a verdict on the chunk; the caller runs
+    :func:`decode_json` on the same values).
     """
     if schema.format.kind.framed:
         return None  # Avro/Protobuf/JSON Schema: judged per record (adapters.registry)
@@ -298,12 +291,9 @@ def add_source_columns(
     timestamps_ms: Sequence[int],
     topic: str | None = None,
 ) -> pa.Table:
-    """``payload`` plus where each row came from, built as Arrow arrays (no Python objects).
-
-    ``topic`` overrides the topic name stored (a clustered pipeline's ``<cluster>:<topic>``).
-
-    Timestamps are Kafka's milliseconds as ``timestamp('ms', 'UTC')``, which ClickHouse stores
-    in ``DateTime64(3, 'UTC')`` without the seconds-or-milliseconds ambiguity of a bare number.
+    """``payload`` plus where each row came from, as Arrow arrays; ``topic`` overrides the stored
+    name (a clustered pipeline's ``<cluster>:<topic>``). Timestamps are ``timestamp('ms', 'UTC')``,
+    so ClickHouse's ``DateTime64(3, 'UTC')`` has no seconds-or-milliseconds ambiguity.
     """
     count = payload.num_rows
     if len(offsets) != count or len(timestamps_ms) != count:
@@ -703,13 +693,9 @@ class NativePayload:
 def native_payload(
     values: Sequence[bytes | None], data: bytes | mmap.mmap | None = None
 ) -> NativePayload | None:
-    """The chunk for ClickHouse's parser, or None to take another path.
-
-    ``data`` is ``b"\\n".join(values)`` when the caller already wrote it somewhere (the adapter
-    writes the values straight into the file ClickHouse reads and passes a memory map of it,
-    sparing a 40 MB join per chunk); without it the values are joined here. Only bulk scans (no
-    Python loop over the records). None is never a verdict on a record; the caller runs the
-    other decoders on the same values.
+    """The chunk for ClickHouse's parser (bulk scans only), or None to take another path (never a
+    verdict). ``data`` is ``b"\n".join(values)`` when the caller already wrote it (a memory map of
+    the file ClickHouse reads, sparing a 40 MB join per chunk).
     """
     joined = None
     if data is None:

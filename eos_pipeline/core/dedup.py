@@ -274,11 +274,9 @@ TOKEN_PREFIX = "eos:v1"
 
 
 def dedup_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange) -> str:
-    """The insert dedup token of ``chunk``: ``eos:v1:<pipeline>:<topic>:<partition>:<start>-<end>``.
-
-    Readable on purpose (it shows up in ``system.query_log``). It is injective: topic names cannot
-    hold ``:``, and the three fields after the pipeline name are fixed in shape, so the text splits
-    back into its parts from the right even if the pipeline name contains ``:``.
+    """The insert dedup token of ``chunk``: ``eos:v1:<pipeline>:<topic>:<partition>:<start>-<end>``,
+    readable in ``system.query_log`` and injective (topics hold no ``:`` and the last three fields
+    are fixed in shape, so it splits from the right whatever the pipeline name).
     """
     if not pipeline:
         raise ValueError("pipeline name must not be empty")

@@ -171,11 +171,8 @@ def physical_topics(
     active: str,
     policy: ReplicationPolicy = DEFAULT_POLICY,
 ) -> tuple[PhysicalTopic, ...]:
-    """Every topic to read on ``active`` for ``pipeline_topic``: its own, then each replica.
-
-    With clusters A and B: on A, ``T`` (written on A) and ``B.T`` (written on B, copied by MM2);
-    on B, ``T`` and ``A.T``. MM2 never copies a topic back to where it came from, so these are
-    all, and no record appears in two of them.
+    """Every topic to read on ``active`` for ``pipeline_topic``: its own, then each replica (on A:
+    ``T`` and ``B.T``). MM2 never copies a topic back, so no record is in two of them.
     """
     check_aliases(clusters, policy)
     if active not in clusters:
@@ -256,11 +253,8 @@ def encode_offset_sync(sync: OffsetSync) -> tuple[bytes, bytes]:
 
 @dataclass(frozen=True, slots=True)
 class Translation:
-    """A translated position and what it rests on.
-
-    ``exact`` means the position is the true one (it fell on a sync); otherwise it is at most
-    behind. ``basis`` is the sync used, None when no sync precedes the position (the caller's
-    floor, e.g. the partition's first offset, is returned then).
+    """A translated position (invariant 1): ``exact`` when it fell on a sync, else at most behind;
+    ``basis`` is the sync used, None when none precedes it (the caller's floor is returned).
     """
 
     position: int
@@ -325,13 +319,10 @@ def _translate(tp: TopicPartition, entry: _Syncs, x: int, floor: int, *, up: boo
 
 
 class SyncHistory:
-    """Every offset sync seen for one flow, per upstream topic-partition.
-
-    Syncs must be added in the order of the syncs topic. A sync that goes back in either offset
-    starts a new epoch (the upstream topic was recreated, or the replica truncated) and the older
-    syncs of that partition are dropped, as MM2 does: they describe records that no longer
-    correspond. ``source_position`` is the next offset of the syncs topic to fold in, so that a
-    reader continues where the history stops.
+    """Every offset sync seen for one flow (invariant 4), per upstream topic-partition, added in the
+    syncs topic's order. A sync going back in either offset starts a new epoch (topic recreated,
+    replica truncated): the partition's older syncs are dropped, as MM2 does.
+    ``source_position`` is the next offset of the syncs topic to fold in.
     """
 
     def __init__(self, flow: Flow) -> None:
@@ -406,10 +397,8 @@ class SyncHistory:
         return history
 
     def trimmed(self, keep: int) -> SyncHistory:
-        """A copy keeping each partition's ``keep`` latest syncs (what a stored copy holds).
-
-        Recent positions translate as before; a position older than the oldest sync kept
-        translates to the caller's floor: more re-read, never a skip.
+        """A copy keeping each partition's ``keep`` latest syncs (a stored copy): an older position
+        translates to the caller's floor, more re-read, never a skip.
         """
         if keep < 1:
             raise FailoverError(f"keep at least one sync per partition, not {keep}")
@@ -423,20 +412,14 @@ class SyncHistory:
         return self._by_tp.get(tp) or _Syncs()
 
     def forward(self, tp: TopicPartition, upstream_position: int, floor: int = 0) -> Translation:
-        """Downstream position for upstream position ``upstream_position`` (next to read).
-
-        Latest sync with upstream <= position: its downstream offset if the position is that very
-        record, else one past it. ``floor`` (the replica partition's first offset) when no sync
-        precedes the position. Never ahead of the true position.
+        """Downstream position for ``upstream_position``: the latest sync at or before it gives its
+        downstream offset if the position is that record, else one past it; ``floor`` without one.
         """
         return _translate(tp, self._entry(tp), upstream_position, floor, up=True)
 
     def inverse(self, tp: TopicPartition, downstream_position: int, floor: int = 0) -> Translation:
-        """Upstream position for downstream position ``downstream_position`` (next to read).
-
-        Latest sync with downstream <= position: its upstream offset if the position is that very
-        copy, else one past it (that copy was consumed, so its original was too). ``floor`` when no
-        sync precedes the position. Never ahead of the true position.
+        """Upstream position for ``downstream_position``, the mirror image of :meth:`forward` (a
+        copy consumed means its original was too).
         """
         return _translate(tp, self._entry(tp), downstream_position, floor, up=False)
 
@@ -453,11 +436,8 @@ class SyncHistory:
 
 @dataclass(frozen=True)
 class Route:
-    """How a position on one physical topic maps onto another cluster, and through which syncs.
-
-    ``forward``: ``source`` holds the originals, ``target`` their copies (flow source->target).
-    ``inverse``: ``source`` holds copies whose originals are ``target`` (the same flow reversed).
-    The syncs are keyed by the original topic's name, which is the pipeline topic.
+    """How a position on one physical topic maps onto another cluster: ``forward`` (``source``
+    holds originals, ``target`` copies) or ``inverse``; syncs are keyed by the pipeline topic.
     """
 
     source: PhysicalTopic
@@ -503,11 +483,9 @@ def route(
     clusters: Sequence[str],
     policy: ReplicationPolicy = DEFAULT_POLICY,
 ) -> Route:
-    """The route of ``physical`` to ``to_cluster`` (a position there, and the flow to use).
-
-    Records written on cluster C and read there from ``T`` are on another cluster D as ``C.T``
-    (forward through flow C->D); records read on C from ``D.T`` came from D's ``T`` (inverse
-    through flow D->C). A replica of a third cluster's topic has no direct syncs to D: refused.
+    """The route of ``physical`` to ``to_cluster``: ``T`` read on C is ``C.T`` on D (forward through
+    C->D); ``D.T`` read on C is D's ``T`` (inverse through D->C). A third cluster's replica has no
+    direct syncs to D: refused.
     """
     check_aliases(clusters, policy)
     if to_cluster not in clusters:
@@ -548,14 +526,9 @@ class ReadStart:
 
 
 def read_start(window: Window, time_offset: int | None) -> ReadStart:
-    """The later of the syncs' window start and ``time_offset``, when the latter can be trusted.
-
-    ``time_offset`` is the earliest offset of the partition switched to whose timestamp is at or
-    after the last written record's (None, or negative as Kafka answers "none", when there is
-    none or it was not asked). Used only inside the window: the copy lies in ``[start, end)``
-    and the time offset is at or before the copy, so a value at or past ``end`` means the
-    timestamps were not kept and the value is ignored. Never after the copy, never before the
-    syncs' start.
+    """The later of the syncs' window start and ``time_offset`` (the first offset at or after the
+    last written record's timestamp; None or negative: none). Trusted only inside the window: at
+    or past ``end`` it means timestamps were not kept, and is ignored.
     """
     syncs = ReadStart(window.start, SYNCS, window.start)
     if time_offset is None or time_offset <= window.start:
@@ -636,20 +609,13 @@ def resume_after(
     records: Iterable[MirroredRecord],
     window: Window,
 ) -> ResumePoint:
-    """The exact next position after the record whose identity is ``fingerprint``.
+    """The exact next position after the record whose identity is ``fingerprint`` (invariant 2).
 
-    ``records`` are the records read from ``window`` on the new cluster (in offset order; for an
-    open window, up to the end of what is readable now). The match must be unique: no match in a
-    closed window means the record is not where the syncs say it must be (FingerprintNotFound);
-    none in an open window means it may not be copied yet (ReplicaPending); two or more means the
-    partition holds identical records (same key, value, timestamp and headers) and the written
-    one cannot be told apart (AmbiguousFingerprint).
-
-    A unique match in an open window is returned with ``bounded=False``: it is exact unless an
-    identical record was written shortly before the last one and only that earlier one is copied
-    yet. With an up-to-date history that cannot happen (MM2 syncs the last record of each of its
-    transactions, which closes the window); a caller working from an older history and unable to
-    rule out identical records re-reads the syncs until the window closes.
+    ``records``: what ``window`` holds now on the new cluster, in offset order. No match in a
+    closed window: :class:`FingerprintNotFound`; in an open one: :class:`ReplicaPending` (not
+    copied yet); two or more: :class:`AmbiguousFingerprint`. A unique match in an open window comes
+    back ``bounded=False``: exact unless an identical earlier record alone is copied yet, which an
+    up-to-date history rules out (MM2 syncs each transaction's last record, closing the window).
     """
     matches: list[tuple[int, int]] = []
     count = 0
@@ -851,14 +817,10 @@ def move(
     floor: int = 0,
     time_offset: int | None = None,
 ) -> Move:
-    """The position on ``to_cluster`` for a settled position on ``physical``.
-
-    With a located mark, the new position is the start of the window where the marked record's
-    copy lies (``window_end`` its end): every record from there to the copy was written already.
-    A pending mark (a switch not yet resolved by the sink) is carried over with an open window.
-    Without a mark, only an exact translation (or a position at the log's start) is safe.
-    ``time_offset``: the first offset on ``to_cluster`` at the mark's timestamp, which may
-    start the window later (:func:`~eos_pipeline.core.failover.read_start`).
+    """The position on ``to_cluster`` for a settled position on ``physical``: with a located mark,
+    the start of the window holding its copy (``time_offset`` may start it later,
+    :func:`read_start`); a pending mark is carried with an open window; without a mark, only an
+    exact translation (or a position at the log's start).
     """
     check_movable(f"{physical}[{partition}]", record)
     return move_position(
@@ -1035,11 +997,9 @@ def split_row_topic(value: str) -> tuple[str | None, str]:
 def streamer_checkpoint(
     pipeline_topic: str, position: TablePosition, partition_count: int
 ) -> Checkpoint:
-    """The HoodieStreamer-format checkpoint a clustered table's commit also carries.
-
-    Hudi's timeline readers (and this project's) only look at commits carrying one, so every
-    commit has it: the local topic's positions on the commit's cluster, 0 where that topic has
-    no position yet. It is a summary; the cluster position is what the sink resumes from.
+    """The HoodieStreamer-format checkpoint every clustered commit also carries (timeline readers
+    look only at commits with one): the local topic's positions on the commit's cluster, 0 where
+    none. A summary; the sink resumes from the cluster position.
     """
     return {
         TopicPartition(pipeline_topic, p): position.positions.get(
@@ -1090,12 +1050,9 @@ def carry_over(
     floor: Callable[[TopicPartition], int],
     time_floor: Callable[[TopicPartition, Mark], int | None] | None = None,
 ) -> tuple[TablePosition, list[Move]]:
-    """The position on ``target`` for a table standing on another cluster, with pending marks.
-
-    Each partition moves as a keeper record would (:func:`move_position`): with a mark, to the
-    start of the window holding its copy; without one, only an exact translation is accepted.
-    ``floor`` gives the first offset still held by a target partition; ``time_floor`` the first
-    offset of a target partition at a mark's timestamp (None: unknown, the syncs alone bound).
+    """The position on ``target`` for a table standing on another cluster: each partition moves by
+    :func:`move_position`. ``floor``: a target partition's first offset; ``time_floor``: its first
+    offset at a mark's timestamp (None: the syncs alone bound).
     """
     if target == position.cluster:
         return position, []
@@ -1273,11 +1230,9 @@ def fold_keeper_states(
 def fold_positions(
     physical: Mapping[int, Iterable[tuple[int, int | None]]], moved: bool
 ) -> tuple[dict[int, int], dict[int, int]]:
-    """Per partition ``(ends, positions)`` for a table's positions on the active cluster.
-
-    ``physical`` maps each partition to ``(end, stored next offset or None)`` of each physical
-    topic; ``moved``: the table's latest commit is on another cluster. A partition without a
-    position is left out of ``positions``, as a new partition is.
+    """Per partition ``(ends, positions)`` on the active cluster; ``physical`` maps each partition
+    to ``(end, stored next offset or None)`` per physical topic, ``moved``: the latest commit is on
+    another cluster. A partition without a position is left out, as a new one is.
     """
     ends: dict[int, int] = {}
     positions: dict[int, int] = {}

@@ -1,74 +1,39 @@
-"""The keeper record and its rules, pure (no I/O): which record (its key), what it holds (the
-sink's position, the fencing epoch, the mark of the last record written) and how a writer moves
-it (a lease, one compare-and-set per write; the I/O is :mod:`eos_pipeline.adapters.keeper`).
+"""The keeper record and its rules, pure (the I/O is :mod:`eos_pipeline.adapters.keeper`): which
+record (:class:`KeeperKey`), what it holds (position, fencing epoch, mark of the last record
+written: :class:`KeeperRecord`) and how a writer moves it (:class:`Lease`, one compare-and-set
+per write).
 
-**The key**: which record (pipeline, sink, topic, partition, cluster), and its znode path.
+Every name in a key becomes a znode path part, so each is checked on the way in (no separators,
+no relative parts, Kafka's topic rule, canonical partition numbers, aliases without MM2's ``.``,
+an absolute root outside ZooKeeper's reserved tree).
 
-Every name here becomes a znode path part, so each is checked on the way in: pipeline and sink
-names are a safe subset with no separators or relative parts, topics follow Kafka's own rule,
-partitions are canonical numbers, cluster aliases carry no ``.`` (MirrorMaker 2's separator), and
-the root is absolute and outside ZooKeeper's reserved tree. Pure: no I/O. The record stored
-under the key is :class:`KeeperRecord`.
-
-**The mark**: which record a stored position stands after, by an identity MM2 preserves.
-
-A sink keeps, with its position, the fingerprint of the last record it wrote
-(:func:`eos_pipeline.core.failover.record_fingerprint`); after a switch to another cluster the
-mark is *pending* until the sink finds that record's copy and skips through it. Pure.
-
-**The record** the keeper stores per (pipeline, sink, topic, partition).
-
-One znode per topic-partition and sink holds *both* the sink's position and the fencing epoch, so
-one compare-and-set on that znode's version moves them together: there is no window in which the
-epoch was checked but the state changed (see :mod:`eos_pipeline.adapters.keeper`).
-
-Value format (UTF-8 JSON, keys sorted, no spaces)::
+One znode per (pipeline, sink, topic, partition) holds *both* the position and the epoch, so one
+CAS on its version moves them together: no window between checking the epoch and changing the
+state. Value (UTF-8 JSON, keys sorted, no spaces)::
 
     {"epoch": 4, "lease_id": "5f0c2a9d41b7e3c8", "phase": "AFTER", "range_end": 120,
      "range_start": 100, "topic_id": "WrerBLBuR-e7REEFg8SMLg",
      "updated_at": "2025-01-31T12:00:00.000Z", "v": 2, "writer": "host/1234/run-abc"}
 
-* ``v`` is the format version. A reader refuses a version it does not know rather than guess.
-  Version 1 had no ``topic_id``; it is still read (as ``topic_id: null``) and rewritten as 2.
-* ``range_start`` / ``range_end`` are the half-open bounds of the last range the sink started
-  (``BEFORE``) or finished (``AFTER``) writing; ``range_end`` is Kafka's exclusive next offset.
-  All three of ``range_start``, ``range_end`` and ``phase`` are ``null`` until the first write:
-  a record can exist only to hold the epoch of the writer that took the partition.
-* ``epoch`` is the generation of the writer allowed to move the state (>= 1).
-* ``lease_id`` is a random id drawn by each acquire. Epochs already tell writers apart; the id
-  lets a writer that lost the answer to its own write recognise that write on re-read, even when
-  another acquirer uses the same ``writer`` string.
-* ``writer`` names that writer (``host/pid/run``), for people reading the keeper.
-* ``topic_id`` is Kafka's id of the topic the position was read from (``null`` until known). A
-  topic deleted and recreated under the same name gets a new id; offsets alone cannot tell the
-  two logs apart once the new one has grown past the stored position.
-* ``cluster`` (v3) is the alias of the Kafka cluster the position belongs to, for a pipeline
-  configured with several clusters (MirrorMaker 2 failover); ``null`` for a single-cluster one.
-  The key's path says it too (``.../<sink>/@<cluster>/<topic>/<partition>``): the same topic
-  name holds different records on each cluster.
-* ``mark`` (v3) identifies the last record written, so that its copy can be found on another
-  cluster after a switch: ``{"fingerprint": ..., "last_offset": n, "window_end": null}`` when the
-  record is at ``last_offset`` of this topic; with ``last_offset`` ``null`` a switch moved the
-  position here and the copy of that record is still to be found in ``[range_end, window_end)``
-  (``window_end`` ``null``: not bounded yet); the sink skips through it before writing.
-  A record without these fields is written as version 2, byte for byte as before.
-* ``updated_at`` is informational (UTC, milliseconds) and is never used to decide anything.
+* ``v``: format version; an unknown one is refused, not guessed (v1, without ``topic_id``, is
+  read as ``null`` and rewritten as v2; a record without v3's fields is written as v2, byte for
+  byte as before).
+* ``range_start``/``range_end``/``phase``: the half-open range last started (``BEFORE``) or
+  finished (``AFTER``); all ``null`` while the record only holds an acquirer's epoch.
+* ``epoch``: generation of the writer allowed to move the state; ``lease_id``: drawn per acquire,
+  so a writer that lost its answer recognises its own write on re-read; ``writer``: for people.
+* ``topic_id``: Kafka's id of the topic read from; offsets alone cannot tell a recreated topic
+  from the old one once it has grown past the stored position.
+* ``cluster`` (v3): the alias the position belongs to (also in the path, ``@<cluster>``);
+  ``mark`` (v3): the fingerprint of the last record written at ``last_offset``, or, after a
+  switch moved the position here, *pending* (``last_offset`` ``null``) until the sink finds its
+  copy in ``[range_end, window_end)`` and skips through it.
+* ``updated_at``: informational, never used to decide.
 
-Which record (the key and its znode path, and the names that become path parts) is
-:mod:`eos_pipeline.core.keeper`, re-exported here.
-
-Parsing is strict: anything unexpected raises :class:`CorruptRecordError` naming the znode. A
-corrupt record is never read as "no record", since that would restart the partition from scratch
-and write its data again.
-
-**The lease**: leases on keeper records, and what a refused or uncertain write means.
-
-A lease is the right to move one partition's record until someone acquires it again. Every store
-(ZooKeeper through :mod:`eos_pipeline.adapters.keeper`, or the dict-backed store of the unit
-tests) builds the record it means to write with :meth:`Lease.next_record`, compare-and-sets it
-on the lease's znode version, and, when the answer is lost or the CAS refused, re-reads the
-record and asks :func:`write_outcome` whether the write landed, may be sent again, or lost to
-another writer (:func:`refusal` says which error that is).
+Parsing is strict (:class:`CorruptRecordError`): a corrupt record read as "no record" would
+restart the partition and write its data again. Every store builds its write with
+:meth:`Lease.next_record`, CASes it, and when the answer is lost or refused re-reads and asks
+:func:`write_outcome` whether it landed, may be resent, or lost (:func:`refusal` names the error).
 """
 
 from __future__ import annotations
@@ -132,10 +97,8 @@ def validate_partition(value: object) -> int:
 
 
 def validate_root(root: object) -> str:
-    """Check the znode root under which every record lives, e.g. ``/eos_pipeline``.
-
-    The root must be absolute with at least one component, and must not be under ZooKeeper's
-    reserved ``/zookeeper`` tree. A trailing ``/`` is dropped.
+    """Check the znode root every record lives under (e.g. ``/eos_pipeline``): absolute, at least
+    one component, not under ZooKeeper's reserved ``/zookeeper``; a trailing ``/`` is dropped.
     """
     if not isinstance(root, str) or not root.startswith("/"):
         raise InvalidKeyError(f"root must be an absolute znode path like {DEFAULT_ROOT!r}")
@@ -196,10 +159,8 @@ def validate_cluster(value: object) -> str:
 
 
 def topic_path(root: str, pipeline: str, sink: str, topic: str, cluster: str | None = None) -> str:
-    """The parent znode of all partition records of one topic for one sink (and cluster).
-
-    A cluster's part starts with ``@``, which no topic name can hold, so the layouts with and
-    without clusters never meet.
+    """The parent znode of a topic's partition records for one sink (and cluster: ``@<cluster>``,
+    which no topic name can hold, so the layouts with and without clusters never meet).
     """
     parts = [validate_root(root), validate_name("pipeline", pipeline), validate_name("sink", sink)]
     if cluster is not None:
@@ -222,14 +183,10 @@ def _check_offset(name: str, value: object) -> None:
 class Mark:
     """Which record the position stands after, by a fingerprint MirrorMaker 2 preserves.
 
-    ``last_offset`` set: the record at that offset of this topic. ``None``: the record was
-    written from another cluster; its copy here is in ``[range_end, window_end)`` and still to
-    be found (``window_end`` None: no bound known yet).
-
-    ``timestamp_ms`` is that record's timestamp (MM2 copies it unchanged), kept so that a switch
-    can ask the other cluster for the first offset at that time: a tighter start of the re-read
-    window than the offset syncs give (``core.failover.bounds``). None in marks stored before
-    it was kept (and for a record without a timestamp): the syncs alone bound the window then.
+    ``last_offset`` set: the record at that offset of this topic; None: written from another
+    cluster, its copy here still to be found in ``[range_end, window_end)`` (``window_end`` None:
+    unbounded yet). ``timestamp_ms`` (MM2 copies it) lets a switch start the re-read at the first
+    offset of that time (:func:`eos_pipeline.core.failover.read_start`); None in older marks.
     """
 
     fingerprint: str
@@ -347,12 +304,10 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class KeeperRecord:
-    """The stored value: the sink's position and phase plus the fencing epoch.
-
-    ``range_start``, ``range_end`` and ``phase`` are all ``None`` (no state written yet) or all
-    set. Construction validates everything, so a record in memory is always encodable and a
-    decoded record always satisfies the same rules. Equality ignores ``updated_at``: two records
-    are equal when they say the same thing, which is what lost-response detection compares.
+    """The stored value: the sink's position and phase plus the fencing epoch. ``range_start``,
+    ``range_end`` and ``phase`` are all None (no state yet) or all set; construction validates
+    everything, so any record in memory encodes and any decoded one obeys the same rules. Equality
+    ignores ``updated_at``, as lost-response detection needs.
     """
 
     epoch: int
@@ -532,11 +487,9 @@ class ConflictError(NeedsPerson, KeeperError):
 
 @dataclass
 class Lease:
-    """The right to move one partition's state, valid until someone acquires it again.
-
-    ``version`` is the znode version of the last write made through this lease (or of the acquire)
-    and advances with each write; ``record`` is what that write stored. Read the state taken over
-    from ``record`` right after :meth:`StateStore.acquire`.
+    """The right to move one partition's state until someone acquires it again. ``version`` is the
+    znode version of the lease's last write (or acquire); ``record`` what it stored (right after
+    :meth:`StateStore.acquire`, the state taken over).
     """
 
     key: KeeperKey

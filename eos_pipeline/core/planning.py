@@ -107,11 +107,9 @@ def _valid_keys_text(counts: Mapping[str, int]) -> str:
 def stray_keys(
     existing: Iterable[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
 ) -> list[str]:
-    """Keys of ``existing`` that match no partition of the pipeline's topics, sorted.
-
-    A key matches when it is exactly ``partition_key`` of a partition below its topic's count.
-    Keys of a topic that could not be read (``missing_topics``) are kept: the topic may be
-    back on the next evaluation, and only what Kafka says is judged.
+    """Keys of ``existing`` that are not ``partition_key`` of a partition the topics have, sorted.
+    Keys of a topic that could not be read (``missing_topics``) are kept: only what Kafka said is
+    judged.
     """
     stray = []
     for key in existing:
@@ -176,11 +174,9 @@ def transaction_operation(
     bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS,
     unique_keys: bool = True,
 ) -> WriteOperation:
-    """The operation of a transaction of ``planned`` records (at most) under ``configured``.
-
-    A fixed operation is kept as configured; ``auto`` takes ``bulk_insert`` from
-    ``bulk_insert_min_records`` planned records on, and :data:`AUTO_STEADY_OPERATION` below or
-    when the record key does not hold the source coordinates (``unique_keys`` false).
+    """The operation of a transaction of at most ``planned`` records: ``configured``, or under
+    ``auto`` ``bulk_insert`` from ``bulk_insert_min_records`` on when keys hold the source
+    coordinates (``unique_keys``), else :data:`AUTO_STEADY_OPERATION`.
     """
     if bulk_insert_min_records < 1:
         raise ValueError(f"bulk_insert_min_records must be at least 1: {bulk_insert_min_records}")
@@ -383,17 +379,10 @@ def yields_to(
     *,
     held_tag: str = CHDB_PATH_TAG,
 ) -> bool:
-    """Whether one of the ``queued`` runs (their tags) may need what a following run of
-    ``sink`` holds.
-
-    ``held`` is what the run holds alone, named by the tag ``held_tag``: a chDB path
-    (:data:`CHDB_PATH_TAG`, one process at a time) or a Hudi table (``HUDI_TABLE_TAG``,
-    one writer at a time). It gives way to a run of the same sink, a run tagged with the same
-    path or table, or a run without a sink tag (launched by hand: a backfill, a check, a replay,
-    another asset; its needs are unknown); runs of other sinks on other paths or tables do not
-    stop it. On a ClickHouse server (``held`` None) a following run holds only its
-    ``partition``: a run of that partition, or a key-range run launched by hand (it may cover
-    it); the sensor's runs of other partitions go on side by side.
+    """Whether a ``queued`` run (its tags) may need what a following run of ``sink`` holds alone:
+    ``held`` under ``held_tag`` (a chDB path or a Hudi table), or on a ClickHouse server (``held``
+    None) its ``partition``. It gives way to a run of the same sink, path, table or partition, and
+    to a run without a sink tag (launched by hand: its needs are unknown).
     """
     for tags in queued:
         other = tags.get(SINK_TAG)
@@ -541,21 +530,10 @@ def plan_clickhouse(
 ) -> Plan:
     """The runs that catch the lagging partitions of ``topics`` up; ``BEFORE`` partitions first.
 
-    On a ClickHouse server (no ``chdb_path``): one run per lagging partition, side by side.
-    On an embedded chDB path runs are serialized anyway, so a run per partition would only add
-    a queue wait and a process start per partition: ONE run over a key range of the dynamic
-    partitions (:func:`clickhouse_range_run`), needing ``ordered_keys`` and ``queued`` (a run
-    of the sink waits in Dagster's queue).
-
-    Left alone: partitions not (yet) known as Dagster partitions, with a run in flight
-    (``busy``), caught up, or given up after ``max_attempts`` failed runs from their current
-    state. With ``reset: latest`` a partition whose keeper record holds no state yet is left
-    alone too: a run has taken it and pins its start with its first write.
-
-    ``follow``: the runs asked for go on writing new records once caught up
-    (:mod:`eos_pipeline.core.planning`); ``following``: such a run of the sink is in
-    flight on the chDB path, where it covers every partition. ``stuck``: see
-    :func:`clickhouse_range_run` (single-partition runs have their own failure counts).
+    On a server, one run per lagging partition; on a chDB path (runs serialized anyway) ONE
+    key-range run (:func:`clickhouse_range_run`). Left alone: partitions Dagster does not know
+    yet, with a run in flight (``busy``), caught up, given up after ``max_attempts`` failures from
+    their state, or (``reset: latest``) taken by a run that pins its start with its first write.
     """
     if chdb_path is not None and ordered_keys is not None:
         return clickhouse_range_run(
@@ -642,35 +620,19 @@ def clickhouse_range_run(
 ) -> Plan:
     """ONE run over every lagging partition of a chDB-backed table, or a skip reason.
 
-    A Dagster key range is contiguous in ``ordered_keys`` (the order partitions were added),
-    while lagging partitions need not be: the run covers the range from the first to the last
-    lagging one, and the caught-up partitions in between cost one keeper read and one offset
-    request each, no insert (one run is much cheaper than a process start per gap). Inside
-    the run, partitions in ``BEFORE`` are caught up first (:func:`recovery_order`), and the
-    run gets the recovery priority if any partition recovers.
+    The run covers the key range from the first to the last lagging partition in ``ordered_keys``
+    (Dagster ranges are contiguous; a caught-up partition in between costs a keeper read, less
+    than a process start), ``BEFORE`` partitions first (:func:`recovery_order`). The chDB path
+    takes one process at a time: while a run is ``queued`` nothing is asked (it reads what arrived
+    when it starts); while one runs, the next is asked only once some lagging end moved past what
+    the running one was asked for (``running_ends``), so it queues behind it and starts as soon as
+    the path is free. Partitions with a run of their own in flight are left to it.
 
-    The chDB path takes one process at a time. While a run of the sink waits in the queue
-    (``queued``) nothing is asked for: it reads whatever arrived when it starts. While one
-    runs, the next one is asked for and waits behind it (``dagster.yaml``'s chDB limit), so it
-    starts as soon as the path is free rather than a sensor tick later; but only once some
-    lagging partition's end moved beyond what the running run was asked for (``running_ends``,
-    from its :data:`ENDS_TAG`): it reads each partition to the end it finds, so a run queued for
-    those same records would start only to find nothing to do. Partitions with a
-    single-partition run of their own in flight (launched by hand) are left to it.
-
-    Failed range runs are counted under :data:`ANY_PARTITION` and a digest of the lagging
-    partitions' states, like Hudi's table runs. A run planned while another one ran carries
-    the states seen then; if it fails, the next plan starts from the real states and counts
-    afresh: at most one extra attempt, never a skipped offset (a run always starts from the
-    keeper's position).
-
-    A following run (``follow``) covers every known partition, not only the lagging ones: it
-    goes on writing whatever arrives anywhere, and while it is in flight (``following``)
-    nothing else is asked for.
-
-    ``stuck``: partitions an earlier range run set aside because they need a person
-    (:mod:`eos_pipeline.core.planning`): left out, with a warning, while their state is
-    the one they failed from, so the healthy partitions go on.
+    Failures are counted under :data:`ANY_PARTITION` and a digest of the lagging states (a run
+    planned while another ran may fail once more, never skip an offset: runs start from the
+    keeper). A following run (``follow``) covers every known partition and, while in flight
+    (``following``), nothing else is asked. ``stuck`` partitions are left out, with a warning,
+    while their state is the one they failed from.
     """
     if queued:
         return Plan(skip_reason=f"a run of {sink} is queued: it reads what arrived meanwhile")
@@ -885,15 +847,9 @@ def plan_hudi(
 ) -> Plan:
     """ONE run (one Hudi commit) over every lagging partition of ``topic``, or a skip reason.
 
-    ``ordered_keys`` are the dynamic partitions in the order they were added: the run covers
-    the key range from the first to the last lagging one (partitions in between that are caught
-    up are read as empty ranges, harmless). ``checkpoint`` is the table's position (the copy
-    the asset records; it can only lag behind the table, never run ahead of it).
-
-    ``follow``: the run asked for goes on committing new records once caught up
-    (:mod:`eos_pipeline.core.planning`), so it covers every known partition of the
-    topic, not only the lagging ones; ``following``: such a run is in flight (the skip reason
-    says so).
+    The run covers the key range of ``ordered_keys`` from the first to the last lagging partition
+    (caught-up ones between read empty ranges). ``checkpoint`` is the copy the asset records: it
+    may lag the table, never run ahead. ``follow``/``following`` as for ClickHouse.
     """
     blocked = hudi_blocked(busy, table, following)
     if blocked:

@@ -150,13 +150,9 @@ def lag(position: int, end: int) -> int:
 
 
 def committed_low(log_start: int, reset: Reset, seen: Iterable[int], position: int) -> int:
-    """Where a partition's comparable committed range starts (for the exactly-once proof).
-
-    With ``reset: earliest`` it is Kafka's first offset still held (older offsets may have been
-    deleted by retention). With ``reset: latest`` the sink started wherever the end was when it
-    first saw the partition, which is not recorded, so the first offset stored below
-    ``position`` (``seen``: offsets in the table or the dead-letter topic) stands in for it: a
-    gap at the very start cannot be seen then.
+    """Where a partition's comparable committed range starts (for the proof): under ``earliest``
+    Kafka's log start; under ``latest`` the start is not recorded, so the first offset ``seen``
+    (table or dead letters) below ``position`` stands in (a gap at the very start is not seen).
     """
     if reset != "latest":
         return log_start
@@ -182,10 +178,8 @@ def partition_lags(
     positions: dict[str, dict[int, int | None]],
     reset: Reset,
 ) -> list[PartitionLag]:
-    """Each partition's size and each sink's lag (``positions``: sink -> partition -> offset).
-
-    A sink with nothing stored on a partition lags by the whole log under ``reset: earliest``
-    (it will read all of it) and by nothing under ``latest`` (it will start at the end).
+    """Each partition's size and each sink's lag (``positions``: sink -> partition -> offset); with
+    nothing stored a sink lags by the whole log under ``earliest``, by nothing under ``latest``.
     """
     rows = []
     for p in sorted(ends):
@@ -212,21 +206,15 @@ def check_same_log(
     log_start: int | None = None,
     error: type[LogChanged] = LogChanged,
 ) -> None:
-    """Refuse a stored position that is not from the log Kafka holds now; ``error`` (a
-    :class:`LogChanged`) names the first fact that shows it. Each fact is checked when given.
+    """Refuse a stored position that is not from the log Kafka holds now: the one rule every sink,
+    plan and replay applies. ``error`` (a :class:`LogChanged`) names the first fact that shows it;
+    each fact is checked when given, since going on would skip records or mix two logs:
 
-    A position counts records of one log. Four facts tell that the log it counted is gone, and
-    going on would skip records or mix two logs' offsets in one table:
-
-    1. ``topic-recreated``: a topic deleted and recreated under the same name has a new id
-       (``stored_topic_id`` vs ``topic_id``; a position stored before ids were kept has none
-       and passes). Once the new log has grown past the position, offsets cannot show it.
-    2. ``partition-gone``: the position names a partition (``stored_partitions``) the topic does
-       not have now (not in ``present``): recreated with fewer partitions.
-    3. ``log-behind``: a position never runs ahead of the log it was read from, so a log ending
-       (``log_end``) before ``position`` is another log (recreated, or truncated).
-    4. ``retention``: records below the log start (``log_start``) were deleted; starting at a
-       ``position`` below it would skip them silently.
+    1. ``topic-recreated``: a new topic id (``stored_topic_id`` vs ``topic_id``; none stored
+       passes): once the new log outgrows the position, offsets cannot show it;
+    2. ``partition-gone``: a stored partition not ``present`` now (recreated smaller);
+    3. ``log-behind``: the log ends (``log_end``) before ``position``: another log, or truncated;
+    4. ``retention``: ``position`` is below ``log_start``: records were deleted unread.
     """
     if stored_topic_id is not None and topic_id is not None and stored_topic_id != topic_id:
         raise error(

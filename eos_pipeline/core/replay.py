@@ -200,11 +200,9 @@ def plan_replay(
 
 
 def replay_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange, epoch: int) -> str:
-    """The insert token of a replayed chunk: the chunk's token with ``~replay-<epoch>``.
-
-    Never equal to a normal token (pipeline names cannot hold ``~``) and new with every attempt
-    (each takes the partition with a higher epoch), so an insert after the replay's delete is
-    never dropped as a duplicate of the original one or of an earlier attempt.
+    """The insert token of a replayed chunk: its normal token plus ``~replay-<epoch>``. Never a
+    normal token (pipeline names cannot hold ``~``) and new per attempt (each takes a higher
+    epoch), so an insert after the replay's delete is never dropped as a duplicate.
     """
     if epoch < 1:
         raise ValueError(f"epoch must be >= 1, got {epoch}")
@@ -232,12 +230,10 @@ def is_marker(headers: Mapping[str, str]) -> bool:
 def dead_offsets(
     entries: Iterable[tuple[int, int, Mapping[str, str]]], pipeline: str, sink: str | None
 ) -> dict[TopicPartition, set[int]]:
-    """Source offsets that are dead letters *for* ``sink``, from the dead-letter topic's log.
-
-    ``entries`` are ``(dlq partition, dlq offset, headers)``. A letter counts for every sink
-    unless it names one (``eos.sink``). In each dead-letter partition, a replay marker of
-    ``sink`` withdraws the letters of its range written before it. ``sink`` None: every letter
-    of the pipeline counts, markers are ignored (as before replays existed).
+    """Source offsets that are dead letters *for* ``sink`` from the dead-letter log (``entries``:
+    partition, offset, headers). A letter counts for every sink unless it names one (``eos.sink``);
+    a replay marker of ``sink`` withdraws the earlier letters of its range in its partition.
+    ``sink`` None: every letter counts, markers are ignored.
     """
     by_partition: dict[int, list[tuple[int, Mapping[str, str]]]] = {}
     for part, offset, headers in entries:

@@ -1,35 +1,24 @@
 """Failed runs: a transient fault (ask again after a growing, capped wait) or one for a person.
 
-The lag sensors ask for a run again after a failure (see :mod:`eos_pipeline.core.planning`).
-What they do next depends on why the run failed, told apart here from plain facts that the
-sensor reads from Dagster (the run's status, its failure events and the error chain of its
-failed step):
+The lag sensors (:mod:`eos_pipeline.core.planning`) ask for a run again after a failure; what
+they do depends on the fault, told from facts the sensor reads from Dagster (run status, failure
+events, the failed step's error chain):
 
-* transient (a killed run process, an unreachable broker or keeper, a timeout): ask again,
-  after :meth:`Backoff.delay` seconds, and keep asking, saying so in the skip reason
-  ("retrying in 8s after 3 failures: <cause>");
-* needs a person (bad config or credentials, offsets deleted by retention, a recreated topic,
-  a fenced keeper writer, a keeper record that does not fit): stop at once and name the cause;
-  re-running cannot fix these, and going on could skip or mix data;
-* fenced by another Hudi writer (``HudiFencedError``: another commit landed between this run's
-  plan and its commit): ask again with the same backoff, up to ``retry.max_attempts`` runs from
-  the same state, then stop naming the cause (see below);
-* unknown (anything else, a run canceled by hand): ask again with the same backoff, up to
-  ``retry.max_attempts`` runs from the same state, then stop and say so.
+* transient (a killed run process, an unreachable broker or keeper, a timeout): retry after
+  :meth:`Backoff.delay`, without limit, saying so in the skip reason;
+* needs a person (bad config or credentials, retention, a recreated topic, a fenced keeper
+  writer, a record that does not fit): stop at once and name the cause; a re-run cannot fix
+  it and going on could skip or mix data;
+* a race (``HudiFencedError``) or unknown (a run canceled by hand): retry with the same backoff
+  up to ``retry.max_attempts`` runs from the same state, then stop naming the cause. A fenced
+  Hudi run wrote nothing; its usual rival is a zombie of an earlier run whose write went on
+  on a Spark Connect server, whose commit moves the checkpoint, so the next run starts from a
+  new state and succeeds. Only a writer that keeps committing without moving the checkpoint
+  (another tool's table service, a second deployment) fences run after run and is given up on.
 
-Why a fenced Hudi run is retried. Nothing is written by a fenced run, and the fence only
-refuses a commit when another commit landed after the one the run planned from. The usual
-other writer is a zombie: an earlier run of the same pipeline, killed while its write executed
-on a long-lived Spark Connect server, whose write went on there. Its commit moves the table's
-checkpoint, so the next run starts from a new state (failures are counted per start state) and
-plans after it: it succeeds. Only a writer that keeps landing commits without moving the
-checkpoint (a table service such as clustering run by another tool, whose commit conflicts
-under Hudi's optimistic concurrency) or a second deployment racing this one fences run after
-run from the same state: those are given up on after ``retry.max_attempts`` and named.
-
-How an error's fault is found (:func:`diagnose`): by its type (:mod:`eos_pipeline.core.errors`,
-by class name, as errors reach the sensors from another process), else by a library's class
-name, else by Kafka's error code, and only for errors no type tells apart, by their words.
+The fault is found (:func:`diagnose`) by type (:mod:`eos_pipeline.core.errors`, by class name,
+since errors reach the sensors from another process), else a library's class name, else
+Kafka's error code, and only for errors no type tells apart, by their words.
 """
 
 from __future__ import annotations
@@ -217,10 +206,8 @@ def _fault(cls: str, message: str) -> Fault | None:
 
 
 def diagnose(facts: FailureFacts) -> Diagnosis:
-    """Why one run failed, and which kind of fault that is (see the module docstring).
-
-    Over the error chain, innermost cause first (it names the fault best): a race anywhere
-    wins (a fenced commit also says "fenced"), then a fault for a person, then a transient one.
+    """Why one run failed, and which kind of fault that is. Over the error chain, innermost cause
+    first (it names the fault best): a race anywhere wins, then a person's fault, then transient.
     """
     faults = [(_fault(cls, message), cls, message) for cls, message in reversed(facts.errors)]
     for wanted in (Fault.RACE, Fault.NEEDS_PERSON, Fault.TRANSIENT):
@@ -303,10 +290,8 @@ def decide_retry(
     now: float | None,
     shown_start: str | None = None,
 ) -> RetryDecision:
-    """What to do about ``what`` (a partition, a table) after the ``failed`` runs that started
-    from ``start`` (``shown_start``: the same, as a person reads it).
-
-    ``now`` None: no waiting (the backoff is not applied).
+    """What to do about ``what`` (a partition, a table) after the ``failed`` runs from ``start``
+    (``shown_start``: as a person reads it); ``now`` None applies no backoff.
     """
     if failed is None or failed.count <= 0:
         return RUN
