@@ -1,13 +1,10 @@
 """The dead-letter topic: records that cannot be stored, with where they came from and why.
 
-Each dead letter keeps the original key and value and carries headers naming its source topic,
-partition and offset, the pipeline, and the error. The producer is idempotent, so its own retries
-never duplicate a record; a record sent again by a re-run carries the same source coordinates,
-which is what a reader de-duplicates on.
-
-A deliberate replay (:mod:`eos_pipeline.core.replay`) also writes *replay markers* here: records
-without key and value whose headers name a sink and a range; they withdraw, for that sink, the
-letters of the range written before them. :func:`read_dead_letters` leaves them out.
+A letter keeps the original key and value, with headers naming source topic, partition,
+offset, pipeline and error; the producer is idempotent and a re-sent letter has the same
+source coordinates, which readers de-duplicate on. A replay also writes *markers* here (no key
+or value; headers naming a sink and range) that withdraw earlier letters of the range for that
+sink; :func:`read_dead_letters` leaves them out.
 """
 
 from __future__ import annotations

@@ -1,37 +1,21 @@
-"""The switch between clusters, carried out: the core's plan against ZooKeeper and Kafka.
+"""Failover's I/O: the core's plan (:mod:`eos_pipeline.core.failover`) against ZooKeeper and Kafka.
 
-:func:`switch` runs the steps of :mod:`eos_pipeline.core.failover`: it checks everything
-it can before the first write (unknown alias, flows MM2 does not replicate, a switch in flight, a
-write in flight, and for every position whose window is bounded, that the last written record's
-copy is really there; for a pipeline's Hudi table, that its position can move:
-:func:`check_hudi_table`), then records the switch in flight, fences the old
-cluster's positions, stores the translated positions with their pending marks, and makes the new
-cluster active. A crash anywhere leaves a state from which a rerun ends exactly as an
-uninterrupted switch would.
+:func:`switch` checks all it can before the first write (alias, replicated flows, a switch or
+a write in flight, each bounded window's copy really there, the Hudi table able to move:
+:func:`check_hudi_table`, read through hudi-rs without a JVM), then runs the four steps; a
+rerun after a crash anywhere ends as an uninterrupted switch would. Keeper layout:
+``<root>/<pipeline>/@failover`` (active cluster), ``.../<sink>/@<cluster>/<topic>/<partition>``
+(positions), ``.../@syncs/<source>.<target>`` (:class:`SyncArchive`).
 
-The pipeline's active cluster lives at ``<root>/<pipeline>/@failover`` (``@`` keeps it apart
-from sink names); positions at ``<root>/<pipeline>/<sink>/@<cluster>/<topic>/<partition>``.
+The archive exists because MM2 keeps a flow's syncs in a compacted topic on the flow's source,
+unreadable when that cluster is down: every run on the active cluster and every switch that can
+read the topic fold new syncs into it (:func:`record_syncs`, trimmed to :data:`KEEP` per
+partition). A switch that cannot read the topic uses the copy: as safe, maybe a longer re-read.
 
-It also keeps MirrorMaker 2's offset syncs in the keeper (:class:`SyncArchive`), for a switch away
-from a cluster that is down: MM2 writes a flow's syncs to a compacted topic on the flow's source
-cluster (its default ``offset-syncs.topic.location``), which a switch away from that cluster
-cannot read, and compaction keeps only the latest sync per partition. Every sink run on the
-active cluster folds the syncs written since the last copy into it (:func:`record_syncs`), and
-every switch does too when it can read the topic, each stored trimmed to the latest :data:`KEEP`
-syncs per partition at ``<root>/<pipeline>/@syncs/<source>.<target>``. When the topic cannot be
-read the switch uses the copy: as conservative as the topic (the fingerprint makes the resume
-exact), only the re-read may be longer.
-
-And it looks at a pipeline's Hudi table before anything changes (:func:`check_hudi_table`): the
-table moves itself on its first run on the new cluster (:mod:`eos_pipeline.sinks.hudi_clusters`);
-the switch refuses up front what that run could not do, as for keeper positions. Read without a
-JVM (the table's timeline via hudi-rs).
-
-
-And it reads what ``eos-pipeline failover status`` shows (:func:`read_status`, reads only): per
-flow and partition, the source's end, the replica's end sampled twice, MM2's latest sync and its
-age, and the replica's last record's original by fingerprint; ``core.failover`` turns them into
-a lag and a verdict. A cluster that does not answer a brief probe is reported unreachable.
+:func:`read_status` (reads only) gathers what ``eos-pipeline failover status`` shows per flow
+and partition: the source's end, the replica's end sampled twice, MM2's latest sync and its
+age, the replica's last record's original by fingerprint; a cluster that does not answer a
+brief probe is reported unreachable.
 """
 
 from __future__ import annotations
@@ -418,13 +402,10 @@ def refresh(
     timeout: float | None = None,
     readers: MirrorReaders | None = None,
 ) -> SyncHistory:
-    """The flow's syncs: the stored copy plus what the topic holds since, stored again.
-
-    When the topic cannot be read (its cluster is down) the stored copy is returned alone, with
-    a warning; without a stored copy the read's error is raised. With a stored copy, the syncs'
-    cluster gets one short probe first (``MirrorReaders.unreachable``): one that does not answer
-    is not waited for. ``readers``: the clients of a sequence of reads (a switch), which probe
-    each cluster once for all of them (a switch away from a dead cluster waits once, briefly).
+    """The flow's syncs: the stored copy plus what the topic holds since, stored again. With a copy,
+    the syncs' cluster gets one short probe first and, down, the copy alone is returned with a
+    warning; without one the read's error is raised. ``readers`` probe each cluster once for a
+    whole switch.
     """
     if readers is None:
         with MirrorReaders() as own:

@@ -1,15 +1,10 @@
 """MirrorMaker 2 through confluent-kafka: the offset syncs of a flow, and re-read windows.
 
-MM2 writes the syncs of flow ``S->T`` to ``mm2-offset-syncs.<T>.internal`` on S (its default
-``offset-syncs.topic.location=source``; with ``target`` they are ``mm2-offset-syncs.<S>.internal``
-on T). That topic has one partition and is compacted, so only the latest sync per partition is
-sure to survive: :func:`read_offset_syncs` folds whatever is there into a
-:class:`~eos_pipeline.core.failover.SyncHistory` and continues from where the history stopped on
-the next call, so a caller that keeps the history keeps every sync it ever saw.
-
-:func:`read_window` reads the records of a re-read window with everything MM2 copies (key, value,
-timestamp, headers), and :func:`find_resume_point` ties it together: the window where a record's
-counterpart must be, its records, and the exact position after the match.
+MM2 writes flow ``S->T``'s syncs to ``mm2-offset-syncs.<T>.internal`` on S (by default; on T as
+``mm2-offset-syncs.<S>.internal`` with ``location=target``), one compacted partition: so
+:func:`read_offset_syncs` folds what is there into a :class:`SyncHistory` and continues from
+where it stopped. :func:`find_resume_point` reads a window with all MM2 copies (key, value,
+timestamp, headers) and finds the exact position after the match.
 """
 
 from __future__ import annotations

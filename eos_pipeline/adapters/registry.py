@@ -1,17 +1,10 @@
-"""The schema registry behind framed formats: writer schemas by id, cached, with honest errors.
+"""The schema registry behind framed formats: writer schemas by id, kept for the process (an id's
+schema never changes), through confluent-kafka's client (Confluent, Apicurio's ccompat,
+Karapace; ``mock://`` in unit tests). What an answer means for a record:
 
-confluent-kafka's :class:`SchemaRegistryClient` talks to any Confluent-compatible registry
-(Confluent's, Apicurio's ``/apis/ccompat/v7``, Karapace; ``mock://`` for unit tests). This
-adapter asks it for the schema of an id and keeps the answer for the life of the process: an
-id's schema never changes once registered, so each id costs one request per process (the run's
-and each Spark Python worker's).
-
-What an answer means for a record (see :mod:`core.decode`):
-
-* the schema: decode with it;
-* HTTP 404 with the registry's "schema not found" code (40403): ``UnknownSchemaId`` dead letter;
-* no answer, a timeout or a 5xx: :class:`RegistryUnavailableError`, never a dead letter, the
-  run fails and is retried with backoff;
+* the schema: decode with it; a 404 with the registry's code 40403: ``UnknownSchemaId``;
+* no answer, a timeout, a 5xx: :class:`RegistryUnavailableError`, never a dead letter (the run
+  is retried);
 * 401/403, or a 404 that is not the registry's (a wrong URL): an error for a person.
 """
 

@@ -1,18 +1,11 @@
-"""The Kafka checkpoint stored in a Hudi commit, in the exact form Hudi's own streamer uses.
+"""The Kafka checkpoint stored in a Hudi commit, in the exact form HoodieStreamer uses, so a table
+moves between HoodieStreamer and this project either way without losing or repeating a record.
+Pure (the commit I/O is ``eos_pipeline.adapters.hudi``).
 
-HoodieStreamer (formerly DeltaStreamer) keeps its Kafka position as one string per commit,
-``topic,partition:offset,partition:offset,...``, partitions in ascending order, each offset being
-the *next* offset to read (Kafka's exclusive end). Writing the same string under the same
-commit-metadata key is what lets a table move between HoodieStreamer and this project in either
-direction without losing or repeating a record.
-
-Hudi 1.x knows two keys. ``deltastreamer.checkpoint.key`` (V1) is the historical one;
-``streamer.checkpoint.key.v2`` (V2) is what HoodieStreamer 1.x writes for a Kafka source on a
-table of version 8 or later (all tables created by Hudi 1.x). For Kafka both hold the same string:
-the V1/V2 difference only changes meaning for Hudi-incremental sources, whose checkpoint is an
-instant time. Readers here follow Hudi's own rule: a non-empty V2 value wins, else V1.
-
-Pure: no I/O. Reading and writing the commit lives in ``eos_pipeline.adapters.hudi``.
+``topic,partition:offset,...``: partitions ascending, each offset the *next* to read. Hudi 1.x
+writes it under ``streamer.checkpoint.key.v2`` (tables of version 8+) or
+``deltastreamer.checkpoint.key`` (V1); for Kafka both hold the same string, and a non-empty V2
+wins, as in Hudi.
 """
 
 from __future__ import annotations

@@ -1,38 +1,26 @@
-"""The decoder contract: which JSON records become rows, with which values, which are dead letters.
+"""The decoder contract: which records become rows, with which values, which are dead letters.
 
-Both sinks apply this one contract (SPEC §9): the ClickHouse sink through :mod:`core.decode`,
-the Hudi sink by running the same decoder inside Spark's Python workers (``adapters.spark``).
-A record is therefore a row in both tables, with the same values, or a dead letter from both
-sinks with the same error class. Nothing here depends on what a reader downstream would have
-tolerated: Spark's JSON reader turns a number into text for a string field, ClickHouse wraps an
-out-of-range integer; the contract refuses both.
+Both sinks apply this one contract (SPEC §9): ClickHouse through :mod:`core.decode`, Hudi by
+running the same decoder in Spark's Python workers. A record is a row in both tables with the
+same values, or a dead letter of both with the same error class, whatever a reader downstream
+would tolerate (Spark turns a number into text, ClickHouse wraps an out-of-range integer).
 
-Per record, checked in this order (the first failing rule names the error class):
+Per record, in order (the first failing rule names the class):
 
-1. ``Oversized``: key + value bytes above the pipeline's ``max_record_bytes``;
+1. ``Oversized``: key + value bytes above ``max_record_bytes``;
 2. ``Tombstone``: a null value;
-3. ``DecodeError``: not UTF-8, not JSON, not a JSON object, text after the object, or a string
-   holding an unpaired surrogate (``"\ud800"``: valid JSON syntax, not text);
-4. per declared column, in declared order: ``MissingField`` when the field is absent or null
-   and the column has no default and is not nullable; ``TypeMismatch`` when the JSON token does
-   not fit the column (see :data:`TOKENS`).
+3. ``DecodeError``: not UTF-8, not JSON, not an object, text after it, or an unpaired
+   surrogate (``"\ud800"``: valid JSON, not text). Framed formats replace this rule by
+   ``BadFraming`` (no Confluent header), ``UnknownSchemaId`` and ``DecodeError`` (not a value
+   of the writer schema); an unreachable registry is never a verdict (the run is retried);
+4. per declared column, in order: ``MissingField`` (absent or null, no default, not nullable)
+   or ``TypeMismatch`` (the token does not fit the column, see :data:`TOKENS`).
 
-Framed formats (``format: avro | protobuf | json_schema``, see :mod:`core.decode`) replace
-rule 3 by three checks: ``BadFraming`` (no Confluent header: magic byte 0, a 4-byte schema id,
-Protobuf message indexes), ``UnknownSchemaId`` (the registry has no schema with that id) and
-``DecodeError`` (the bytes are not a value of the writer schema, or that schema is of another
-format); rule 4 then judges the decoded record's fields as it judges a JSON object's. A registry
-that cannot be reached is never a verdict: the run fails and is retried.
-
-Keys that are not declared columns are ignored; a repeated key keeps its last value. The values
-the contract returns are canonical Python values (``int``, ``float``, ``bool``, ``str``,
-``Decimal``, ``date``, aware ``datetime`` in UTC, lists, dicts), which each sink converts to its
-storage type without judging again.
-
-
-Value rules: one converter per supported ClickHouse type turns a parsed JSON value into its
-canonical value or raises :class:`Reject` with the reason; types the two sinks cannot store
-alike are refused up front with a :class:`SchemaError` naming a type to use instead.
+Undeclared keys are ignored; a repeated key keeps its last value. Values come back canonical
+(``int``, ``float``, ``bool``, ``str``, ``Decimal``, ``date``, UTC ``datetime``, lists, dicts),
+which each sink stores without judging again: one converter per ClickHouse type, raising
+:class:`Reject` with the reason; types the sinks cannot store alike are refused up front with a
+:class:`SchemaError` naming one to use instead.
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
 """Table columns from a writer schema, and whether a table can follow a newer one (pure).
 
-A pipeline whose columns come from a registry subject (``registry.subject``) stores records of
-every writer schema the subject holds. When a record's writer schema differs from the one the
-table was derived from, :func:`plan_evolution` compares the writer's derived columns
-(:func:`writer_columns`) with the table's and says what both tables must do *before* that
-record's row is written:
+Columns (:func:`writer_columns`; docs/formats.md has the table): each field becomes the column
+type whose contract rule takes the value the decoder gives it (:func:`core.decode.plain`), so a
+record of that schema is always a row; a type no column holds alike in both sinks (a nested
+record, a union of two types) is refused naming the field.
 
-* a field the table lacks, optional or with a default: an added column (older rows read its
-  default, or NULL);
-* a field whose type is wider than its column (``Int32`` -> ``Int64``, ``Float32`` -> ``Float64``,
-  a value that may now be null): the column is widened;
-* a column the writer lacks (a field removed, or an older writer) that is optional or has a
-  default: nothing, its rows take the default;
-* a narrower type than the column (an older writer): nothing, the column holds it.
-
-Anything else (a type changed or narrowed in the newest schema, a required field added, a
-required field removed, a field no column can hold) is :class:`IncompatibleSchemaChange`: the
-partition stops, naming the field, both schema ids and what to do. The answer depends only on
-the two column lists, so every retry of a range decides the same. Pure: no I/O.
-
-
-The columns (:func:`writer_columns`, docs/formats.md has the table): each field becomes the
-column type whose contract rule takes the value the decoder gives it (:func:`core.decode.plain`),
-so a record of that schema is always a row; a type no column can hold alike in both sinks (a
-nested record, a union of two types) is refused naming the field.
+Evolution (:func:`plan_evolution`): when a record's writer schema is not the one the table was
+derived from, its columns are compared with the table's, and both tables change *before* its
+row is written: a field the table lacks that is optional or has a default is an added column;
+a wider type (``Int32`` -> ``Int64``, now nullable) widens its column; a column the writer
+lacks, or a narrower type (an older writer), needs nothing. Anything else (a changed or
+narrowed type, a required field added or removed, an unholdable field) is
+:class:`IncompatibleSchemaChange`, naming the field, both ids and the fix. The answer depends
+only on the two column lists, so every retry of a range decides the same.
 """
 
 from __future__ import annotations

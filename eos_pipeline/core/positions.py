@@ -1,24 +1,14 @@
-"""Where a sink starts and stands on one topic-partition: one rule for every caller.
+"""Where a sink starts and stands on one topic-partition: one rule for every caller. Pure (the
+log start is passed in, asked only where :func:`needs_log_start` says).
 
-Each sink keeps one position per topic-partition, in its own store:
+A position is the keeper record's state (ClickHouse; ``AFTER [s, e)``: all below ``e`` written;
+``BEFORE [s, e)``: ``[s, e)`` in flight, re-read exactly first) or a Hudi checkpoint's next
+offset, read as the ``AFTER`` state it amounts to (:func:`checkpoint_state`).
 
-* ClickHouse: the keeper record's state (:class:`~eos_pipeline.core.dedup.SinkState`).
-  ``AFTER [s, e)``: everything below ``e`` is written. ``BEFORE [s, e)``: ``[s, e)`` is in
-  flight (it may have landed fully, partly or not at all) and is re-read, exactly, before
-  anything else; everything below ``s`` is written.
-* Hudi: the checkpoint of the table's latest completed commit, the next offset per partition;
-  everything below it is written. :func:`checkpoint_state` reads such an offset as the
-  ``AFTER`` state it amounts to, so both sinks go through the same rule.
-
-A partition with no stored position starts from the reset policy: ``earliest`` is Kafka's first
-offset still held (the log start); ``latest`` is the end (last stable offset) when the partition
-is first seen. With ``latest`` the first run *pins* that start (ClickHouse: an ``AFTER [end,
-end)`` record; Hudi: a commit carrying it), otherwise every later run would start at the
-then-latest offset and skip the records produced in between: so a partition with nothing stored
-under ``latest`` always has work, even with no record to read.
-
-Nothing here does I/O: the log start is passed in, and only where :func:`needs_log_start` says
-so (one Kafka request the callers make lazily).
+With nothing stored, the reset policy: ``earliest`` is the log start; ``latest`` the end when
+first seen, *pinned* by the first run (an ``AFTER [end, end)`` record, a commit carrying it),
+else each run would start at the then-latest offset and skip what came between. So under
+``latest`` a partition with nothing stored always has work.
 """
 
 from __future__ import annotations

@@ -1,30 +1,18 @@
-"""A deliberate replay: re-process a chosen range of one partition on purpose, with no I/O here.
+"""A deliberate replay: re-process a chosen range ``[a, b)`` of one partition, below the sink's
+committed position, on purpose (a fixed decoder, lost rows). Pure; :func:`plan_replay` says
+before anything runs whether it may run and what it will do.
 
-A backfill never re-sends what a sink already holds: the keeper (ClickHouse) and the checkpoint
-(Hudi) say it is done. A *replay* does, on purpose: after a decoder or a setting was fixed (records
-that were dead letters now decode), or after rows were lost or damaged in a table. What it does,
-per sink, for a range ``[a, b)`` below the sink's committed position:
-
-* ClickHouse: rows are plain inserts, so the replay first **deletes** the table's rows of the
-  partition in ``[a, b)``, then re-reads the range from Kafka and inserts it again in chunks.
-  The inserts carry a token of their own (:func:`replay_token`, with the lease's epoch): the
-  original tokens are still in ClickHouse's dedup window and would make it drop the re-insert
-  after the delete. A crash anywhere leaves the replay *in flight* in its journal; running the
-  same replay again deletes the range again and re-inserts it all under a new epoch, so no row
-  is lost or doubled. The sink's position is never moved.
-* Hudi: rows are upserted by their Kafka coordinates, so re-writing ``[a, b)`` is idempotent.
-  The replay commits with the table's checkpoint unchanged (never backwards); rows of records
-  that are dead letters now are removed by a delete commit first. A crash between commits is
-  resolved by running the replay again.
-* Dead letters: the exactly-once proof counts ``rows = Kafka records - dead letters`` per sink.
-  Before re-reading, the replay writes a *replay marker* into every partition of the dead-letter
-  topic, naming the pipeline, sink, partition and range. For that sink, a marker withdraws the
-  letters of the range that precede it in the same dead-letter partition; the replay's own
-  verdicts (sent after the marker, with an ``eos.sink`` header) count instead. So a record that
-  was a dead letter and is a row after the replay is counted once, as a row; markers are not
-  letters (:func:`dead_offsets` skips them), and other sinks' proofs are unaffected.
-
-:func:`plan_replay` says, before anything runs, whether a replay may run and what it will do.
+* ClickHouse: **delete** the partition's rows in ``[a, b)``, then re-read and insert in chunks
+  under :func:`replay_token` (with the lease's epoch: the original tokens are still in the
+  dedup window and would drop the re-insert). A crash leaves the replay in flight in its
+  journal; running it again deletes and re-inserts all under a new epoch. The position never
+  moves.
+* Hudi: rows are upserted by their Kafka coordinates, so re-writing is idempotent; commits keep
+  the checkpoint (never backwards); rows of records now dead letters are deleted first.
+* Dead letters: the proof counts ``rows = records - dead letters``, so the replay first writes
+  a *marker* into every dead-letter partition; for that sink it withdraws the letters of the
+  range before it, and the replay's own verdicts (after it, with ``eos.sink``) count instead.
+  Markers are not letters (:func:`dead_offsets`); other sinks' proofs are unaffected.
 """
 
 from __future__ import annotations
