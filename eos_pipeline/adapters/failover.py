@@ -67,8 +67,8 @@ from eos_pipeline.core.failover import (
     carry_over,
     failback_advice,
     flows_needed,
-    judge,
     move,
+    partition_replication,
     plan_switch,
     resume_after,
     route,
@@ -672,7 +672,7 @@ def _flow(
                 sync_age_s=age,
                 remote_moved=moved,
             )
-            parts.append(judge(facts, fresh_s))
+            parts.append(partition_replication(facts, fresh_s))
     return FlowReplication(flow, tuple(parts), missing=tuple(missing), absent=tuple(absent))
 
 

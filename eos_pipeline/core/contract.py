@@ -10,7 +10,7 @@ Per record, in order (the first failing rule names the class):
 1. ``Oversized``: key + value bytes above ``max_record_bytes``;
 2. ``Tombstone``: a null value;
 3. ``DecodeError``: not UTF-8, not JSON, not an object, text after it, or an unpaired
-   surrogate (``"\ud800"``: valid JSON, not text). Framed formats replace this rule by
+   surrogate (``"\\ud800"``: valid JSON, not text). Framed formats replace this rule by
    ``BadFraming`` (no Confluent header), ``UnknownSchemaId`` and ``DecodeError`` (not a value
    of the writer schema); an unreachable registry is never a verdict (the run is retried);
 4. per declared column, in order: ``MissingField`` (absent or null, no default, not nullable)

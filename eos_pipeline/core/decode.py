@@ -101,9 +101,8 @@ class Decoded:
 
 
 def decode_json(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:
-    """Judge each value by the contract (:mod:`core.contract`); rows hold canonical values.
-
-    JSON pipelines only: framed formats are decoded by ``adapters.registry.decode_values``.
+    """Judge each JSON value by the contract; rows hold canonical values (framed formats go through
+    ``adapters.registry.decode_values``).
     """
     if schema.format.kind.framed:
         raise ValueError(f"decode_json cannot read {schema.format.kind.value} values")
@@ -343,9 +342,8 @@ class WriterSchema:
 
 class WriterSchemas(Protocol):
     def get(self, schema_id: int) -> WriterSchema | None:
-        """The schema registered under ``schema_id``; None when the registry has no such id.
-
-        Raises :class:`RegistryUnavailableError` when the registry cannot answer.
+        """The schema registered under ``schema_id``, None when the registry has no such id, or
+        :class:`RegistryUnavailableError` when it cannot answer.
         """
         ...
 
@@ -379,11 +377,9 @@ def read_frame(raw: bytes, kind: Format) -> Frame | str:
 
 
 def plain(value: Any) -> Any:
-    """A decoded value as the JSON-like value the contract's converters take.
-
-    Records and maps become dicts, arrays lists; bytes become base64 text; dates, times and
-    timestamps ISO-8601 text (a timestamp with its UTC offset); UUIDs text; decimals stay
-    ``Decimal``. Numbers, strings, booleans and null are kept as they are.
+    """A decoded value as the JSON-like value the contract's converters take: records and maps as
+    dicts, arrays as lists, bytes as base64, dates and times as ISO-8601 (with the UTC offset),
+    UUIDs as text; decimals, numbers, strings, booleans and null as they are.
     """
     kind = type(value)
     if value is None or kind in (str, int, float, bool, Decimal):
@@ -640,10 +636,8 @@ def _kind(base: str) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def native_plan(schema: TableSchema) -> NativePlan | None:
-    """How ClickHouse parses ``schema``'s payload, or None when a column type is not vouched for.
-
-    Float32 is left out (ClickHouse and Python may round a decimal to float32 differently), and
-    so are dates, times, decimals, UUIDs, IPs, FixedString and containers.
+    """How ClickHouse parses ``schema``'s payload, or None when a column type is not vouched for:
+    Float32 (rounding may differ), dates, times, decimals, UUIDs, IPs, FixedString, containers.
     """
     if schema.format.kind.framed:
         return None  # ClickHouse parses JSON lines only; framed values are decoded per record
@@ -694,7 +688,7 @@ def native_payload(
     values: Sequence[bytes | None], data: bytes | mmap.mmap | None = None
 ) -> NativePayload | None:
     """The chunk for ClickHouse's parser (bulk scans only), or None to take another path (never a
-    verdict). ``data`` is ``b"\n".join(values)`` when the caller already wrote it (a memory map of
+    verdict). ``data`` is ``b"\\n".join(values)`` when the caller already wrote it (a memory map of
     the file ClickHouse reads, sparing a 40 MB join per chunk).
     """
     joined = None

@@ -80,10 +80,8 @@ class ReplicationPolicy:
         return f"{source_alias}{self.separator}{topic}"
 
     def source_alias(self, topic: str, aliases: Iterable[str] | None = None) -> str | None:
-        """Alias of the cluster a remote topic came from, or None for a local topic.
-
-        MM2 itself takes whatever precedes the first separator; with ``aliases`` given, only a
-        known alias counts, so a local topic like ``orders.v1`` is not mistaken for a replica.
+        """Alias of the cluster a remote topic came from, or None for a local one; with ``aliases``
+        only a known alias counts (MM2 takes any prefix), so ``orders.v1`` is no replica.
         """
         prefix, sep, rest = topic.partition(self.separator)
         if not sep or not prefix or not rest:
@@ -136,10 +134,8 @@ class Flow:
 
 @dataclass(frozen=True, order=True)
 class PhysicalTopic:
-    """A topic as it exists on one cluster, and where its records were first written.
-
-    ``pipeline_topic`` is the name the pipeline is configured with (``T``); ``topic`` is the name
-    on ``cluster`` (``T`` when ``origin == cluster``, else the remote name such as ``B.T``).
+    """A topic as it exists on ``cluster`` and where its records were first written (``origin``):
+    ``pipeline_topic`` ``T`` is ``topic`` ``T`` at its origin, ``B.T`` elsewhere.
     """
 
     cluster: str
@@ -198,9 +194,8 @@ _VALUE = struct.Struct(">qq")
 
 @dataclass(frozen=True, order=True, slots=True)
 class OffsetSync:
-    """Upstream record ``upstream`` of ``topic``/``partition`` was copied to ``downstream``.
-
-    ``topic`` is the name on the source cluster (``T``, not ``A.T``).
+    """Upstream record ``upstream`` of ``topic`` (its source-cluster name ``T``) / ``partition`` was
+    copied to ``downstream``.
     """
 
     topic: str
@@ -214,10 +209,8 @@ class OffsetSync:
 
 
 def decode_offset_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
-    """An :class:`OffsetSync` from a record of MM2's offset-syncs topic.
-
-    Key: int16 length, the topic in UTF-8, int32 partition; value: int64 upstream offset, int64
-    downstream offset; all big-endian (Kafka's protocol types STRING, INT32, INT64).
+    """An :class:`OffsetSync` from a record of MM2's offset-syncs topic: key int16 length, UTF-8
+    topic, int32 partition; value int64 upstream, int64 downstream; all big-endian.
     """
     if key is None or value is None:
         raise OffsetSyncDecodeError("offset sync record without key or value (a tombstone?)")
@@ -264,10 +257,8 @@ class Translation:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Offsets ``[start, end)`` on the other cluster that must hold a record's counterpart.
-
-    ``end`` is None when no later sync bounds it: the counterpart is at ``start`` or after, maybe
-    not written yet.
+    """Offsets ``[start, end)`` on the other cluster that must hold a record's counterpart (``end``
+    None: no later sync bounds it; the counterpart may not be written yet).
     """
 
     start: int
@@ -451,9 +442,8 @@ class Route:
     def translate(
         self, history: SyncHistory, partition: int, position: int, floor: int = 0
     ) -> Translation:
-        """The position on ``target`` for ``position`` on ``source`` (never ahead).
-
-        ``floor`` is the first offset of the target partition, used when no sync precedes.
+        """The position on ``target`` for ``position`` on ``source``; ``floor`` (the target
+        partition's first offset) when no sync precedes.
         """
         self._check(history)
         tp = self.key(partition)
@@ -556,10 +546,8 @@ def record_fingerprint(
     timestamp_ms: int,
     headers: Sequence[tuple[str | bytes, bytes | None]] | None = None,
 ) -> str:
-    """A stable identity of a record across clusters: BLAKE2b-128 of what MM2 copies unchanged.
-
-    Key, value, timestamp (ms) and headers (in order; a header without value differs from an
-    empty one). Offsets are left out on purpose: they differ between a record and its copy.
+    """A record's identity across clusters: BLAKE2b-128 of what MM2 copies unchanged (key, value,
+    timestamp ms, headers in order; no value differs from an empty one), never its offset.
     """
     digest = hashlib.blake2b(digest_size=16, person=_FINGERPRINT_PERSON)
     _feed(digest, key)
@@ -590,11 +578,8 @@ class MirroredRecord:
 
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
-    """Where to continue on the new cluster, found by record identity.
-
-    ``position`` is the next offset to read (the match + 1); ``skipped`` counts the records of the
-    window up to and including the match, all already written before the switch; ``bounded`` is
-    False when the window had no upper sync (see :func:`resume_after`).
+    """Where to continue on the new cluster: ``position`` (match + 1); ``skipped``, the window's
+    records up to the match, all written before the switch; ``bounded``, False for an open window.
     """
 
     position: int
@@ -980,10 +965,8 @@ ROW_TOPIC_SEPARATOR = ":"
 
 
 def row_topic(cluster: str, topic: str) -> str:
-    """The source topic a clustered table stores for a record read from ``topic`` on ``cluster``.
-
-    The same name holds different records on each cluster (``T`` written on A is not ``T``
-    written on B), so source coordinates identify a record only with the cluster in them.
+    """The source topic a clustered table stores for a record read from ``topic`` on ``cluster``:
+    ``T`` written on A is not ``T`` written on B, so coordinates need the cluster.
     """
     return f"{cluster}{ROW_TOPIC_SEPARATOR}{topic}"
 
@@ -1125,11 +1108,11 @@ class PartitionReplication:
         return f"{self.facts.topic}[{self.facts.partition}]"
 
 
-def judge(facts: ReplicaFacts, fresh_s: float = FRESH_SYNC_S) -> PartitionReplication:
-    """The lag of one partition and whether MM2 is copying it now.
-
-    Caught up when nothing of the source is missing on the target; else replicating when the
-    replica's end moved while sampled or MM2 wrote a sync within ``fresh_s``; else stalled.
+def partition_replication(
+    facts: ReplicaFacts, fresh_s: float = FRESH_SYNC_S
+) -> PartitionReplication:
+    """The lag of one partition: caught up when nothing of the source is missing on the target;
+    else replicating when the replica's end moved or MM2 synced within ``fresh_s``; else stalled.
     """
     exact = facts.copied_to is not None
     copied = facts.copied_to if facts.copied_to is not None else facts.synced_to
@@ -1175,10 +1158,8 @@ class FlowReplication:
 
 
 def failback_advice(active: str, flows: Sequence[FlowReplication]) -> list[str]:
-    """Per cluster a failback could go to: whether it would have to wait for MM2, and why.
-
-    Failing back early loses nothing (the records not copied yet are read once MM2 copies
-    them); it only delays them, which is what this says.
+    """Per cluster a failback could go to: whether it would wait for MM2, and why. Failing back
+    early loses nothing; records not copied yet are only delayed.
     """
     advice = []
     for f in flows:

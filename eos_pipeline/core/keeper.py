@@ -375,9 +375,8 @@ class KeeperRecord:
         mark: Mark | None = None,
         replace_mark: bool = False,
     ) -> KeeperRecord:
-        """The record moved to a new state; ``None`` keeps the stored id, cluster and mark.
-
-        ``replace_mark`` stores ``mark`` even when it is None (a switch overwrites a position).
+        """The record moved to a new state; ``None`` keeps the stored id, cluster and mark
+        (``replace_mark`` stores ``mark`` even when None: a switch overwrites a position).
         """
         return replace(
             self,

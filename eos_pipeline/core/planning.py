@@ -160,10 +160,7 @@ DEFAULT_BULK_INSERT_MIN_RECORDS: Final = 20_000
 
 
 def planned_records(ranges: Iterable[OffsetRange]) -> int:
-    """Upper bound on the records of a plan: the sum of its ranges' widths.
-
-    Known before anything is read; gaps (transaction markers, compaction) only make it high.
-    """
+    """Upper bound on a plan's records, known before reading: the sum of its ranges' widths."""
     return sum(r.width for r in ranges)
 
 
@@ -261,9 +258,8 @@ def in_flight_keys(runs: Iterable[RunInfo]) -> set[str]:
 
 
 def failures_by_start(runs: Iterable[RunInfo]) -> dict[tuple[str, str], Failures]:
-    """``(partition key or "*", start state) -> Failures`` of failed runs given newest first.
-
-    Runs without a start state were launched by hand (the UI, a backfill): not counted.
+    """``(partition key or "*", start state) -> Failures`` of failed runs given newest first (runs
+    without a start state were launched by hand and are not counted).
     """
     out: dict[tuple[str, str], Failures] = {}
     for run in runs:
@@ -357,10 +353,8 @@ def stop_reason(
     now: float,
     others_waiting: bool,
 ) -> str | None:
-    """Why a following run ends now, or None to keep following.
-
-    ``started``: when following began; ``last_data``: when the run last found new records (or
-    began following); ``others_waiting``: another run that may need the path is queued.
+    """Why a following run ends now, or None to keep following (``started``: when following began;
+    ``last_data``: when new records last came; ``others_waiting``: a run needing the path waits).
     """
     if others_waiting:
         return "another run waits for the table: handing it over"
@@ -740,10 +734,8 @@ def plan_ranges(
     partitions: Collection[int] | None = None,
     until: Mapping[int, int] | None = None,
 ) -> TransactionRanges:
-    """Plan one transaction of ``topic`` into ``table`` (named in the errors).
-
-    ``ends``/``lows``: Kafka's last stable offset and log start per partition, fixed now;
-    ``partitions`` default to all of the topic's.
+    """Plan one transaction of ``topic`` into ``table`` (named in the errors) from Kafka's last
+    stable offsets and log starts fixed now (``ends``/``lows``); ``partitions``: all by default.
     """
     foreign = sorted({tp.topic for tp in stored} - {topic})
     if foreign:

@@ -314,10 +314,8 @@ def _strip_low_cardinality(ch_type: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SourceColumns:
-    """Names of the columns that record where each row came from in Kafka.
-
-    Their types are fixed: Kafka partitions are int32, offsets int64 and timestamps milliseconds.
-    ``timestamp=None`` leaves the timestamp column out.
+    """Names of the columns that record where each row came from in Kafka (fixed types: int32
+    partition, int64 offset, millisecond timestamp; ``timestamp=None`` leaves it out).
     """
 
     topic: str = "_topic"

@@ -11,7 +11,7 @@ from eos_pipeline.core.failover import (
     FlowReplication,
     ReplicaFacts,
     failback_advice,
-    judge,
+    partition_replication,
 )
 
 
@@ -27,28 +27,30 @@ def _facts(**kw: object) -> ReplicaFacts:
 
 
 def test_the_exact_copied_position_wins_over_the_syncs_bound() -> None:
-    exact = judge(_facts(copied_to=100))
+    exact = partition_replication(_facts(copied_to=100))
     assert (exact.lag, exact.exact, exact.state) == (0, True, CAUGHT_UP)
-    bound = judge(_facts(sync_age_s=5.0))  # the replica's last record was not found
+    bound = partition_replication(_facts(sync_age_s=5.0))  # the replica's last record was not found
     assert (bound.lag, bound.exact, bound.state) == (40, False, REPLICATING)
 
 
 def test_counted_records_replace_offsets_so_a_trailing_marker_is_not_lag() -> None:
-    assert judge(_facts(copied_to=99, uncopied_records=0)).state == CAUGHT_UP
-    assert judge(_facts(copied_to=90, uncopied_records=7, remote_moved=True)).lag == 7
+    assert partition_replication(_facts(copied_to=99, uncopied_records=0)).state == CAUGHT_UP
+    assert (
+        partition_replication(_facts(copied_to=90, uncopied_records=7, remote_moved=True)).lag == 7
+    )
 
 
 def test_behind_without_a_fresh_sync_or_a_moving_replica_is_stalled() -> None:
-    assert judge(_facts(copied_to=90, sync_age_s=61.0)).state == STALLED
-    assert judge(_facts(copied_to=90, sync_age_s=59.0)).state == REPLICATING
-    assert judge(_facts(copied_to=90, remote_moved=True)).state == REPLICATING
-    assert judge(_facts(copied_to=90, sync_age_s=5.0), fresh_s=1.0).state == STALLED
+    assert partition_replication(_facts(copied_to=90, sync_age_s=61.0)).state == STALLED
+    assert partition_replication(_facts(copied_to=90, sync_age_s=59.0)).state == REPLICATING
+    assert partition_replication(_facts(copied_to=90, remote_moved=True)).state == REPLICATING
+    assert partition_replication(_facts(copied_to=90, sync_age_s=5.0), fresh_s=1.0).state == STALLED
 
 
 def test_a_flow_is_as_bad_as_its_worst_partition_and_advice_follows_the_active_cluster() -> None:
-    ok = judge(_facts(copied_to=100))
-    moving = judge(_facts(partition=1, copied_to=97, remote_moved=True))
-    stuck = judge(_facts(partition=2, copied_to=90))
+    ok = partition_replication(_facts(copied_to=100))
+    moving = partition_replication(_facts(partition=1, copied_to=97, remote_moved=True))
+    stuck = partition_replication(_facts(partition=2, copied_to=90))
     a_to_b = FlowReplication(Flow("A", "B"), (ok, moving))
     b_to_a = FlowReplication(Flow("B", "A"), (ok, stuck))
     assert (a_to_b.state, a_to_b.lag) == (REPLICATING, 3)
@@ -74,8 +76,10 @@ def test_the_printed_status_names_each_case() -> None:
     from eos_pipeline.adapters.failover import FailoverStatus
     from eos_pipeline.core.failover import ActiveState
 
-    exact = judge(_facts(copied_to=97, uncopied_records=3, sync_age_s=4.0, last_sync=(96, 120)))
-    bound = judge(_facts(partition=1, remote_moved=True))
+    exact = partition_replication(
+        _facts(copied_to=97, uncopied_records=3, sync_age_s=4.0, last_sync=(96, 120))
+    )
+    bound = partition_replication(_facts(partition=1, remote_moved=True))
     status = FailoverStatus(
         "orders",
         ActiveState("A").begun("B"),
