@@ -42,7 +42,7 @@ from eos_dev.stack.mirror import MirrorStack, mirror_config
 from eos_dev.stack.services import free_port
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.failover import FailoverPipeline, switch
+from eos_pipeline.adapters.failover import FailoverPipeline, read_window, switch
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import (
     KafkaReadError,
@@ -52,7 +52,6 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.adapters.mirror import read_window
 from eos_pipeline.core.failover import ClusterSet, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema

@@ -20,14 +20,13 @@ import pytest
 from eos_dev.stack.mirror import MirrorStack, mirror_config
 from eos_dev.stack.services import free_port, pid_alive
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.failover import FailoverPipeline
+from eos_pipeline.adapters.failover import FailoverPipeline, read_window
 from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
     create_topic,
     idempotent_producer,
 )
-from eos_pipeline.adapters.mirror import read_window
 from eos_pipeline.core.failover import ClusterSet, MirroredRecord, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec

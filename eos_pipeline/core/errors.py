@@ -1,17 +1,11 @@
-"""What kind of failure an error is, said by its type where the fact is known.
-
-Three kinds decide what happens after a failed run (:mod:`eos_pipeline.core.retries`):
-
-* :class:`Transient`: a part of the stack did not answer; asking again later fixes it;
-* :class:`Race`: another writer got there first; asking again usually fixes it, a bounded
-  number of times;
-* :class:`NeedsPerson`: re-running cannot fix it, and going on could skip or mix data.
-
-Each class has a stable ``code`` (for logs, metadata and tests) and a ``fault``. An error that
-crosses a process boundary (a failed Dagster step) arrives as its class name and message only, so
-:func:`fault_of_class` maps class names back to faults through the classes themselves: every
-subclass of :class:`PipelineError` imported in the process (the definitions import every sink
-and adapter) is known by name, and no message is read.
+"""What kind of failure an error is, said by its type where the fact is known; the kind decides
+what follows a failed run (:mod:`eos_pipeline.core.retries`): :class:`Transient` (a part of
+the stack did not answer: ask again later), :class:`Race` (another writer got there first: ask
+again, a bounded number of times), :class:`NeedsPerson` (a re-run cannot fix it, going on could
+skip or mix data). Each has a stable ``code`` and a ``fault``. A failed Dagster step reaches the
+sensors as class name and message only, so :func:`fault_of_class` maps names back through the
+classes themselves (every :class:`PipelineError` subclass the process imported); no message is
+read.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import (
     FailoverPipeline,
     FailoverStates,
+    TimeFloors,
+    first_offset,
     partitions_of,
     record_syncs,
     refresh,
@@ -49,7 +51,6 @@ from eos_pipeline.adapters.kafka import (
     start_offsets,
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
-from eos_pipeline.adapters.mirror import TimeFloors, first_offset
 from eos_pipeline.core.failover import (
     SyncHistory,
     TablePosition,

@@ -12,12 +12,12 @@ import time
 import pytest
 
 from eos_dev.stack.mirror import MirrorStack
-from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
-from eos_pipeline.adapters.mirror import (
+from eos_pipeline.adapters.failover import (
     MirrorReadError,
     find_resume_point,
     read_offset_syncs,
 )
+from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.core.failover import (
     FingerprintNotFound,
     Flow,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from eos_pipeline.adapters.failover import MirrorReaders
 from eos_pipeline.adapters.kafka import KafkaSettings
-from eos_pipeline.adapters.mirror import MirrorReaders
 
 
 def test_a_cluster_that_does_not_answer_is_probed_once_and_named() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from eos_pipeline.adapters.failover import MirrorReadError
 from eos_pipeline.adapters.kafka import KafkaReadError
 from eos_pipeline.adapters.keeper import KeeperUnavailableError
-from eos_pipeline.adapters.mirror import MirrorReadError
 from eos_pipeline.components.health import KAFKA, KEEPER, Streak, name_fault, skip_reason
 
 WHERE = {KAFKA: "a1:9092", KEEPER: "z1:2181"}

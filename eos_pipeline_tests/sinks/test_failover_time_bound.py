@@ -22,7 +22,7 @@ from clickhouse_connect.driver.client import Client
 
 from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.failover import FailoverPipeline, switch
+from eos_pipeline.adapters.failover import FailoverPipeline, read_offset_syncs, switch
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -30,7 +30,6 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
 )
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
-from eos_pipeline.adapters.mirror import read_offset_syncs
 from eos_pipeline.core.failover import TIMESTAMP, Flow, SyncHistory
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync
