@@ -120,11 +120,9 @@ class KafkaSettings:
         )
 
 
-#: How long a consumer of known offsets lets the broker hold a fetch (ms), librdkafka's
-#: ``fetch.wait.max.ms`` and the Java client's ``fetch.max.wait.ms``. The default, 500 ms, is
-#: paid whenever the broker has nothing to return at once: at a range's end when that is a
-#: transaction's commit marker, or on a reused consumer's metadata lookups. Readers of ranges
-#: that are in the log lose nothing by asking for an early answer.
+#: ``fetch.wait.max.ms`` (ms) of consumers of known offsets: librdkafka's 500 ms is paid whenever
+#: the broker has nothing at once (a range ending on a commit marker, a reused consumer's
+#: metadata lookups); ranges already in the log lose nothing by an early answer.
 RANGE_FETCH_WAIT_MS = 10
 
 #: librdkafka errors that mean "the cluster will not talk to this client as configured".
