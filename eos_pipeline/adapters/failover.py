@@ -135,9 +135,9 @@ class MirrorReaders:
         self._answered: dict[str, str | None] = {}
 
     def unreachable(self, settings: KafkaSettings) -> str | None:
-        """Why the cluster gave no answer to one metadata request within ``probe_timeout``
-        (None: it answered). Asked once per cluster and remembered for the whole sequence, so
-        a dead cluster costs one short wait, not one long wait per read."""
+        """Why the cluster gave no answer to one metadata request within ``probe_timeout`` (None: it
+        answered), asked once per cluster per sequence: a dead cluster costs one short wait.
+        """
         key = _cluster_key(settings)
         if key not in self._answered:
             try:
@@ -356,10 +356,10 @@ def offset_for_time(
     timeout: float = 10.0,
     admin: AdminClient | None = None,
 ) -> int | None:
-    """The earliest offset of ``tp`` whose timestamp is at or after ``timestamp_ms``; None when
-    there is none (Kafka answers -1) or the lookup fails. Kafka counts transaction markers too
-    (stamped when their transaction commits), so on a topic written in transactions (MM2's
-    replicas) the offset can be a marker's, before the data record: still never after it."""
+    """The earliest offset of ``tp`` at or after ``timestamp_ms``; None when there is none (-1) or
+    the lookup fails. Transaction markers count (stamped at commit), so on MM2's transactional
+    replicas it may be a marker's before the record: still never after it.
+    """
     admin = admin if admin is not None else admin_client(settings)
     spec = {KafkaTopicPartition(tp.topic, tp.partition): OffsetSpec.for_timestamp(timestamp_ms)}
     try:
@@ -798,9 +798,10 @@ def _warn_stored(
 
 
 def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> int:
-    """At a sink run on ``active``: fold in the syncs held there (what a switch away from it
-    would need if it went down). Returns how many flows were stored; a flow whose syncs cannot
-    be read now (MM2 has copied nothing on it yet) is left for the next run."""
+    """At a sink run on ``active``: fold in the syncs held there (what a switch away from it would
+    need if it went down); returns how many flows were stored. A flow with no syncs yet waits for
+    the next run.
+    """
     stored = 0
     for flow in sorted(fp.clusters.flows):
         if flow.offset_syncs_cluster(fp.offset_syncs_location) != active:

@@ -81,9 +81,8 @@ class KafkaSettings:
             _LAST_REFUSAL[self._key()] = error.str()
 
     def no_answer(self, what: str, timeout: float, client: Any = None) -> KafkaReadError:
-        """The error for an unanswered request: the cluster's refusal of this client's credentials
-        if it refused them, else an unreachable cluster. ``client`` is polled once first (librdkafka
-        hands errors to the callback only from a poll).
+        """The error for an unanswered request: the refusal of this client's credentials
+        (:meth:`refused`), else an unreachable cluster.
         """
         refused = self.refused(what, client)
         if refused is not None:
@@ -833,8 +832,7 @@ def produce_all(
     timeout: float = 60.0,
 ) -> list[tuple[int, int]]:
     """Send ``(partition, key, value)`` records and wait for all; return their (partition, offset).
-
-    Any delivery failure raises: a caller never proceeds believing a record was written.
+    Any delivery failure raises: a caller never goes on believing a record was written.
     """
     delivered: list[tuple[int, int]] = []
     failures: list[str] = []

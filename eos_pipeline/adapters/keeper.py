@@ -1,30 +1,25 @@
-"""The keeper state store: per topic-partition sink positions in ZooKeeper (or ClickHouse Keeper)
-through kazoo, fenced by epochs. The lease rules it applies are pure, in
-:mod:`eos_pipeline.core.keeper`.
+"""The keeper state store: sink positions in ZooKeeper (or ClickHouse Keeper) through kazoo, fenced
+by epochs; the lease rules are pure, in :mod:`eos_pipeline.core.keeper`.
 
 Layout: one persistent znode per (pipeline, sink, topic, partition),
 ``<root>/<pipeline>/<sink>/<topic>/<partition>`` (root ``/eos_pipeline``; a chroot in the hosts
-string is created when missing), holding the JSON record of :mod:`eos_pipeline.core.keeper`.
-A replay in flight is journaled at ``<root>/<pipeline>/@replay/<sink>/<topic>/<partition>``
-(:class:`ReplayJournal`; ``RUNNING`` means rows may be deleted and not yet re-inserted).
+string is created when missing). A replay in flight is journaled at
+``<root>/<pipeline>/@replay/<sink>/<topic>/<partition>`` (:class:`ReplayJournal`; ``RUNNING``:
+rows may be deleted and not yet re-inserted).
 
-Compare-and-set and fencing: the epoch and the state live in the *same* znode, so one
-``set(path, data, version=v)`` checks and moves both. :meth:`KeeperStateStore.acquire` bumps the
-epoch with a CAS; every write is a CAS on the lease's last known version, so any other change (a
-newer writer's acquire) makes a zombie's write fail with ``BadVersion``, after which the store
-re-reads and raises :class:`FencedError` when the stored epoch is newer. ZooKeeper orders the
-bump and the zombie's CAS, and whichever comes second sees a version it did not expect.
+Fencing: epoch and state share one znode, so one ``set(path, data, version=v)`` checks and moves
+both. :meth:`KeeperStateStore.acquire` bumps the epoch by CAS; every write is a CAS on the
+lease's last version, so after a newer acquire a zombie's write gets ``BadVersion``, and the
+re-read raises :class:`FencedError`. Lost answers (connection loss, expiry, timeout, a retried
+write that had landed) are settled by re-reading: our content under our epoch and lease id ->
+landed; the version we sent -> resend; a newer epoch -> :class:`FencedError`; else
+:class:`ConflictError`, nothing overwritten.
 
-Lost responses (connection loss, expiry, timeout, or a retried write that had succeeded) are
-settled by re-reading: the content this write meant under our epoch and lease id -> it landed;
-the version we sent with -> send the same CAS again; a newer epoch -> :class:`FencedError`;
-anything else -> :class:`ConflictError`, nothing overwritten.
-
-Sessions: znodes are persistent, leases are epochs, so an expired session loses nothing. Reads
-are retried across connection loss (idempotent); every call is bounded by
-``operation_timeout_s``, then :class:`KeeperUnavailableError`. A store and its leases are for one
-thread at a time; readers that come back every few seconds (sensor ticks) share one store per
-process (:func:`shared_store`; rebuilt after close, fork or a keeper error), not a session each.
+Sessions: znodes are persistent and leases are epochs, so an expired session loses nothing.
+Reads retry across connection loss; every call is bounded by ``operation_timeout_s``
+(:class:`KeeperUnavailableError`). A store is for one thread at a time; readers that come back
+every few seconds share one store per process (:func:`shared_store`; rebuilt after close, fork
+or a keeper error).
 """
 
 from __future__ import annotations

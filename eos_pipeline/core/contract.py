@@ -371,9 +371,8 @@ def _unquote(tz: str) -> str:
 
 
 def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
-    """The value rule for a canonical type string, and whether the type allows null.
-
-    Raises :class:`SchemaError` for a type the contract does not support, naming a type to use.
+    """The value rule for a canonical type string, and whether the type allows null; a type the
+    contract does not support raises :class:`SchemaError` naming one to use.
     """
     base, nullable = unwrap(ch_type)
     parsed = split_type(base)
@@ -650,10 +649,8 @@ TOMBSTONE_VERDICT: Final = Verdict(
 
 
 def judge_object(obj: dict[str, Any], contract: Contract) -> Verdict:
-    """Rule 4 on a decoded record: the declared columns, in order, from a field mapping.
-
-    JSON objects come here from :func:`parse_object`; Avro, Protobuf and JSON Schema records
-    from :mod:`core.decode`, as the same JSON-like values, so one set of rules judges all.
+    """Rule 4 on a decoded record's field mapping: JSON objects (:func:`parse_object`) and Avro,
+    Protobuf and JSON Schema records (:mod:`core.decode`) alike, so one set of rules judges all.
     """
     row = []
     for rule in contract.fields:

@@ -1,10 +1,7 @@
-"""Topic-partitions and offset ranges.
-
-Every range in this project is half-open, ``[start, end)``, in Kafka's own convention: ``end`` is
-the *next* offset to read, the value Kafka reports as a high watermark or commits as a consumer
-position. A range is about positions, not records: ``[10, 20)`` may hold ten records, three (the
-others being transaction markers, aborted records or compacted away) or none at all, and it still
-moves the position to 20 once processed.
+"""Topic-partitions and offset ranges. Every range is half-open, ``[start, end)``, as Kafka's:
+``end`` is the *next* offset to read. A range is about positions, not records: ``[10, 20)`` may
+hold ten records, three (markers, aborted or compacted records) or none, and still moves the
+position to 20.
 """
 
 from __future__ import annotations
