@@ -777,7 +777,7 @@ class Move:
     position: int
     mark: Mark | None
     #: What set ``position``: the offset syncs alone (``"syncs"``) or the first offset at the
-    #: last written record's timestamp (``"timestamp"``, see ``core.failover.bounds``).
+    #: last written record's timestamp (``"timestamp"``, see :func:`read_start`).
     bound: str = SYNCS
     #: Where the syncs alone would have started (equal to ``position`` when they set it).
     syncs_position: int | None = None

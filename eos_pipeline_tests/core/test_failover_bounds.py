@@ -1,4 +1,4 @@
-"""The time bound of the re-read after a switch (``core.failover.bounds``): never past the copy.
+"""The time bound of the re-read after a switch (``core.failover.read_start``): never past the copy.
 
 The model is the one of ``test_failover_properties`` (records upstream, their copies downstream,
 the offset syncs MM2 kept), with a timestamp drawn for every record: any order, repeats allowed,
