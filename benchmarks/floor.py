@@ -47,8 +47,10 @@ def clocked(into: dict[str, float]) -> Iterator[None]:
 
 def raw_read(kafka: KafkaSettings, topic: str, ends: dict[int, int]) -> dict[str, float]:
     """Every value of ``topic`` read and counted, one consumer per partition in turn."""
-    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from benchmarks.harness import read_values
 
     out: dict[str, float] = {"bytes": 0}
     with clocked(out):
@@ -63,16 +65,7 @@ def raw_read(kafka: KafkaSettings, topic: str, ends: dict[int, int]) -> dict[str
                 )
             )
             consumer.assign([KafkaTopicPartition(topic, p, 0)])
-            left = end
-            while left > 0:
-                for msg in consumer.consume(num_messages=min(10_000, left), timeout=0.5):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise RuntimeError(err.str())
-                    out["bytes"] += len(msg.value())
-                    left = end - 1 - msg.offset()
+            out["bytes"] += read_values(consumer, end)[1]
             consumer.close()
     return out
 
