@@ -28,7 +28,9 @@ run requested (created by the sensor daemon) -> enqueued -> launched (dequeued, 
 launcher) -> run process started -> step started -> first batch committed -> last batch
 committed (the drain); and the steps of that run (the asset, then the ``exactly_once`` check).
 Writes ``benchmarks/results/dagster_throughput.json`` (not committed) with the ratios direct /
-through Dagster by wall clock and the load averages.
+through Dagster by wall clock and the load averages, and what the run process pays before its
+first step (:func:`run_entry_cost`: ``import dagster``, the code location's imports, building its
+definitions, and the packages that cost most under ``python -X importtime``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -193,6 +197,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             runs[mode].append(result)
             _say(f"[round {n}] {mode}: {json.dumps(_brief(result))}")
     summary = summarize(runs, size)
+    dagster_work = [args.workdir / f"r0-{m.split()[0]}" for m in modes if m != "warm following"]
+    entry = run_entry_cost(dagster_work[0]) if dagster_work else None
     return {
         "benchmark": "dagster_throughput",
         "command": " ".join(["python -m benchmarks.dagster_throughput", *sys.argv[1:]]),
@@ -205,6 +211,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "produce_seconds": round(produced_s, 2),
         "cpus": os.cpu_count(),
         "summary": summary,
+        "run_entry": entry,
         "rounds": runs,
         "exact": all(r["exact"] for v in runs.values() for r in v),
     }
@@ -421,6 +428,75 @@ def _produce_in_transaction(
     if commit:
         producer.commit_transaction(60)
     return size
+
+
+#: What a run process does before its first step, in the order it does it (Dagster's code server
+#: starts it with multiprocessing's spawn: a fresh interpreter that unpickles the run's job,
+#: which imports dagster, then loads the code location).
+_RUN_ENTRY = """
+import json, time
+w, c = time.perf_counter(), time.process_time()
+marks = {}
+def mark(name):
+    marks[name] = [round(time.perf_counter() - w, 3), round(time.process_time() - c, 3)]
+import dagster
+mark("import_dagster")
+import eos_pipeline.components.project as project
+mark("import_code_location")
+project.load_project().definitions()
+mark("definitions_built")
+print(json.dumps(marks))
+"""
+
+
+def importtime_top(stderr: str, top: int = 10) -> dict[str, float]:
+    """``python -X importtime``'s self times summed per top-level package (ms), the costliest
+    ``top`` of them."""
+    per: dict[str, float] = {}
+    for line in stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
+        if m:
+            root = m[2].split(".")[0]
+            per[root] = per.get(root, 0.0) + int(m[1]) / 1000
+    ranked = sorted(per.items(), key=lambda kv: -kv[1])[:top]
+    return {k: round(v, 1) for k, v in ranked}
+
+
+def run_entry_cost(work: Path, repeats: int = 3) -> dict[str, Any]:
+    """What a run process pays before its first step, measured in fresh interpreters with the
+    round's code location (``work``'s defs folder and Dagster home): seconds (wall, CPU) from
+    interpreter start to ``import dagster``, to the code location imported, to its definitions
+    built; the median of ``repeats``, and one ``-X importtime`` split per package."""
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(work / "dagster_home"),
+        "EOS_DEFS_DIR": str(work / "defs"),
+    }
+    python = [sys.executable, "-c", _RUN_ENTRY]
+    samples = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        done = subprocess.run(python, env=env, capture_output=True, text=True, check=True)
+        marks = json.loads(done.stdout.strip().splitlines()[-1])
+        marks["process"] = [round(time.perf_counter() - began, 3), None]
+        samples.append(marks)
+    timed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _RUN_ENTRY],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    median = {
+        k: [round(statistics.median(s[k][0] for s in samples), 3)]
+        + ([round(statistics.median(s[k][1] for s in samples), 3)] if samples[0][k][1] else [])
+        for k in samples[0]
+    }
+    return {
+        "wall_cpu_s_median": median,
+        "importtime_self_ms_top": importtime_top(timed.stderr),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def run_moments(instance: Any, finished_only: bool = True) -> list[dict[str, Any]]:

@@ -179,6 +179,25 @@ def profiled(path: Path | None) -> Iterator[None]:
             proc.wait()
 
 
+def read_values(consumer: Consumer, end: int) -> tuple[int, int]:
+    """Consume the one partition ``consumer`` is assigned (from its start) up to ``end``,
+    counting only: (records, bytes of their values)."""
+    records = size = 0
+    left = end
+    while left > 0:
+        # Ask for no more than is left: consume() waits for a full batch or timeout.
+        for msg in consumer.consume(num_messages=min(10_000, left), timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(err.str())
+            records += 1
+            size += len(msg.value())
+            left = end - 1 - msg.offset()
+    return records, size
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -319,18 +338,8 @@ class Bench:
                     self.kafka.config(**CONSUMER_CONFIG, **{"group.id": f"bench-raw-{self.run_id}"})
                 )
                 consumer.assign([KafkaTopicPartition(topic.name, p, 0)])
-                left = end
-                while left > 0:
-                    # Ask for no more than is left: consume() waits for a full batch or timeout.
-                    for msg in consumer.consume(num_messages=min(10_000, left), timeout=0.5):
-                        err = msg.error()
-                        if err is not None:
-                            if err.code() == KafkaError._PARTITION_EOF:
-                                continue
-                            raise RuntimeError(err.str())
-                        records += 1
-                        size += len(msg.value())
-                        left = end - 1 - msg.offset()
+                got, got_bytes = read_values(consumer, end)
+                records, size = records + got, size + got_bytes
                 consumer.close()
         return self.add(
             Figure(name, "limit", records, size, t.seconds, t.cpu_seconds, note="confluent-kafka")

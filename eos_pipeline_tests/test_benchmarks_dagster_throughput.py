@@ -6,7 +6,7 @@ minutes: ``python -m benchmarks.dagster_throughput``).
 
 from __future__ import annotations
 
-from benchmarks.dagster_throughput import MOMENTS, first_moves, split
+from benchmarks.dagster_throughput import MOMENTS, first_moves, importtime_top, split
 from benchmarks.proc_cpu import TreeCpu, role_of
 
 
@@ -55,3 +55,19 @@ def test_tree_cpu_counts_each_role_inside_the_window_only() -> None:
 
     assert cpu.by_role(100.5, 102.5) == {"daemon": 1.5, "other": 0.5, "run worker": 3.0}
     assert cpu.by_role(99.0, 103.0) == {"daemon": 9.0, "other": 0.5, "run worker": 4.0}
+
+
+def test_importtime_top_sums_self_times_per_package_costliest_first() -> None:
+    stderr = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       900 |        900 |     kazoo.retry",
+            "import time:       100 |       1000 |   kazoo.client",
+            "import time:      3000 |       3000 | dagster._core.definitions",
+            "import time:       500 |       4500 | eos_pipeline.definitions",
+            "a line that is not importtime's",
+        ]
+    )
+
+    assert importtime_top(stderr) == {"dagster": 3.0, "kazoo": 1.0, "eos_pipeline": 0.5}
+    assert list(importtime_top(stderr, top=1)) == ["dagster"]

@@ -60,3 +60,36 @@ def test_a_sigkilled_insert_leaves_a_file_the_next_process_sweeps(tmp_path: Path
     assert sweep_stale(tmp_path) == []  # too young: it could still be in use
     assert sweep_stale(tmp_path, now=time.time() + STALE_AFTER_S + 1) == [left]
     assert not left.exists()
+
+
+def test_a_process_writes_over_its_two_staging_files_and_removes_them_at_exit(
+    tmp_path: Path,
+) -> None:
+    """Chunk after chunk the same two files (their pages reused), cut to each chunk; gone when
+    the process exits; a forked child makes its own instead of writing over its parent's."""
+    code = (
+        "import os, sys\n"
+        "from eos_pipeline.adapters.clickhouse import native_json as nj\n"
+        "d = sys.argv[1]\n"
+        "first = nj._staging(d)\n"
+        "nj._rewrite(first.fds[0], lambda fd: nj._write_lines(fd, [b'{\"a\": 1}'] * 1000))\n"
+        "nj._rewrite(first.fds[0], lambda fd: nj._write_lines(fd, [b'{}', b'{}']))\n"
+        "assert nj._staging(d) is first\n"
+        "assert open(first.paths[0], 'rb').read() == b'{}\\n{}'\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    child = nj._staging(d)\n"
+        "    assert child is not first and str(os.getpid()) in child.paths[0]\n"
+        "    os._exit(0 if all(os.path.exists(p) for p in first.paths) else 1)\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+        "print(' '.join(first.paths))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    paths = out.stdout.split()
+    assert len(paths) == 2 and paths[0].endswith(".jsonl") and paths[1].endswith(".src")
+    assert not any(Path(p).exists() for p in paths)  # removed at exit
+    # the child's exit (os._exit) ran no exit hooks: its files are a killed writer's, swept later
+    assert len(sweep_stale(tmp_path, now=time.time() + STALE_AFTER_S + 1)) == 2
+    assert list(tmp_path.iterdir()) == []
