@@ -27,7 +27,7 @@ No Spark, no ClickHouse.
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -193,6 +193,7 @@ def _seen(rows: list[PartitionLag]) -> list[object]:
 
 
 def _observed(
+    context: dg.SensorEvaluationContext,
     events: list[dg.AssetObservation],
     seen: object,
     cursor: str | None,
@@ -200,28 +201,41 @@ def _observed(
     note: str = "",
     keep: dict[str, object] | None = None,
     force: bool = False,
+    finish: Callable[[list[dg.AssetObservation]], list[dg.AssetObservation]] | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
     """The observations, if something changed since the cursor's digest, the last ones are
-    :data:`STEADY_SECONDS` old or ``force``; a skip otherwise. The first observation after
-    start or after an outage also passes the tables' :data:`SOURCE_CHECK`. ``keep``: more
-    the cursor carries (the failover status read last)."""
+    :data:`STEADY_SECONDS` old or ``force``; a skip otherwise. With them, the tables'
+    :data:`SOURCE_CHECK` passes where it has not since their latest materialization (so the UI,
+    which shows a check's evaluation for the latest materialization, keeps showing it).
+    ``keep``: more the cursor carries (the failover status read last); ``finish``: adds to
+    the observations what is read only when they are recorded."""
     digest = _digest(seen)
     last_digest, last_at = _parse(cursor)
-    checked = _cursor(cursor).get("checked") is True
     now = time.time()
+    passes = _passes(context, pipeline, _cursor(cursor).get("checked_at"))
     if not events or (
-        not force and checked and digest == last_digest and now - last_at < STEADY_SECONDS
+        not force and not passes and digest == last_digest and now - last_at < STEADY_SECONDS
     ):
         return dg.SkipReason(f"no change in the topics since the last observation{note}")
-    checks = [] if checked else source_evaluations(pipeline)
-    state = {"digest": digest, "at": round(now, 3), "checked": True, **(keep or {})}
-    return dg.SensorResult(asset_events=[*events, *checks], cursor=json.dumps(state))
+    state = {"digest": digest, "at": round(now, 3), "checked_at": round(now, 3), **(keep or {})}
+    recorded = finish(events) if finish is not None else events
+    return dg.SensorResult(asset_events=[*recorded, *passes], cursor=json.dumps(state))
 
 
-def _due(seen: object, cursor: str | None) -> bool:
-    """Whether this tick records observations (see :func:`_observed`)."""
-    last_digest, last_at = _parse(cursor)
-    return _digest(seen) != last_digest or time.time() - last_at >= STEADY_SECONDS
+def _passes(
+    context: dg.SensorEvaluationContext, pipeline: Pipeline, checked_at: object
+) -> list[dg.AssetCheckEvaluation]:
+    """Passing :data:`SOURCE_CHECK` evaluations for the tables materialized since
+    ``checked_at`` (every table when it never passed, or not since an outage)."""
+    keys = sink_keys(pipeline)
+    if isinstance(checked_at, int | float):
+        records = context.instance.get_asset_records(keys)
+        keys = [
+            r.asset_entry.asset_key
+            for r in records
+            if (m := r.asset_entry.last_materialization_record) and m.timestamp > checked_at
+        ]
+    return source_evaluations(pipeline, keys=keys) if keys else []
 
 
 def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, object]:
@@ -298,10 +312,13 @@ def source_check(pipeline: Pipeline, key: dg.AssetKey) -> dg.AssetChecksDefiniti
 
 
 def source_evaluations(
-    pipeline: Pipeline, fault: NamedFault | None = None, metadata: dict | None = None
+    pipeline: Pipeline,
+    fault: NamedFault | None = None,
+    metadata: dict | None = None,
+    keys: list[dg.AssetKey] | None = None,
 ) -> list[dg.AssetCheckEvaluation]:
-    """:data:`SOURCE_CHECK` on each table of ``pipeline``: passed, or failed (WARN) for
-    ``fault`` with the outage's ``metadata`` (the topics' observation's)."""
+    """:data:`SOURCE_CHECK` on the tables ``keys`` (default: every table of ``pipeline``):
+    passed, or failed (WARN) for ``fault`` with the outage's ``metadata`` (the topics')."""
     if fault is None:
         where = source_of(pipeline).endpoint()
         description = f"{KAFKA} {where} answered (read by the {pipeline.name}_topics sensor)"
@@ -322,7 +339,7 @@ def source_evaluations(
             metadata=metadata,
             blocking=False,
         )
-        for key in sink_keys(pipeline)
+        for key in (sink_keys(pipeline) if keys is None else keys)
     ]
 
 
@@ -419,14 +436,18 @@ def _topics_body(pipeline: Pipeline) -> Body:
             seen[topic] = _seen(rows)
             events.append(observation(topic_key(topic), rows, list(positions)))
         note = f"; not found: {', '.join(missing)}" if missing else ""
-        if _due(seen, cursor) and pipeline.dead_letter_topic not in missing and events:
-            # the dead-letter topic's own numbers: dead letters per source partition and sink
+
+        def with_dead_letters(events: list[dg.AssetObservation]) -> list[dg.AssetObservation]:
+            """The dead-letter topic's own numbers: dead letters per source partition and
+            sink (read only when the observations are recorded)."""
+            if pipeline.dead_letter_topic in missing:
+                return events
             dlq = events[-1]
             counts = dead_letter_counts(kafka, pipeline)
-            events[-1] = dg.AssetObservation(
-                asset_key=dlq.asset_key, metadata={**dlq.metadata, **counts}
-            )
-        return _observed(events, seen, cursor, pipeline, note)
+            metadata = {**dlq.metadata, **counts}
+            return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
+
+        return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
 
     return _body
 
@@ -475,4 +496,5 @@ def _clustered(
         except SwitchInProgress as exc:
             return dg.SkipReason(str(exc))
     seen_all = [active.alias, seen]
-    return _observed(events, seen_all, cursor, pipeline, keep={"failover": status}, force=stale)
+    keep = {"failover": status}
+    return _observed(context, events, seen_all, cursor, pipeline, keep=keep, force=stale)
