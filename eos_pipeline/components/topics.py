@@ -14,7 +14,8 @@ the endpoint and the cause) and the tick's skip reason names it
 The tables show it too: each carries the check ``source_reachable`` (:func:`source_check`),
 which this sensor evaluates (never a run): failed with severity WARN, naming the endpoint,
 since when and the fix, on every tick that cannot read the source; passed on the first tick
-that can again (and on the first tick ever), so Asset Health turns yellow and back by itself.
+that can again (and on the first tick ever, and after each new materialization of the table),
+so the table's check status turns yellow and back by itself.
 A clustered pipeline's topics also carry what ``eos-pipeline failover status`` prints, read at
 most every :data:`STEADY_SECONDS` (:mod:`eos_pipeline.components.failover`).
 
@@ -284,14 +285,16 @@ def _parse(cursor: str | None) -> tuple[str | None, float]:
     data = _cursor(cursor)
     if not data:
         return cursor or None, 0.0
-    digest = data.get("digest")
-    return (digest if isinstance(digest, str) else None), float(data.get("at") or 0.0)  # type: ignore[arg-type]
+    digest, at = data.get("digest"), data.get("at")
+    return (digest if isinstance(digest, str) else None), (
+        float(at) if isinstance(at, int | float) else 0.0
+    )
 
 
 def source_check(pipeline: Pipeline, key: dg.AssetKey) -> dg.AssetChecksDefinition:
     """``source_reachable`` on the table ``key``: evaluated by the ``<pipeline>_topics``
-    sensor, never by a run (the sensors' runs leave it out; a run from the UI that includes it
-    files nothing for it, so it shows as not run there, and health keeps the sensor's verdict)."""
+    sensor, never by a run (the sensors' runs leave it out; a backfill or a run from the UI
+    that includes it files nothing for it: skipped there, until the sensor passes it again)."""
 
     @dg.asset_check(
         asset=key,
