@@ -147,10 +147,10 @@ def recording(
     every: float = RECORD_EVERY_SECONDS,
 ) -> Callable[[Any], R]:
     """``run`` (one step of a following run: a ClickHouse partition's, or a Hudi commit),
-    recording what it ``written`` as each partition's materialization (its position, the
-    step's records and the partition's rows in the table) at most every ``every`` seconds per
-    partition: a following run, up for minutes, keeps the UI's numbers current and shows the
-    partition materialized while it runs, not "0 % filled"."""
+    recording what ``written`` reads from its report as each partition's materialization
+    (position, the step's records, the partition's rows in the table) at most every ``every``
+    seconds per partition: a following run, up for minutes, keeps the UI's numbers current and
+    shows the partition materialized while it runs, not "0 % filled"."""
     last: dict[TopicPartition, float] = {}
 
     def step(arg: Any) -> R:
