@@ -319,11 +319,21 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
                 return hudi_row_counts(spark, hudi.path, pipeline, sorted(tps)) or {}
 
+            counted: dict[TopicPartition, int] = {}
             if report.instant_time is not None or report.checkpoint_before is not None:
                 after = report.checkpoint_after
-                record_caught_up(context, {tp: after[tp] for tp in tps if tp in after}, rows)
+                positions = {tp: after[tp] for tp in tps if tp in after}
+                counted = record_caught_up(context, positions, rows)
+
+            def commit(parts: list[int]) -> Any:
+                """One more commit; the rows it wrote are counted on (no Spark query)."""
+                done = sync.run(partitions=parts)
+                for tp, written in done.rows_written.items():
+                    counted[tp] = counted.get(tp, 0) + written
+                return done
+
             # each commit's partitions recorded as it goes (at most every 10 s), as ClickHouse
-            step = recording(context, lambda parts: sync.run(partitions=parts), hudi_written, rows)
+            step = recording(context, commit, hudi_written, lambda tps: counted)
             steps, why = follow_hudi_run(context, policy, step, report, tps, kafka, hudi.path)
             report = merge_hudi_reports(steps)
             instants = [r.instant_time for r in steps if r.instant_time is not None]

@@ -122,11 +122,11 @@ def _materialize(
 
 def record_caught_up(
     context: dg.AssetExecutionContext, positions: Mapping[TopicPartition, int], rows: RowCounts
-) -> None:
+) -> dict[TopicPartition, int]:
     """Before following: each partition's caught-up state as its materialization (position,
     rows), so the asset shows the partitions filled while the run goes on, not "0 % filled"
-    until it ends minutes later; and the run tagged as following."""
-    counts = rows(list(positions))
+    until it ends minutes later; and the run tagged as following. Returns the rows counted."""
+    counts = dict(rows(list(positions)))
     for tp, position in positions.items():
         _materialize(
             context,
@@ -137,6 +137,7 @@ def record_caught_up(
             {"position": position, "dagster/row_count": counts[tp]},
         )
     context.instance.add_run_tags(context.run.run_id, {FOLLOWING_TAG: f"since {_clock()}"})
+    return counts
 
 
 def recording(
