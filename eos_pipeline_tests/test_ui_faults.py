@@ -429,6 +429,8 @@ def test_a_stopped_broker_is_shown_and_healed_without_a_person(rig: Rig) -> None
         assert f"Kafka broker {bootstrap}" in topic, topic
         for key in ("reachable", "unreachable_since", "cause", "fix", "failed_ticks"):
             assert f"\n{key}\n" in topic, (key, topic)
+        # one cluster: the page says why there is no failover job, and what to add
+        assert "Failover: not configured (one cluster)" in topic, topic
         # the sensor's page lists each tick as "0 runs requested"; a tick's details (the
         # dialog its result opens, here by its URL) say why, naming the broker
         tick = _done(rig.ticks(f"{PIPELINE}_clickhouse_lag"))
