@@ -76,7 +76,7 @@ def _walk_ui(ui: str, shots: Path) -> dict[str, str]:
                 "/assets/kafka/demo-events?view=lineage&lineageScope=downstream&lineageDepth=3",
                 "demo-events.dlq",
                 "lineage",
-                settle=("1 / 1 Passed", 2),
+                settle=("2 / 2 Passed", 2),
             ),
             "clickhouse": walker.open("/assets/clickhouse/demo/events", "Columns", "clickhouse"),
             "hudi": walker.open("/assets/hudi/demo_events", "Columns", "hudi"),
@@ -297,8 +297,8 @@ def test_the_ui_in_a_browser_shows_lineage_checks_columns_and_lag(demo_run: Demo
     lineage = ui["lineage"]
     for name in ("demo-events", "demo-events.dlq", "events", "demo_events"):
         assert name in lineage
-    # both tables' exactly-once checks passed (none shown skipped or failed)
-    assert lineage.count("1 / 1 Passed") == 2, lineage
+    # both tables' checks passed, exactly_once and source_reachable (none skipped or failed)
+    assert lineage.count("2 / 2 Passed") == 2, lineage
     for page in ("clickhouse", "hudi"):
         text = ui[page]
         assert "Columns" in text and "event_id" in text and "_offset" in text

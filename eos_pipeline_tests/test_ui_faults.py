@@ -9,9 +9,10 @@ up, this one's broker is stopped) serve three scenarios, in order:
 2. that run is SIGKILLed after its insert: it stays failed in the run list, but within a few
    sensor ticks a heal run records the partition and evaluates ``exactly_once``: the check page
    shows "Passed", no "Execution failed", without a person;
-3. the broker is stopped: the topic's page shows "unreachable since" with the endpoint and the
-   sensors' ticks skip naming it (no failure, no traceback); restarted, the topic is observed
-   reachable again and no run went red.
+3. the broker is stopped: the topic's page shows "unreachable since" with the endpoint, the
+   table's ``source_reachable`` check fails as a warning naming it, and the sensors' ticks skip
+   naming it (no failure, no traceback); restarted, the topic is observed reachable again, the
+   check passes again by itself and no run went red.
 
 What is asserted is read from the page (its text, and the GraphQL answers it received). With
 ``EOS_UI_SHOTS_DIR`` set, the screenshots docs/dagster.md shows are written there as well.
@@ -53,6 +54,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import CLICKHOUSE_SINK
 from eos_pipeline.components.following import FOLLOWING_TAG
 from eos_pipeline.components.healing import HEAL_TAG
+from eos_pipeline.components.topics import SOURCE_CHECK
 from eos_pipeline.core.planning import FOLLOW_TAG, SINK_TAG
 from eos_pipeline.core.positions import committed, sink_state
 from eos_pipeline_tests.support import browser
@@ -75,7 +77,20 @@ DOC_SHOTS = {
     "topic_unreachable": "ui-topic-unreachable.png",
     "sensor_skips": "ui-sensor-skips.png",
     "topic_reachable": "ui-topic-reachable.png",
+    "table_source_unreachable": "ui-table-source-unreachable.png",
 }
+
+TABLE_CHECKS = """
+query Checks($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      assetChecksOrError { ... on AssetChecks { checks {
+        name executionForLatestMaterialization { status evaluation { severity description } }
+      } } }
+    }
+  }
+}
+"""
 
 SENSOR_TICKS = """
 query Ticks($selector: SensorSelector!) {
@@ -188,6 +203,15 @@ class Rig:
         found = answer["data"]["sensorOrError"]
         assert found["__typename"] == "Sensor", answer
         return list(found["sensorState"]["ticks"])
+
+    def source_check(self) -> dict[str, Any]:
+        """The table's ``source_reachable`` as the asset page loads it: its execution for the
+        latest materialization (status, severity, description), or {} when none."""
+        key = {"path": ["clickhouse", "uif", "events"]}
+        answer = browser.graphql(self.ui, TABLE_CHECKS, {"key": key})
+        checks = answer["data"]["assetNodeOrError"]["assetChecksOrError"]["checks"]
+        found = next(c for c in checks if c["name"] == SOURCE_CHECK)
+        return found["executionForLatestMaterialization"] or {}
 
     def topic_metadata(self) -> dict[str, Any]:
         records = self.instance.fetch_observations(
@@ -387,9 +411,10 @@ def test_a_stopped_broker_is_shown_and_healed_without_a_person(rig: Rig) -> None
     stopped = time.monotonic()
     try:
         rig.wait(
-            "every sensor skips naming the broker, the topic observed unreachable",
+            "every sensor skips naming the broker, the topic and the table show it",
             lambda: (
                 rig.topic_metadata().get("reachable") is False
+                and rig.source_check().get("status") == "FAILED"
                 and all(
                     f"Kafka broker {bootstrap} unreachable since"
                     in (_done(rig.ticks(name))["skipReason"] or "")
@@ -403,6 +428,8 @@ def test_a_stopped_broker_is_shown_and_healed_without_a_person(rig: Rig) -> None
         assert f"Kafka broker {bootstrap}" in topic, topic
         for key in ("reachable", "unreachable_since", "cause", "fix", "failed_ticks"):
             assert f"\n{key}\n" in topic, (key, topic)
+        # one cluster: the page says why there is no failover job, and what to add
+        assert "Failover: not configured (one cluster)" in topic, topic
         # the sensor's page lists each tick as "0 runs requested"; a tick's details (the
         # dialog its result opens, here by its URL) say why, naming the broker
         tick = _done(rig.ticks(f"{PIPELINE}_clickhouse_lag"))
@@ -426,10 +453,33 @@ def test_a_stopped_broker_is_shown_and_healed_without_a_person(rig: Rig) -> None
         for name in sensors:
             for tick in rig.ticks(name):
                 assert tick["status"] != "FAILURE" and not tick["error"], (name, tick)
+        # the table shows it too: its source_reachable check failed as a warning (Asset
+        # Health yellow, not red), naming the broker, since when and the fix
+        evaluation = rig.source_check()["evaluation"]
+        assert evaluation["severity"] == "WARN", evaluation
+        said = evaluation["description"]
+        assert re.search(
+            rf"Kafka broker {re.escape(bootstrap)} unreachable since \S+: .*Fix: start the broker",
+            said,
+        ), said
+        table = rig.open(
+            f"{ASSET}?view=checks&checkDetail={SOURCE_CHECK}",
+            "unreachable since",
+            "table_source_unreachable",
+        )
+        assert SOURCE_CHECK in table and f"Kafka broker {bootstrap} unreachable since" in table, (
+            table
+        )
     finally:
         rig.own.start("kafka")
     restarted = time.monotonic()
-    rig.wait("the topic observed reachable", lambda: rig.topic_metadata().get("reachable") is True)
+    rig.wait(
+        "the topic observed reachable and the table's source check passed again",
+        lambda: (
+            rig.topic_metadata().get("reachable") is True
+            and rig.source_check().get("status") == "SUCCEEDED"
+        ),
+    )
     rig.say(f"reachable again {time.monotonic() - restarted:.1f} s after the restart")
     topic = rig.open(TOPIC_PAGE, "records_held", "topic_reachable", "Metadata")
     assert "unreachable_since" not in topic and "records_held" in topic, topic

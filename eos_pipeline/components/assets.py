@@ -31,8 +31,10 @@ import dagster as dg
 from eos_pipeline.adapters.keeper import default_writer_id
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.following import (
+    clickhouse_written,
     follow_hudi_run,
     follow_run,
+    hudi_written,
     policy_of,
     record_caught_up,
     recording,
@@ -189,13 +191,20 @@ def clickhouse_asset(
             policy = policy_of(pipeline, context.run.tags)
             if policy is not None and not stuck:
 
-                def rows(tp: TopicPartition) -> int:
-                    topic = sync.row_topic(tp.topic)
-                    where = (spec.database, spec.table, topic, tp.partition)
-                    return sink.count(*where, source=spec.schema.source)
+                def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+                    return {
+                        tp: sink.count(
+                            spec.database,
+                            spec.table,
+                            sync.row_topic(tp.topic),
+                            tp.partition,
+                            source=spec.schema.source,
+                        )
+                        for tp in tps
+                    }
 
-                record_caught_up(context, reports, rows)
-                step = recording(context, sync.run, rows)
+                record_caught_up(context, {r.tp: r.end for r in reports}, rows)
+                step = recording(context, sync.run, clickhouse_written, rows)
                 reports = merge_reports(follow_run(context, policy, step, reports, kafka))
             # one count() per partition on the sorting key's prefix: cheap
             row_counts = {
@@ -306,15 +315,26 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         followed: dict[str, Any] = {}
         policy = policy_of(pipeline, context.run.tags, "hudi")
         if policy is not None:  # one more transaction (commit) per burst of new records
-            steps, why = follow_hudi_run(
-                context,
-                policy,
-                lambda parts: sync.run(partitions=parts),
-                report,
-                tps,
-                kafka,
-                hudi.path,
-            )
+
+            def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+                return hudi_row_counts(spark, hudi.path, pipeline, sorted(tps)) or {}
+
+            counted: dict[TopicPartition, int] = {}
+            if report.instant_time is not None or report.checkpoint_before is not None:
+                after = report.checkpoint_after
+                positions = {tp: after[tp] for tp in tps if tp in after}
+                counted = record_caught_up(context, positions, rows)
+
+            def commit(parts: list[int]) -> Any:
+                """One more commit; the rows it wrote are counted on (no Spark query)."""
+                done = sync.run(partitions=parts)
+                for tp, written in done.rows_written.items():
+                    counted[tp] = counted.get(tp, 0) + written
+                return done
+
+            # each commit's partitions recorded as it goes (at most every 10 s), as ClickHouse
+            step = recording(context, commit, hudi_written, lambda tps: counted)
+            steps, why = follow_hudi_run(context, policy, step, report, tps, kafka, hudi.path)
             report = merge_hudi_reports(steps)
             instants = [r.instant_time for r in steps if r.instant_time is not None]
             followed = {"commits": ", ".join(instants), "commit_count": len(instants)}

@@ -23,7 +23,9 @@ from eos_pipeline.components.assets import (
     CLICKHOUSE_SINK,
     HooksFor,
     clickhouse_asset,
+    clickhouse_key,
     hudi_asset,
+    hudi_key,
     hudi_pool,
 )
 from eos_pipeline.components.checks import clickhouse_check, hudi_check
@@ -43,7 +45,7 @@ from eos_pipeline.components.sensors import (
 )
 from eos_pipeline.components.subject import resolve_subject
 from eos_pipeline.components.table_facts import with_table_facts, with_topic_columns
-from eos_pipeline.components.topics import topic_specs, topics_sensor
+from eos_pipeline.components.topics import source_check, topic_specs, topics_sensor
 from eos_pipeline.sinks.hooks import NO_HOOKS
 
 SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
@@ -68,16 +70,19 @@ def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
 def iter_pipeline_assets(
     pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
 ) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
-    """Each sink's asset followed by its exactly-once check."""
+    """Each sink's asset followed by its exactly-once check and its source check (evaluated
+    by the topics sensor)."""
     if pipeline.clickhouse is not None:
         yield clickhouse_asset(
             pipeline, clickhouse_pool, hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
         )
         yield clickhouse_check(pipeline, clickhouse_pool)
+        yield source_check(pipeline, clickhouse_key(pipeline))
     if pipeline.hudi is not None:
         pool = hudi_pool(pipeline)
         yield hudi_asset(pipeline, pool, hooks(pipeline, "hudi") if hooks else NO_HOOKS)
         yield hudi_check(pipeline, pool)
+        yield source_check(pipeline, hudi_key(pipeline))
 
 
 def shared_definitions(settings: Settings) -> dg.Definitions:

@@ -2,10 +2,16 @@
 
 The ``failover`` job does what ``eos-pipeline failover --pipeline P --to B`` does, with the same
 two settings as run config, so that a switch can be launched (and re-launched after a crash)
-from the Dagster UI. Both call :func:`eos_pipeline.adapters.failover.switch`.
+from the Dagster UI. Both call :func:`eos_pipeline.adapters.failover.switch`. What
+``eos-pipeline failover status`` prints is on the topics' observations in the UI
+(:func:`status_summary`, read by the topics sensor).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -13,7 +19,7 @@ from eos_pipeline.adapters.failover import SwitchReport, switch
 from eos_pipeline.components.config import Pipeline, PipelinesFile
 from eos_pipeline.components.resources import KeeperResource
 from eos_pipeline.components.source import failover_pipeline, source_of
-from eos_pipeline.core.failover import TIMESTAMP, SwitchRefused
+from eos_pipeline.core.failover import TIMESTAMP, UNREACHABLE, SwitchRefused
 
 
 def find_pipeline(config: PipelinesFile, name: str) -> Pipeline:
@@ -78,3 +84,36 @@ def failover_jobs(config: PipelinesFile) -> list[dg.JobDefinition]:
     if any(source_of(p).switches for p in config.pipelines):
         return [failover_job(config)]
     return []
+
+
+def status_summary(store: Any, pipeline: Pipeline) -> dict[str, Any]:
+    """What ``eos-pipeline failover status`` prints for ``pipeline``, read now (no sampling
+    pause: "replicating" is told by MM2's fresh offset syncs), as JSON-able data: the lines,
+    each flow's state and lag, and when it was read."""
+    from eos_pipeline.adapters.failover import read_status
+
+    return shape_status(read_status(store, failover_pipeline(pipeline), sample_s=0.0))
+
+
+def shape_status(status: Any, at: float | None = None) -> dict[str, Any]:
+    """A ``FailoverStatus`` as JSON-able data (kept in the topics sensor's cursor)."""
+    return {
+        "lines": status.lines(),
+        "flows": {str(f.flow): [f.state, f.lag] for f in status.flows},
+        "at": round(time.time() if at is None else at, 3),
+    }
+
+
+def status_metadata(summary: Mapping[str, Any]) -> dict[str, dg.MetadataValue]:
+    """A status summary as a topic's metadata: the printout, and per flow MM2's state and
+    lag (a number Dagster plots; none for a flow that could not be read)."""
+    read_at = datetime.fromtimestamp(summary["at"], UTC).isoformat(timespec="seconds")
+    out: dict[str, dg.MetadataValue] = {
+        "failover_status": dg.MetadataValue.md("```\n" + "\n".join(summary["lines"]) + "\n```"),
+        "failover_status_read_at": dg.MetadataValue.text(read_at),
+    }
+    for flow, (state, lag) in sorted(summary["flows"].items()):
+        out[f"mm2 {flow}"] = dg.MetadataValue.text(state)
+        if state != UNREACHABLE:
+            out[f"mm2_lag {flow}"] = dg.MetadataValue.int(lag)
+    return out

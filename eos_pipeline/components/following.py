@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import dagster as dg
 
@@ -27,6 +27,8 @@ from eos_pipeline.sinks.follow import follow, follow_table
 
 if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it
     from eos_pipeline.sinks.hudi_spec import HudiReport
+
+R = TypeVar("R")
 
 #: How often a following run asks the run storage whether another run waits (seconds).
 _QUEUE_LOOK_SECONDS = 1.0
@@ -95,67 +97,88 @@ def _clock() -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime())
 
 
-def record_caught_up(
-    context: dg.AssetExecutionContext,
-    reports: Sequence[SyncReport],
-    row_count: Callable[[TopicPartition], int],
+#: What one step wrote, per partition: ``(position after it, records read, dead letters)``.
+Written = Mapping[TopicPartition, tuple[int, int, int]]
+#: Rows in the table per partition, for the partitions asked (one query for all of them).
+RowCounts = Callable[[list[TopicPartition]], Mapping[TopicPartition, int]]
+
+
+def clickhouse_written(report: SyncReport) -> Written:
+    return {report.tp: (report.end, report.records_read, report.dead_letters)}
+
+
+def hudi_written(report: HudiReport) -> Written:
+    after, read, dead = report.checkpoint_after, report.records_read, report.dead_letters
+    return {tp: (after[tp], read.get(tp, 0), dead.get(tp, 0)) for tp in after}
+
+
+def _materialize(
+    context: dg.AssetExecutionContext, tp: TopicPartition, description: str, metadata: dict
 ) -> None:
-    """Before following: each partition's caught-up state as its materialization (position,
-    rows), so the asset shows the partitions filled while the run goes on, not "0 % filled"
-    until it ends minutes later; and the run tagged as following."""
     from eos_pipeline.components.partitions import partition_key
 
-    for report in reports:
-        context.log_event(
-            dg.AssetMaterialization(
-                asset_key=context.asset_key,
-                partition=partition_key(report.tp),
-                description=f"caught up; run {context.run.run_id[:8]} is following the stream "
-                f"(in progress, not failed): it records each partition again at most every "
-                f"{RECORD_EVERY_SECONDS:g} s while records arrive",
-                metadata={
-                    "position": report.end,
-                    "dagster/row_count": row_count(report.tp),
-                    "following": True,
-                },
-            )
+    context.log_event(
+        dg.AssetMaterialization(
+            asset_key=context.asset_key,
+            partition=partition_key(tp),
+            description=description,
+            metadata={**metadata, "following": True},
+        )
+    )
+
+
+def record_caught_up(
+    context: dg.AssetExecutionContext, positions: Mapping[TopicPartition, int], rows: RowCounts
+) -> dict[TopicPartition, int]:
+    """Before following: each partition's caught-up state as its materialization (position,
+    rows), so the asset shows the partitions filled while the run goes on, not "0 % filled"
+    until it ends minutes later; and the run tagged as following. Returns the rows counted."""
+    counts = dict(rows(list(positions)))
+    for tp, position in positions.items():
+        _materialize(
+            context,
+            tp,
+            f"caught up; run {context.run.run_id[:8]} is following the stream (in progress, "
+            f"not failed): it records each partition again at most every "
+            f"{RECORD_EVERY_SECONDS:g} s while records arrive",
+            {"position": position, "dagster/row_count": counts[tp]},
         )
     context.instance.add_run_tags(context.run.run_id, {FOLLOWING_TAG: f"since {_clock()}"})
+    return counts
 
 
 def recording(
     context: dg.AssetExecutionContext,
-    run: Callable[[TopicPartition], SyncReport],
-    row_count: Callable[[TopicPartition], int],
+    run: Callable[[Any], R],
+    written: Callable[[R], Written],
+    rows: RowCounts,
     every: float = RECORD_EVERY_SECONDS,
-) -> Callable[[TopicPartition], SyncReport]:
-    """``run``, recording what a step wrote as the partition's materialization (its position,
-    the step's records and the partition's rows in the table) at most every ``every`` seconds
-    per partition: a following run, up for minutes, keeps the UI's numbers current and shows
-    the partition materialized while it runs, not "0 % filled"."""
-    from eos_pipeline.components.partitions import partition_key
-
+) -> Callable[[Any], R]:
+    """``run`` (one step of a following run: a ClickHouse partition's, or a Hudi commit),
+    recording what ``written`` reads from its report as each partition's materialization
+    (position, the step's records, the partition's rows in the table) at most every ``every``
+    seconds per partition: a following run, up for minutes, keeps the UI's numbers current and
+    shows the partition materialized while it runs, not "0 % filled"."""
     last: dict[TopicPartition, float] = {}
 
-    def step(tp: TopicPartition) -> SyncReport:
-        report = run(tp)
+    def step(arg: Any) -> R:
+        report = run(arg)
         now = time.monotonic()
-        if report.records_read and now - last.get(tp, -every) >= every:
+        due = {
+            tp: done
+            for tp, done in written(report).items()
+            if done[1] and now - last.get(tp, -every) >= every
+        }
+        counts = rows(list(due)) if due else {}
+        for tp, (position, read, dead) in due.items():
             last[tp] = now
-            context.log_event(
-                dg.AssetMaterialization(
-                    asset_key=context.asset_key,
-                    partition=partition_key(tp),
-                    description="recorded while following",
-                    metadata={
-                        "position": report.end,
-                        "records_read_in_step": report.records_read,
-                        "dead_letters_in_step": report.dead_letters,
-                        "dagster/row_count": row_count(tp),
-                        "following": True,
-                    },
-                )
-            )
+            metadata = {
+                "position": position,
+                "records_read_in_step": read,
+                "dead_letters_in_step": dead,
+                "dagster/row_count": counts[tp],
+            }
+            _materialize(context, tp, "recorded while following", metadata)
         return report
 
     return step
@@ -202,4 +225,5 @@ def follow_hudi_run(
     out, why = follow_table(run, report, tps, _ends(kafka), policy, others_waiting=waiting)
     commits = sum(1 for r in out[1:] if r.instant_time is not None)
     context.log.info(f"following ended: {why}; {commits} commit(s) while following")
+    context.instance.add_run_tags(context.run.run_id, {FOLLOWING_TAG: f"ended {_clock()}: {why}"})
     return out, why

@@ -322,6 +322,8 @@ def clickhouse_lag_sensor(
                 tags=r.tags,
                 # named, so the Runs list shows the asset as the run's target
                 asset_selection=[asset],
+                # exactly_once only: source_reachable is the topics sensor's
+                asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
             )
             for r in plan.runs
         ]
@@ -444,7 +446,12 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             follow=follows,
         )
         requests = [
-            dg.RunRequest(run_key=r.run_key, asset_selection=[asset], tags=r.tags)
+            dg.RunRequest(
+                run_key=r.run_key,
+                asset_selection=[asset],
+                asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
+                tags=r.tags,
+            )
             for r in plan.runs
         ]
         return _result(context, plan, requests)

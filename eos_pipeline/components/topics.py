@@ -11,6 +11,14 @@ read, every topic of the pipeline gets an observation saying so ("unreachable si
 the endpoint and the cause) and the tick's skip reason names it
 (:mod:`eos_pipeline.components.health`).
 
+The tables show it too: each carries the check ``source_reachable`` (:func:`source_check`),
+which this sensor evaluates (never a run): failed with severity WARN, naming the endpoint,
+since when and the fix, on every tick that cannot read the source; passed on the first tick
+that can again (and on the first tick ever, and after each new materialization of the table),
+so the table's check status turns yellow and back by itself.
+A clustered pipeline's topics also carry what ``eos-pipeline failover status`` prints, read at
+most every :data:`STEADY_SECONDS` (:mod:`eos_pipeline.components.failover`).
+
 Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
 pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
 No Spark, no ClickHouse.
@@ -20,7 +28,9 @@ No Spark, no ClickHouse.
 import hashlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -38,7 +48,9 @@ from eos_pipeline.components.assets import (
     topic_key,
 )
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.failover import status_metadata, status_summary
 from eos_pipeline.components.health import (
+    KAFKA,
     Body,
     NamedFault,
     OnFault,
@@ -51,10 +63,21 @@ from eos_pipeline.components.resources import KeeperResource, kafka_resource, ka
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 
-__all__ = ["STEADY_SECONDS", "dead_letter_key", "topic_key", "topic_specs", "topics_sensor"]
+__all__ = [
+    "SOURCE_CHECK",
+    "STEADY_SECONDS",
+    "dead_letter_key",
+    "source_check",
+    "topic_key",
+    "topic_specs",
+    "topics_sensor",
+]
 
 #: Longest time between two observations of a topic, changed or not.
 STEADY_SECONDS = 60
+#: The check on each table saying whether its source can be read (evaluated by the topics
+#: sensor only).
+SOURCE_CHECK = "source_reachable"
 
 
 def sink_keys(pipeline: Pipeline) -> list[dg.AssetKey]:
@@ -66,10 +89,25 @@ def sink_keys(pipeline: Pipeline) -> list[dg.AssetKey]:
     return keys
 
 
+def _failover_note(pipeline: Pipeline) -> str:
+    """What a topic's description says of failover: how to switch, or why there is no job."""
+    clusters = pipeline.kafka.clusters
+    if not clusters:
+        return (
+            " Failover: not configured (one cluster), so the code location has no `failover` "
+            "job; add kafka.clusters to switch clusters, see docs/failover.md."
+        )
+    return (
+        f" Failover: clusters {', '.join(clusters)}; the `failover` job switches them, and "
+        "the observation's `failover_status` says what `eos-pipeline failover status` prints."
+    )
+
+
 def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
     """The pipeline's source topics, then its dead-letter topic (written by both sinks)."""
     bootstrap = pipeline.kafka.bootstrap_servers
     where = bootstrap if isinstance(bootstrap, str) else "(from environment)"
+    failover = _failover_note(pipeline)
     specs = [
         dg.AssetSpec(
             key=topic_key(topic),
@@ -81,7 +119,7 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
             "last stable offset and each sink's lag per partition; when the broker cannot be "
             "read, reachable: false, since when and why). The product never writes a topic, "
             "so Dagster shows it 'Never materialized' with 'No automations': its state is the "
-            "latest observation under Metadata, its history under Events.",
+            "latest observation under Metadata, its history under Events." + failover,
             owners=pipeline.owners or None,
         )
         for topic in pipeline.kafka.topics
@@ -155,27 +193,49 @@ def _seen(rows: list[PartitionLag]) -> list[object]:
 
 
 def _observed(
+    context: dg.SensorEvaluationContext,
     events: list[dg.AssetObservation],
     seen: object,
     cursor: str | None,
+    pipeline: Pipeline,
     note: str = "",
+    keep: dict[str, object] | None = None,
+    force: bool = False,
+    finish: Callable[[list[dg.AssetObservation]], list[dg.AssetObservation]] | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
-    """The observations, if something changed since the cursor's digest or the last ones are
-    :data:`STEADY_SECONDS` old; a skip otherwise."""
+    """The observations, if something changed since the cursor's digest, the last ones are
+    :data:`STEADY_SECONDS` old or ``force``; a skip otherwise. With them, the tables'
+    :data:`SOURCE_CHECK` passes where it has not since their latest materialization (so the UI,
+    which shows a check's evaluation for the latest materialization, keeps showing it).
+    ``keep``: more the cursor carries (the failover status read last); ``finish``: adds to
+    the observations what is read only when they are recorded."""
     digest = _digest(seen)
     last_digest, last_at = _parse(cursor)
     now = time.time()
-    if not events or (digest == last_digest and now - last_at < STEADY_SECONDS):
+    passes = _passes(context, pipeline, _cursor(cursor).get("checked_at"))
+    if not events or (
+        not force and not passes and digest == last_digest and now - last_at < STEADY_SECONDS
+    ):
         return dg.SkipReason(f"no change in the topics since the last observation{note}")
-    return dg.SensorResult(
-        asset_events=events, cursor=json.dumps({"digest": digest, "at": round(now, 3)})
-    )
+    state = {"digest": digest, "at": round(now, 3), "checked_at": round(now, 3), **(keep or {})}
+    recorded = finish(events) if finish is not None else events
+    return dg.SensorResult(asset_events=[*recorded, *passes], cursor=json.dumps(state))
 
 
-def _due(seen: object, cursor: str | None) -> bool:
-    """Whether this tick records observations (see :func:`_observed`)."""
-    last_digest, last_at = _parse(cursor)
-    return _digest(seen) != last_digest or time.time() - last_at >= STEADY_SECONDS
+def _passes(
+    context: dg.SensorEvaluationContext, pipeline: Pipeline, checked_at: object
+) -> list[dg.AssetCheckEvaluation]:
+    """Passing :data:`SOURCE_CHECK` evaluations for the tables materialized since
+    ``checked_at`` (every table when it never passed, or not since an outage)."""
+    keys = sink_keys(pipeline)
+    if isinstance(checked_at, int | float):
+        records = context.instance.get_asset_records(keys)
+        keys = [
+            r.asset_entry.asset_key
+            for r in records
+            if (m := r.asset_entry.last_materialization_record) and m.timestamp > checked_at
+        ]
+    return source_evaluations(pipeline, keys=keys) if keys else []
 
 
 def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, object]:
@@ -210,23 +270,85 @@ def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, ob
     return out
 
 
+def _cursor(cursor: str | None) -> dict[str, object]:
+    """The topics sensor's own cursor as a dict (empty when absent or a bare digest)."""
+    try:
+        data = json.loads(cursor) if cursor else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _parse(cursor: str | None) -> tuple[str | None, float]:
     """``(digest, time observed)`` of the cursor (a bare digest from before: time 0)."""
-    if not cursor:
-        return None, 0.0
-    try:
-        data = json.loads(cursor)
-    except ValueError:
-        return cursor, 0.0
-    if not isinstance(data, dict):
-        return cursor, 0.0
-    return data.get("digest"), float(data.get("at") or 0.0)
+    data = _cursor(cursor)
+    if not data:
+        return cursor or None, 0.0
+    digest, at = data.get("digest"), data.get("at")
+    return (digest if isinstance(digest, str) else None), (
+        float(at) if isinstance(at, int | float) else 0.0
+    )
+
+
+def source_check(pipeline: Pipeline, key: dg.AssetKey) -> dg.AssetChecksDefinition:
+    """``source_reachable`` on the table ``key``: evaluated by the ``<pipeline>_topics``
+    sensor, never by a run (the sensors' runs leave it out; a backfill or a run from the UI
+    that includes it files nothing for it: skipped there, until the sensor passes it again)."""
+
+    @dg.asset_check(
+        asset=key,
+        name=SOURCE_CHECK,
+        blocking=False,
+        description=f"Whether the table's source can be read, as the {pipeline.name}_topics "
+        "sensor finds it on every tick: failed (WARN) while the broker or keeper does not "
+        "answer, naming the endpoint, since when and the fix; passed again by itself once it "
+        "answers. Evaluated by the sensor only: executing it here evaluates nothing.",
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        context.log.info(
+            f"{SOURCE_CHECK} is evaluated by the sensor {pipeline.name}_topics, not by runs"
+        )
+        yield dg.Output(None)
+
+    return _check
+
+
+def source_evaluations(
+    pipeline: Pipeline,
+    fault: NamedFault | None = None,
+    metadata: dict | None = None,
+    keys: list[dg.AssetKey] | None = None,
+) -> list[dg.AssetCheckEvaluation]:
+    """:data:`SOURCE_CHECK` on the tables ``keys`` (default: every table of ``pipeline``):
+    passed, or failed (WARN) for ``fault`` with the outage's ``metadata`` (the topics')."""
+    if fault is None:
+        where = source_of(pipeline).endpoint()
+        description = f"{KAFKA} {where} answered (read by the {pipeline.name}_topics sensor)"
+        metadata = {"reachable": True, "endpoint": dg.MetadataValue.text(where)}
+    else:
+        since = metadata["unreachable_since"].value if metadata else "?"
+        description = (
+            f"{fault.resource} {fault.endpoint} {fault.state} since {since}: {fault.cause}. "
+            f"Fix: {fault.fix}"
+        )
+    return [
+        dg.AssetCheckEvaluation(
+            asset_key=key,
+            check_name=SOURCE_CHECK,
+            passed=fault is None,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=description,
+            metadata=metadata,
+            blocking=False,
+        )
+        for key in (sink_keys(pipeline) if keys is None else keys)
+    ]
 
 
 def unreachable_events(pipeline: Pipeline) -> OnFault:
     """Observations of every topic of ``pipeline`` saying its source cannot be read."""
 
-    def events(fault: NamedFault, streak: Streak) -> list[dg.AssetObservation]:
+    def events(fault: NamedFault, streak: Streak) -> list[Any]:
         since = datetime.fromtimestamp(streak.since or time.time(), UTC).isoformat(
             timespec="seconds"
         )
@@ -239,7 +361,9 @@ def unreachable_events(pipeline: Pipeline) -> OnFault:
             "failed_ticks": streak.failures,
         }
         keys = [topic_key(t) for t in pipeline.kafka.topics] + [dead_letter_key(pipeline)]
-        return [dg.AssetObservation(asset_key=key, metadata=metadata) for key in keys]
+        observed = [dg.AssetObservation(asset_key=key, metadata=metadata) for key in keys]
+        # the tables too: their source_reachable check fails (WARN) for as long as it lasts
+        return [*observed, *source_evaluations(pipeline, fault, metadata)]
 
     return events
 
@@ -314,14 +438,18 @@ def _topics_body(pipeline: Pipeline) -> Body:
             seen[topic] = _seen(rows)
             events.append(observation(topic_key(topic), rows, list(positions)))
         note = f"; not found: {', '.join(missing)}" if missing else ""
-        if _due(seen, cursor) and pipeline.dead_letter_topic not in missing and events:
-            # the dead-letter topic's own numbers: dead letters per source partition and sink
+
+        def with_dead_letters(events: list[dg.AssetObservation]) -> list[dg.AssetObservation]:
+            """The dead-letter topic's own numbers: dead letters per source partition and
+            sink (read only when the observations are recorded)."""
+            if pipeline.dead_letter_topic in missing:
+                return events
             dlq = events[-1]
             counts = dead_letter_counts(kafka, pipeline)
-            events[-1] = dg.AssetObservation(
-                asset_key=dlq.asset_key, metadata={**dlq.metadata, **counts}
-            )
-        return _observed(events, seen, cursor, note)
+            metadata = {**dlq.metadata, **counts}
+            return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
+
+        return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
 
     return _body
 
@@ -339,10 +467,16 @@ def _clustered(
     events: list[dg.AssetObservation] = []
     seen: dict[str, object] = {}
     sinks = [s for s, on in (("clickhouse", pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    status = _cursor(cursor).get("failover")
+    stale = not isinstance(status, dict) or time.time() - status["at"] >= STEADY_SECONDS
     with keeper.store() as store:
         try:
             active = source_of(pipeline).at(kafka, store)
             assert isinstance(active, ActiveCluster)
+            if stale:  # what `eos-pipeline failover status` prints, at most once a minute
+                status = status_summary(store, pipeline)
+            assert isinstance(status, dict)
+            shown_status = status_metadata(status)
             for index, topic in enumerate(pipeline.kafka.topics):
                 follows_hudi = topic == pipeline.kafka.topics[0]
                 rows = active.topic_lags(
@@ -355,8 +489,14 @@ def _clustered(
                 shown = sinks if index == 0 else [s for s in sinks if s != "hudi"]
                 seen[topic] = _seen(rows)
                 event = observation(topic_key(topic), rows, shown)
-                metadata = {**event.metadata, "cluster": dg.MetadataValue.text(active.alias)}
+                metadata = {
+                    **event.metadata,
+                    "cluster": dg.MetadataValue.text(active.alias),
+                    **shown_status,
+                }
                 events.append(dg.AssetObservation(asset_key=event.asset_key, metadata=metadata))
         except SwitchInProgress as exc:
             return dg.SkipReason(str(exc))
-    return _observed(events, [active.alias, seen], cursor)
+    seen_all = [active.alias, seen]
+    keep = {"failover": status}
+    return _observed(context, events, seen_all, cursor, pipeline, keep=keep, force=stale)

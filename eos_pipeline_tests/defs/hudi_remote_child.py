@@ -3,7 +3,8 @@
 Run as ``python -m eos_pipeline_tests.defs.hudi_remote_child <defs folder> <partition keys>
 [follow]`` (keys comma-separated; ``follow``: tagged as the lag sensor tags a run to follow). A
 fresh process, as a Dagster run is: the resource puts it in Connect mode. Prints one JSON line:
-the run's per-partition metadata and whether this process held a JVM (it must not).
+the run's per-partition metadata, what a following run recorded as it went, and whether this
+process held a JVM (it must not).
 """
 
 from __future__ import annotations
@@ -50,9 +51,16 @@ def main(argv: list[str]) -> int:
         e.materialization.partition: {k: v.value for k, v in e.materialization.metadata.items()}
         for e in result.get_asset_materialization_events()
     }
+    # what a following run recorded while it ran (in order): partition, position, rows
+    recorded = [
+        (m.partition, m.metadata["position"].value, m.metadata["dagster/row_count"].value)
+        for e in result.get_asset_materialization_events()
+        if "following" in (m := e.materialization).metadata
+    ]
     checks = [c.passed for c in result.get_asset_check_evaluations()]
     jvm = SparkContext._active_spark_context is not None
-    print(json.dumps({"meta": meta, "checks": checks, "jvm": jvm}, default=str), flush=True)
+    out = {"meta": meta, "checks": checks, "jvm": jvm, "recorded": recorded}
+    print(json.dumps(out, default=str), flush=True)
     return 0
 
 

@@ -125,6 +125,10 @@ pipelines:
         observed = tick(defs, f"{name}_topics", instance)
         [event] = [e for e in observed.asset_events if e.asset_key == topic_key(topic)]
         assert event.metadata["cluster"].value == "B"
+        # what `eos-pipeline failover status` prints, on the topic's page: B active, both flows
+        printed = event.metadata["failover_status"].value
+        assert f"{name}: active cluster B (1 switch so far); no switch in flight" in printed
+        assert {"mm2 A->B", "mm2 B->A"} <= set(event.metadata), printed
         assert event.metadata["clickhouse_lag"].value == 0
         assert event.metadata["hudi_lag"].value == 0
         # A.T's 60 and T's 20, on B (MM2's transaction markers take offsets of A.T too)

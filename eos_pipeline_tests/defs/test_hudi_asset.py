@@ -266,7 +266,7 @@ def test_a_following_run_commits_each_burst_that_arrives_then_ends_when_idle(
     wait_for({tp0: 13, tp1: 6}, following)
     rig.produce({1: 4}, bad_every=2)  # burst 2
     wait_for({tp0: 13, tp1: 10}, following)
-    result = _result(following, config_file, "follow")
+    result = following_result = _result(following, config_file, "follow")
     assert result["jvm"] is False and result["checks"] == [True, True]
     meta = result["meta"]
     # one materialization per partition covering every commit of the run
@@ -300,3 +300,15 @@ def test_a_following_run_commits_each_burst_that_arrives_then_ends_when_idle(
     }
     assert hudi_offsets(rig.hudi_path) == expected
     assert sum(len(v) for v in dead.values()) > 0
+    # as it went, the following run recorded each partition: caught up (8, 6) before it
+    # followed, then each burst's commit (13 on p0, 10 on p1), with the rows in the table then
+
+    def rows(p: int, position: int) -> int:
+        return sum(1 for o in expected[p] if o < position)
+
+    assert [tuple(r) for r in following_result["recorded"]] == [
+        (keys[0], 8, rows(0, 8)),
+        (keys[1], 6, rows(1, 6)),
+        (keys[0], 13, rows(0, 13)),
+        (keys[1], 10, rows(1, 10)),
+    ]

@@ -10,10 +10,12 @@ import dagster as dg
 import pytest
 
 from eos_dev.stack.processes import free_port
+from eos_pipeline.components.assets import CHECK_NAME
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import PipelinesFile, parse_config
 from eos_pipeline.components.health import Streak
 from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.topics import SOURCE_CHECK
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import pipeline_yaml
@@ -51,11 +53,28 @@ def test_a_stopped_broker_is_a_skip_reason_naming_it_in_every_sensor(tmp_path: P
         assert Streak.parse(second.cursor).since == Streak.parse(first.cursor).since
         # the topics say so on their own pages: unreachable since when, where, why
         topics = tick(defs, "down_topics", instance)
-        observed = {tuple(e.asset_key.path): e.metadata for e in topics.asset_events}
+        events = topics.asset_events
+        observed = {
+            tuple(e.asset_key.path): e.metadata
+            for e in events
+            if isinstance(e, dg.AssetObservation)
+        }
         assert len(observed) == 2  # the source topic and the dead-letter topic
         for metadata in observed.values():
             assert metadata["unreachable"].value == f"Kafka broker {broker}"
             assert metadata["unreachable_since"].value
+        # ... and so do the tables: their source_reachable check fails as a warning, naming
+        # the broker, since when and the fix
+        checks = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
+        assert sorted(c.asset_key.path[0] for c in checks) == ["clickhouse", "hudi"]
+        for c in checks:
+            assert (c.check_name, c.passed, c.severity) == (
+                SOURCE_CHECK,
+                False,
+                dg.AssetCheckSeverity.WARN,
+            )
+            assert f"Kafka broker {broker} unreachable since" in (c.description or "")
+            assert "Fix: start the broker" in (c.description or ""), c.description
 
 
 def test_a_stopped_keeper_is_a_skip_reason_naming_it(tmp_path: Path) -> None:
@@ -78,9 +97,9 @@ def _with(config: PipelinesFile, section: str, **values: object) -> PipelinesFil
 def _run(defs: dg.Definitions, instance: dg.DagsterInstance, asset: dg.AssetKey, checks: bool):
     """One run of the table (or of its check only) for partition 0, as the UI launches it."""
     instance.add_dynamic_partitions(partitions_name("down"), [KEY])
-    selection = (
-        dg.AssetSelection.checks_for_assets(asset) if checks else dg.AssetSelection.assets(asset)
-    )
+    # the check's own Execute button: exactly_once alone
+    check = dg.AssetSelection.checks(dg.AssetCheckKey(asset, CHECK_NAME))
+    selection = check if checks else dg.AssetSelection.assets(asset)
     tables = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and a.key == asset]
     return dg.materialize(
         [*tables, *defs.asset_checks],

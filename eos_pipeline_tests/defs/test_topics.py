@@ -14,7 +14,7 @@ from eos_pipeline.components.assets import clickhouse_key, dead_letter_key, topi
 from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.health import Streak
 from eos_pipeline.components.partitions import keys_for, partitions_name
-from eos_pipeline.components.topics import STEADY_SECONDS
+from eos_pipeline.components.topics import SOURCE_CHECK, STEADY_SECONDS
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig
@@ -24,6 +24,14 @@ pytestmark = pytest.mark.integration
 
 def _by_key(result) -> dict[dg.AssetKey, dg.AssetObservation]:
     return {event.asset_key: event for event in result.asset_events}
+
+
+def _source_checks(result) -> list[tuple[dg.AssetKey, bool]]:
+    return [
+        (e.asset_key, e.passed)
+        for e in result.asset_events
+        if isinstance(e, dg.AssetCheckEvaluation) and e.check_name == SOURCE_CHECK
+    ]
 
 
 def _rows(observation: dg.AssetObservation) -> list[dict]:
@@ -54,6 +62,9 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(partitions_name(rig.pipeline), keys_for(rig.topic, 2))
         first = tick(defs, sensor, instance, None)
+        table = clickhouse_key(rig.config.pipelines[0])
+        # the first tick passes the table's source_reachable check (so health knows it)
+        assert _source_checks(first) == [(table, True)]
         observed = _by_key(first)
         source = observed[topic_key(rig.topic)]
         ends = end_offsets(rig.kafka, rig.topic)
@@ -81,6 +92,8 @@ def test_the_topics_sensor_observes_sizes_and_lags_and_stays_quiet_when_nothing_
             resources=defs.resources,
         )
         second = tick(defs, sensor, instance, first.cursor)
+        # the table materialized since: passed again, for the UI's latest materialization
+        assert _source_checks(second) == [(table, True)]
         observed = _by_key(second)
         lags = {r["partition"]: r["clickhouse_lag"] for r in _rows(observed[topic_key(rig.topic)])}
         assert lags == {0: ends[0], 1: 0}

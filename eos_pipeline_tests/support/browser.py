@@ -50,6 +50,8 @@ class UiWalker:
         self.page, self.ui, self.shots = page, ui, shots
         self.graphql: list[str] = []
         self._answers: list[Any] = []
+        #: Pages left on which to look for the welcome dialog (each look may wait 5 s).
+        self._welcome_looks = 2
         page.on("response", self._keep)
 
     def _keep(self, response: Any) -> None:
@@ -112,9 +114,15 @@ class UiWalker:
         return str(self.page.inner_text("body"))
 
     def _dismiss_welcome(self) -> None:
-        """The UI greets a new browser with a community dialog over the page: skip it."""
-        with contextlib.suppress(Exception):  # shown once per browser profile, a moment late
+        """The UI greets a new browser with a community dialog over the page: skip it. It is
+        shown once per browser profile, a moment late: once skipped (or not seen on two pages)
+        no later page waits for it."""
+        if self._welcome_looks <= 0:
+            return
+        self._welcome_looks -= 1
+        with contextlib.suppress(Exception):
             self.page.get_by_role("button", name="Skip").click(timeout=5_000)
+            self._welcome_looks = 0
 
 
 @contextlib.contextmanager
