@@ -78,9 +78,12 @@ class Project:
     config: PipelinesFile
 
     def definitions(self) -> dg.Definitions:
-        """Every component's definitions, plus what spans pipelines (the failover job)."""
+        """Every component's definitions, plus what spans pipelines (the failover job).
+
+        Built from the folder, not the whole tree: the whole tree also loads the catalogue of
+        every installed package's components (0.16-0.26 s of each run process's start)."""
         with _quiet():
-            built = self.tree.build_defs()
+            built = self.tree.build_defs(self.folder)
         return dg.Definitions.merge(built, location_definitions(self.config))
 
 
