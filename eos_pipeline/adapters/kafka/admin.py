@@ -142,7 +142,8 @@ _REFUSED = frozenset(
 )
 
 
-def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
+def partition_count(settings: KafkaSettings, topic: str, timeout: float | None = None) -> int:
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     try:
         meta = admin.list_topics(topic, timeout=timeout)
@@ -158,13 +159,14 @@ def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) 
     return len(info.partitions)
 
 
-def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
+def topic_id(settings: KafkaSettings, topic: str, timeout: float | None = None) -> str:
     """Kafka's id of the topic (a UUID, new each time a topic is created).
 
     Offsets alone cannot tell a topic from one deleted and recreated under the same name once
     the new log has grown past a stored position; the id can. Sinks store it next to their
     positions and refuse to continue on another id.
     """
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
     try:
@@ -180,7 +182,7 @@ def end_offsets(
     settings: KafkaSettings,
     topic: str,
     committed: bool = True,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> dict[int, int]:
     """Next offset to be written per partition, in one request for the whole topic.
 
@@ -188,6 +190,7 @@ def end_offsets(
     read_committed consumer can see. Offsets beyond it belong to open transactions and must not
     be part of a batch, since their fate is not known yet.
     """
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     count = partition_count(settings, topic, timeout)
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
@@ -199,8 +202,11 @@ def end_offsets(
     return _offsets(settings, f"list the end offsets of topic {topic!r}", futures, timeout)
 
 
-def start_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
+def start_offsets(
+    settings: KafkaSettings, topic: str, timeout: float | None = None
+) -> dict[int, int]:
     """Earliest offset still held per partition (retention or compaction may have moved it)."""
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     count = partition_count(settings, topic, timeout)
     futures = admin.list_offsets(

@@ -40,10 +40,11 @@ class TopicInfo:
 
 
 def describe(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
 ) -> dict[str, TopicInfo | KafkaReadError]:
     """Partition count and id of each topic, in one request; a topic that cannot be described
     (missing, not authorized) maps to the error naming it."""
+    timeout = settings.timeout(timeout)
     names = sorted(set(topics))
     if not names:
         return {}
@@ -74,10 +75,11 @@ def list_offsets(
     *,
     latest: bool = True,
     committed: bool = True,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> dict[str, dict[int, int]]:
     """Latest (last stable with ``committed``) or earliest offset of each wanted partition of
     each topic, in one ListOffsets request for all of them."""
+    timeout = settings.timeout(timeout)
     spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
     request = {
         KafkaTopicPartition(topic, p): spec for topic, parts in wanted.items() for p in parts
@@ -104,7 +106,7 @@ def end_offsets_of(
     topics: Iterable[str],
     *,
     committed: bool = True,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> dict[str, dict[int, int] | KafkaReadError]:
     """``end_offsets`` of many topics in two requests (DescribeTopics, then one ListOffsets);
     a topic that cannot be described maps to its error."""
@@ -115,7 +117,7 @@ def end_offsets_of(
 
 
 def start_offsets_of(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
 ) -> dict[str, dict[int, int] | KafkaReadError]:
     """``start_offsets`` of many topics in two requests, as :func:`end_offsets_of`."""
     infos = describe(settings, topics, timeout)
@@ -125,7 +127,7 @@ def start_offsets_of(
 
 
 def ends_and_starts(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
 ) -> tuple[dict[str, dict[int, int] | KafkaReadError], dict[str, dict[int, int] | KafkaReadError]]:
     """End and start offsets of many topics in three requests (one description, two
     ListOffsets); a topic Kafka refuses maps to its error, Kafka not answering raises."""
@@ -150,12 +152,12 @@ class TopicFacts:
         settings: KafkaSettings,
         *,
         max_age_s: float = 0.0,
-        timeout: float = 10.0,
+        timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.max_age_s = max_age_s
-        self.timeout = timeout
+        self.timeout = settings.timeout(timeout)
         self._clock = clock
         self._wanted: dict[str, set[int]] = {}
         self._infos: dict[str, tuple[float, TopicInfo | KafkaReadError]] = {}

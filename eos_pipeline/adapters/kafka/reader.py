@@ -65,7 +65,7 @@ def range_consumer(settings: KafkaSettings, topics: Iterable[str] = ()) -> Itera
     consumer = _consumer(settings)
     for topic in sorted(set(topics)):
         with contextlib.suppress(KafkaException):  # then fetched on assignment, as before
-            consumer.list_topics(topic, timeout=10)
+            consumer.list_topics(topic, timeout=settings.request_timeout_s)
     try:
         yield consumer
     finally:

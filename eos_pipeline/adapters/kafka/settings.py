@@ -33,6 +33,13 @@ class KafkaSettings:
 
     bootstrap_servers: str
     client_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Seconds a metadata or offsets request waits for an answer before the cluster counts as
+    #: unreachable: what a sensor tick or a run waits out while a broker is down.
+    request_timeout_s: float = 10.0
+
+    def timeout(self, given: float | None = None) -> float:
+        """``given`` if a caller chose a timeout, else :attr:`request_timeout_s`."""
+        return self.request_timeout_s if given is None else given
 
     def config(self, **extra: Any) -> dict[str, Any]:
         # The client's refusals (a wrong password, a TLS mismatch) reach only its error
