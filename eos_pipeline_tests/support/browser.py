@@ -50,6 +50,7 @@ class UiWalker:
         self.page, self.ui, self.shots = page, ui, shots
         self.graphql: list[str] = []
         self._answers: list[Any] = []
+        self._welcome_skipped = False
         page.on("response", self._keep)
 
     def _keep(self, response: Any) -> None:
@@ -112,9 +113,13 @@ class UiWalker:
         return str(self.page.inner_text("body"))
 
     def _dismiss_welcome(self) -> None:
-        """The UI greets a new browser with a community dialog over the page: skip it."""
+        """The UI greets a new browser with a community dialog over the page: skip it. Once
+        skipped it does not come back, so later pages do not wait 5 s for a button not shown."""
+        if self._welcome_skipped:
+            return
         with contextlib.suppress(Exception):  # shown once per browser profile, a moment late
             self.page.get_by_role("button", name="Skip").click(timeout=5_000)
+            self._welcome_skipped = True
 
 
 @contextlib.contextmanager
