@@ -65,9 +65,7 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield config.registry_url
     finally:
-        # Its schemas die with the session: no reason to wait on a graceful stop, which after
-        # the demo's runs has hung until the 30 s default (measured twice), then was killed.
-        stack.down(timeout=3.0)
+        stack.down()
 
 
 @pytest.fixture(scope="session")
