@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,24 @@ os.environ.setdefault("EOS_STACK_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+Use
 
 # The two-cluster MirrorMaker 2 stack: started only by the failover tests that ask for it.
 pytest_plugins = ["eos_pipeline_tests.mirror_fixtures"]
+
+
+def _signals_as_in_a_terminal() -> None:
+    """Give SIGINT and SIGTERM their default meaning if this run inherited them ignored.
+
+    A run started in the background of a non-interactive shell (``cmd &`` in a script, as the
+    test lock is used) starts with SIGINT ignored; Dagster then gives SIGTERM SIGINT's handler,
+    so both are ignored, and every JVM the tests launch inherits that: each ``stack down``
+    waited its full 30 s grace per service for a SIGTERM the JVM never saw, then killed it
+    (60 s for the session stack, 90 s for the mirror stack, 30 s for the registry).
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_signals_as_in_a_terminal()
 
 
 @pytest.fixture(scope="session")
@@ -154,7 +173,7 @@ _LONGEST_FIRST = (
     # seconds from the per-group summary of the full run of 2026-11-27 (2 workers)
     "mirror-stack",  # 288 s
     "eos_pipeline_tests/faults/test_dagster_kills.py",  # 189 s
-    "eos_pipeline_tests/test_demo.py",  # 201 s then; ~25 s less since (registry stop, UI walk)
+    "eos_pipeline_tests/test_demo.py",  # 201 s then; ~30 s less since (the UI walk)
     "eos_pipeline_tests/test_ui_faults.py",  # 166 s
     "secured-stack",  # 151 s: with its failover peer and MM2
     "eos_pipeline_tests/faults/test_hudi_faults.py",  # 119 s
