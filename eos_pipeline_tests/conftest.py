@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,24 @@ os.environ.setdefault("EOS_STACK_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+Use
 
 # The two-cluster MirrorMaker 2 stack: started only by the failover tests that ask for it.
 pytest_plugins = ["eos_pipeline_tests.mirror_fixtures"]
+
+
+def _signals_as_in_a_terminal() -> None:
+    """Give SIGINT and SIGTERM their default meaning if this run inherited them ignored.
+
+    A run started in the background of a non-interactive shell (``cmd &`` in a script, as the
+    test lock is used) starts with SIGINT ignored; Dagster then gives SIGTERM SIGINT's handler,
+    so both are ignored, and every JVM the tests launch inherits that: each ``stack down``
+    waited its full 30 s grace per service for a SIGTERM the JVM never saw, then killed it
+    (60 s for the session stack, 90 s for the mirror stack, 30 s for the registry).
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_signals_as_in_a_terminal()
 
 
 @pytest.fixture(scope="session")
@@ -151,20 +170,23 @@ def spark(spark_config: dict[str, str]) -> Iterator[SparkSession]:
 #: Groups that take minutes (measured in CI), started first under xdist so that no worker is
 #: left with one of them at the end while the other idles.
 _LONGEST_FIRST = (
-    "mirror-stack",  # 330 s in CI (2026-11-25, the per-group summary)
-    "eos_pipeline_tests/faults/test_dagster_kills.py",  # 200-230 s
-    "secured-stack",  # 200 s alone (2026-11-27, -n 0): with its failover peer and MM2
-    "eos_pipeline_tests/faults/test_chaos.py",  # 190 s
-    "eos_pipeline_tests/test_ui_faults.py",  # 145 s alone (230 s on a loaded machine)
-    "eos_pipeline_tests/test_demo.py",  # 140 s
-    "eos_pipeline_tests/faults/test_hudi_faults.py",  # 120 s
-    "eos_pipeline_tests/faults/test_connect_faults.py",  # 105 s
-    "eos_pipeline_tests/sinks/test_hudi_sink.py",  # 90 s
-    "eos_pipeline_tests/adapters/test_spark_connect_hudi.py",  # 90 s
-    "eos_pipeline_tests/defs/test_hudi_asset.py",  # 80 s
-    "eos_pipeline_tests/faults/test_infrastructure.py",  # 55 s
-    "eos_pipeline_tests/adapters/test_hudi_metadata_table.py",  # 55 s
-    "eos_pipeline_tests/faults/test_schema_evolution_kills.py",  # 55 s (3 Spark children)
+    # seconds from the per-group summary of the full run of 2026-11-27 (2 workers)
+    "mirror-stack",  # 288 s
+    "eos_pipeline_tests/faults/test_dagster_kills.py",  # 189 s
+    "eos_pipeline_tests/test_demo.py",  # 201 s then; ~30 s less since (the UI walk)
+    "eos_pipeline_tests/test_ui_faults.py",  # 166 s
+    "secured-stack",  # 151 s: with its failover peer and MM2
+    "eos_pipeline_tests/faults/test_hudi_faults.py",  # 119 s
+    "eos_pipeline_tests/faults/test_chaos.py",  # 118 s
+    "eos_pipeline_tests/sinks/test_hudi_sink.py",  # 83 s
+    "eos_pipeline_tests/faults/test_connect_faults.py",  # 81 s
+    "eos_pipeline_tests/faults/test_schema_evolution_kills.py",  # 70 s (3 Spark children)
+    "eos_pipeline_tests/defs/test_hudi_asset.py",  # 58 s
+    "eos_pipeline_tests/faults/test_infrastructure.py",  # 57 s
+    "eos_pipeline_tests/adapters/test_spark_connect_hudi.py",  # under 57 s
+    "eos_pipeline_tests/adapters/test_hudi_metadata_table.py",  # under 57 s
+    # defs/test_named_faults.py (135 s) left the list: 1 s timeouts against its stopped
+    # endpoints made it ~25 s
 )
 _ROOT = Path(__file__).resolve().parent.parent
 _MIRROR_FIXTURES = re.compile(r"\b(?:mirror_stack|cluster_settings)\b")

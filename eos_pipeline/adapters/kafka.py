@@ -62,6 +62,13 @@ class KafkaSettings:
 
     bootstrap_servers: str
     client_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Seconds a metadata or offsets request waits for an answer before the cluster counts as
+    #: unreachable: what a sensor tick or a run waits out while a broker is down.
+    request_timeout_s: float = 10.0
+
+    def timeout(self, given: float | None = None) -> float:
+        """``given`` if a caller chose a timeout, else :attr:`request_timeout_s`."""
+        return self.request_timeout_s if given is None else given
 
     def config(self, **extra: Any) -> dict[str, Any]:
         # The client's refusals (a wrong password, a TLS mismatch) reach only its error
@@ -280,7 +287,8 @@ _REFUSED = frozenset(
 )
 
 
-def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> int:
+def partition_count(settings: KafkaSettings, topic: str, timeout: float | None = None) -> int:
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     try:
         meta = admin.list_topics(topic, timeout=timeout)
@@ -296,10 +304,11 @@ def partition_count(settings: KafkaSettings, topic: str, timeout: float = 10.0) 
     return len(info.partitions)
 
 
-def topic_id(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> str:
+def topic_id(settings: KafkaSettings, topic: str, timeout: float | None = None) -> str:
     """Kafka's id of the topic, new each time it is created: what tells a recreated topic from the
     old one once its log outgrew a stored position. Sinks store it and refuse another.
     """
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
     try:
@@ -315,11 +324,12 @@ def end_offsets(
     settings: KafkaSettings,
     topic: str,
     committed: bool = True,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> dict[int, int]:
     """Next offset to be written per partition, in one request for the whole topic; with
     ``committed`` the last stable offset (beyond it, open transactions whose fate is unknown).
     """
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     count = partition_count(settings, topic, timeout)
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
@@ -331,8 +341,11 @@ def end_offsets(
     return _offsets(settings, f"list the end offsets of topic {topic!r}", futures, timeout)
 
 
-def start_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
+def start_offsets(
+    settings: KafkaSettings, topic: str, timeout: float | None = None
+) -> dict[int, int]:
     """Earliest offset still held per partition (retention or compaction may have moved it)."""
+    timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     count = partition_count(settings, topic, timeout)
     futures = admin.list_offsets(
@@ -367,10 +380,11 @@ class TopicInfo:
 
 
 def describe(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
 ) -> dict[str, TopicInfo | KafkaReadError]:
     """Partition count and id of each topic, in one request; a topic that cannot be described
     (missing, not authorized) maps to the error naming it."""
+    timeout = settings.timeout(timeout)
     names = sorted(set(topics))
     if not names:
         return {}
@@ -401,10 +415,11 @@ def list_offsets(
     *,
     latest: bool = True,
     committed: bool = True,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> dict[str, dict[int, int]]:
     """Latest (last stable with ``committed``) or earliest offset of each wanted partition of
     each topic, in one ListOffsets request for all of them."""
+    timeout = settings.timeout(timeout)
     spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
     request = {
         KafkaTopicPartition(topic, p): spec for topic, parts in wanted.items() for p in parts
@@ -431,7 +446,7 @@ def end_offsets_of(
     topics: Iterable[str],
     *,
     committed: bool = True,
-    timeout: float = 10.0,
+    timeout: float | None = None,
 ) -> dict[str, dict[int, int] | KafkaReadError]:
     """``end_offsets`` of many topics in two requests (DescribeTopics, then one ListOffsets);
     a topic that cannot be described maps to its error."""
@@ -442,7 +457,7 @@ def end_offsets_of(
 
 
 def start_offsets_of(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
 ) -> dict[str, dict[int, int] | KafkaReadError]:
     """``start_offsets`` of many topics in two requests, as :func:`end_offsets_of`."""
     infos = describe(settings, topics, timeout)
@@ -452,7 +467,7 @@ def start_offsets_of(
 
 
 def ends_and_starts(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
 ) -> tuple[dict[str, dict[int, int] | KafkaReadError], dict[str, dict[int, int] | KafkaReadError]]:
     """End and start offsets of many topics in three requests (one description, two
     ListOffsets); a topic Kafka refuses maps to its error, Kafka not answering raises."""
@@ -475,12 +490,12 @@ class TopicFacts:
         settings: KafkaSettings,
         *,
         max_age_s: float = 0.0,
-        timeout: float = 10.0,
+        timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.max_age_s = max_age_s
-        self.timeout = timeout
+        self.timeout = settings.timeout(timeout)
         self._clock = clock
         self._wanted: dict[str, set[int]] = {}
         self._infos: dict[str, tuple[float, TopicInfo | KafkaReadError]] = {}
@@ -601,7 +616,7 @@ def range_consumer(settings: KafkaSettings, topics: Iterable[str] = ()) -> Itera
     consumer = _consumer(settings)
     for topic in sorted(set(topics)):
         with contextlib.suppress(KafkaException):  # then fetched on assignment, as before
-            consumer.list_topics(topic, timeout=10)
+            consumer.list_topics(topic, timeout=settings.request_timeout_s)
     try:
         yield consumer
     finally:

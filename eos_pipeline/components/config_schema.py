@@ -72,6 +72,9 @@ class KafkaSource(_Strict):
     mirror_flows: list[str] | None = None
     #: MM2's ``offset-syncs.topic.location``: the cluster holding a flow's offset syncs.
     offset_syncs_location: Literal["source", "target"] = "source"
+    #: Seconds a metadata or offsets request waits for Kafka's answer before the cluster counts
+    #: as unreachable (a sensor tick or a run waits this out while a broker is down).
+    request_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
 
     @model_validator(mode="after")
     def _clusters(self) -> KafkaSource:
@@ -400,6 +403,8 @@ class KeeperConfig(_Strict):
     root: str = "/eos_pipeline"
     username: str | None = None
     password: Secret | None = None
+    #: Seconds to wait for a connection to the keeper before it counts as unreachable.
+    connect_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
 
     @field_validator("root")
     @classmethod

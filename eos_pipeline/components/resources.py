@@ -67,12 +67,15 @@ class KafkaResource(dg.ConfigurableResource):
         default_factory=dict,
         description="Spark Kafka option -> environment variable holding its secret value",
     )
+    request_timeout_s: float = Field(
+        default=10.0, description="seconds a metadata or offsets request waits for an answer"
+    )
 
     def settings(self) -> KafkaSettings:
         config: dict[str, Any] = dict(self.client_config)
         for key, env in self.client_secrets.items():
             config[key] = _read_env(env, f"Kafka client setting {key!r}")
-        return KafkaSettings(self.bootstrap_servers, config)
+        return KafkaSettings(self.bootstrap_servers, config, self.request_timeout_s)
 
     def spark_kafka_options(self) -> dict[str, str]:
         options = dict(self.spark_options)
@@ -95,6 +98,7 @@ class KafkaResource(dg.ConfigurableResource):
             client_secrets=client_secrets,
             spark_options=spark,
             spark_secrets=spark_secrets,
+            request_timeout_s=source.request_timeout_s,
         )
 
 
@@ -114,10 +118,15 @@ class KeeperResource(dg.ConfigurableResource):
     root: str = Field(default="/eos_pipeline", description="znode under which all state lives")
     username: str | None = Field(default=None, description="digest auth user (optional)")
     password: str | None = Field(default=None, description="digest auth password (optional)")
+    connect_timeout_s: float = Field(
+        default=10.0, description="seconds to wait for a connection before it is unreachable"
+    )
 
     def settings(self) -> KeeperSettings:
         auth = (self.username, self.password) if self.username and self.password else None
-        return KeeperSettings(hosts=self.hosts, root=self.root, auth=auth)
+        return KeeperSettings(
+            hosts=self.hosts, root=self.root, auth=auth, connect_timeout_s=self.connect_timeout_s
+        )
 
     @contextmanager
     def store(self) -> Iterator[KeeperStateStore]:
@@ -261,6 +270,7 @@ def shared_resources(settings: Settings) -> dict[str, Any]:
             root=settings.keeper.root,
             username=settings.keeper.username,
             password=_secret(settings.keeper.password),
+            connect_timeout_s=settings.keeper.connect_timeout_s,
         ),
         "clickhouse": ClickHouseResource(url=_secret(settings.clickhouse.url)),
         "spark": SparkResource(

@@ -87,7 +87,10 @@ def failover_pipeline(pipeline: Pipeline) -> FailoverPipeline:
         topics=tuple(source.topics),
         sinks=sinks,
         clusters=ClusterSet.parse(list(source.clusters), source.mirror_flows),
-        settings={a: KafkaSettings(s, dict(client)) for a, s in source.clusters.items()},
+        settings={
+            a: KafkaSettings(s, dict(client), source.request_timeout_s)
+            for a, s in source.clusters.items()
+        },
         initial=initial,
         offset_syncs_location=source.offset_syncs_location,
         hudi_table=pipeline.hudi.path if pipeline.hudi is not None else None,

@@ -48,6 +48,23 @@ def test_record_size_limit_reaches_both_sinks() -> None:
     assert hudi_spec(unlimited, {}).max_record_bytes is None
 
 
+def test_request_and_connect_timeouts_reach_the_clients_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """How long a stopped broker or keeper is waited for, from the file to the clients."""
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", "pw")
+    default = build_resources(parse_config(GOOD, "p.yaml"))
+    assert default["kafka_orders"].settings().timeout() == 10.0
+    assert default["keeper"].settings().connect_timeout_s == 10.0
+    text = GOOD.replace(
+        "topics: [orders]", "topics: [orders]\n      request_timeout_s: 2.5"
+    ).replace('"${ZK:-127.0.0.1:2181}"}', '"${ZK:-127.0.0.1:2181}", connect_timeout_s: 1.5}')
+    resources = build_resources(parse_config(text, "p.yaml"))
+    kafka = resources["kafka_orders"].settings()
+    assert (kafka.timeout(), kafka.timeout(7.0)) == (2.5, 7.0)  # a caller's own wins
+    assert resources["keeper"].settings().connect_timeout_s == 1.5
+
+
 def test_hudi_operation_auto_and_its_threshold_reach_the_spec() -> None:
     default = hudi_spec(parse_config(GOOD, "p.yaml").pipeline("orders"), {})
     assert default.bulk_insert_min_records == DEFAULT_BULK_INSERT_MIN_RECORDS

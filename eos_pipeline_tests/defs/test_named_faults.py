@@ -20,10 +20,21 @@ from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import pipeline_yaml
 
+#: Seconds a request to a stopped endpoint waits before it is named unreachable. The product's
+#: 10 s default would be waited out once per tick or step here; what is tested is the message.
+DOWN_TIMEOUT_S = 1.0
+
 
 def _config(
-    tmp_path: Path, bootstrap: str, keeper: str, hudi: bool = False, chdb: str | None = None
+    tmp_path: Path,
+    bootstrap: str,
+    keeper: str,
+    hudi: bool = False,
+    chdb: str | None = None,
+    keeper_down: bool = True,
 ) -> PipelinesFile:
+    """The pipelines file; the broker is always stopped, the keeper unless ``keeper_down`` is
+    False (a live keeper keeps the default timeout: a loaded machine may need it)."""
     text = pipeline_yaml(
         "down",
         "down-events",
@@ -33,7 +44,11 @@ def _config(
         "db_down",
         str(tmp_path / "hudi") if hudi else None,
     )
-    return parse_config(text, "test.yaml")
+    config = parse_config(text, "test.yaml")
+    (pipeline,) = config.pipelines
+    kafka = pipeline.kafka.model_copy(update={"request_timeout_s": DOWN_TIMEOUT_S})
+    config = config.model_copy(update={"pipelines": [pipeline.model_copy(update={"kafka": kafka})]})
+    return _with(config, "keeper", connect_timeout_s=DOWN_TIMEOUT_S) if keeper_down else config
 
 
 def test_a_stopped_broker_is_a_skip_reason_naming_it_in_every_sensor(tmp_path: Path) -> None:
@@ -183,7 +198,8 @@ def test_a_run_meeting_a_stopped_broker_fails_naming_it_and_its_check_is_not_run
 ) -> None:
     """The keeper answers (the session's ZooKeeper), the broker does not."""
     broker = f"127.0.0.1:{free_port()}"
-    defs = build_definitions(_config(tmp_path, broker, zookeeper_hosts, chdb=chdb_path))
+    config = _config(tmp_path, broker, zookeeper_hosts, chdb=chdb_path, keeper_down=False)
+    defs = build_definitions(config)
     asset = _table(defs, "clickhouse")
     with dg.instance_for_test() as instance:
         # the run creates the table before it needs the broker; the check then reads both
