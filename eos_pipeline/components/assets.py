@@ -4,7 +4,7 @@
   the keeper's position to the end offset fixed at the start of that partition's sync, capped
   by the batch limits. On a ClickHouse server the sensor asks for one run per partition; on an
   embedded chDB path for one key-range run over all lagging partitions, which handles them one
-  after the other, those left in ``BEFORE`` first (``core.planning.recovery_order``).
+  after the other, those left in ``BEFORE`` first (``core.planning``: ``recovery_order``).
 * Hudi: all partitions of a run go into ONE Hudi commit (:class:`HudiTableSync`), and the asset
   uses ``BackfillPolicy.single_run()`` so a backfill over many partitions is one commit too.
 

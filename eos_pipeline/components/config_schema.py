@@ -147,7 +147,7 @@ class Retry(_Strict):
 
 
 class Follow(_Strict):
-    """A sensor's run keeps writing new records as they arrive (``core.planning.follow``):
+    """A sensor's run keeps writing new records as they arrive (``core.planning``):
     ``clickhouse.follow`` and ``hudi.follow``."""
 
     #: End after this long without new records (0: runs end once caught up).
@@ -190,7 +190,7 @@ class HudiTarget(_Strict):
     #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
     #: planned records (a backlog, a backfill), ``upsert`` for the small steady ones, which keep
     #: merging into small files, and always when ``record_key`` lacks a source column
-    #: (``core.hudi_operation``).
+    #: (``core.planning``).
     operation: Literal["upsert", "insert", "bulk_insert", "auto"] = "auto"
     bulk_insert_min_records: Annotated[int, Field(ge=1)] = DEFAULT_BULK_INSERT_MIN_RECORDS
     options: dict[str, str] = Field(default_factory=dict)

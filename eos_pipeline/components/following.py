@@ -1,5 +1,5 @@
 """Wiring of following runs (ClickHouse and Hudi): Kafka's end offsets and the run queue, read
-for :mod:`eos_pipeline.sinks.follow` (the rule is in ``core.planning.follow``)."""
+for :mod:`eos_pipeline.sinks.follow` (the rule is in ``core.planning``)."""
 
 from __future__ import annotations
 

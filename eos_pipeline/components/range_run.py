@@ -1,5 +1,5 @@
 """A ClickHouse run over its partitions; one that needs a person is set aside, the run goes on
-with the others and then fails naming it (the rule and why: ``core.planning.stuck``)."""
+with the others and then fails naming it (the rule and why: ``core.planning``)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ class DiagnosedFailures(Mapping[tuple[str, str], Failures]):
         self.runs = runs
         self._canceled = canceled
         self._groups = failures_by_start(runs)
-        #: Partitions the newest range runs set aside for a person (``core.planning.stuck``).
+        #: Partitions the newest range runs set aside for a person (``core.planning``).
         self.stuck = stuck_partitions(runs)
         self._read: set[tuple[str, str]] = set()
 

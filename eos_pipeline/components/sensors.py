@@ -7,7 +7,7 @@ priorities, retries, give-up) and turns its plan into Dagster objects.
 Cost per evaluation: one DescribeTopics + one ListOffsets request for all topics together
 (``end_offsets_of``, read_committed; a second ListOffsets only when a partition with nothing
 stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``) on the process's shared keeper session (``adapters.keeper.shared``: no new
+(``read_many``) on the process's shared keeper session (``adapters.keeper``: no new
 session per tick), one run-storage query for runs in flight, one for queued runs (chDB) and one
 for failed runs, plus one event-log query per partition (or range, or table) that has failed
 runs from its current state and is still behind (why its newest run failed). No Spark, no
@@ -191,7 +191,7 @@ def _registering(
     sees that the partitions sensor has not added yet (a cold start, a topic grown): Dagster
     adds them before it launches the tick's runs, so the first tick that sees a backlog asks
     for its runs instead of the tick after the partitions sensor's. Removing stray keys stays
-    with the partitions sensor (``core.partition_plan``: one rule for which keys exist)."""
+    with the partitions sensor (``core.planning``: one rule for which keys exist)."""
     counts = {topic: max(by_partition) + 1 for topic, by_partition in ends.items() if by_partition}
     new = plan_new_partitions(set(ordered), counts).keys
     if not new:

@@ -2,7 +2,7 @@
 
 ``registry.subject`` replaces a written ``schema:``: the subject's latest writer schema is asked
 of the registry (``adapters.registry.subject_schema``, once per process) and mapped to columns
-(``core.registry_columns``); the assets show them like written ones.
+(``core.evolution``); the assets show them like written ones.
 
 A registry that cannot be reached at load, or a subject it does not know, fails the load with
 one line naming the pipeline, the subject, the registry and what to do, not a chain of

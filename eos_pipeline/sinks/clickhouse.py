@@ -73,7 +73,7 @@ from eos_pipeline.sinks.schema_follow import SchemaFollower
 log = logging.getLogger(__name__)
 
 #: How long a run over many partitions keeps Kafka's answers (topic ids, end and start offsets,
-#: asked for all its partitions at once); see ``adapters.kafka.offsets``.
+#: asked for all its partitions at once); see ``adapters.kafka``.
 SESSION_FACTS_MAX_AGE_S = 2.0
 #: ... and longer for a wider run, per partition: every refresh asks for all the run's
 #: partitions, so with a fixed age a run's offset lookups grew with its length times its width
@@ -195,7 +195,7 @@ class ClickHousePartitionSync:
     def reading(self, partitions: Sequence[TopicPartition] = ()) -> Iterator[None]:
         """Runs inside share one Kafka consumer (a run of several partitions opens one), and
         Kafka's answers for ``partitions`` (topic ids, ends, starts) are asked for all at once
-        and kept for :func:`session_facts_max_age` (``adapters.kafka.offsets``)."""
+        and kept for :func:`session_facts_max_age` (``adapters.kafka``)."""
         with range_consumer(self.kafka, {tp.topic for tp in partitions}) as consumer:
             self._consumer = consumer
             self._facts = TopicFacts(self.kafka, max_age_s=session_facts_max_age(len(partitions)))
