@@ -225,13 +225,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return _Groups(config, log)
 
 
+#: Last in their group: a stop of cluster A's broker under a running MM2 has twice left MM2's
+#: B->A flow unable to start again (a transaction left open on its offsets topic, most likely;
+#: see the session-15 note), and every later test of the two-cluster group then fails with it.
+_LAST_IN_GROUP = ("eos_pipeline_tests/defs/test_failover_outage.py",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist the longest groups go first (each worker reports this order and the
     scheduler hands groups out in it); without xdist the order is pytest's."""
     if getattr(config.option, "dist", "no") == "no" and not hasattr(config, "workerinput"):
         return
     rank = {group: i for i, group in enumerate(_LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
+    items.sort(
+        key=lambda item: (
+            rank.get(xdist_group(item.nodeid), len(rank)),
+            item.nodeid.startswith(_LAST_IN_GROUP),
+        )
+    )
 
 
 #: Seconds per xdist group (setup + call + teardown of its tests) and per worker, gathered on
