@@ -88,11 +88,9 @@ from eos_pipeline.core.positions import (
     PartitionLag,
     Reset,
     check_same_log,
-    checkpoint_state,
     committed,
     partition_lags,
     sink_state,
-    start_offset,
 )
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
@@ -525,15 +523,27 @@ class ActiveCluster(Source):
         ]
         if unmarked:  # written before marks were kept: mark the record before each position
             position = position.advanced({}, _marks_before(kafka, unmarked, position, lows))
-        start_at = {  # the one rule: stored position, else the reset policy
-            tp: start_offset(
-                checkpoint_state(position.positions.get(tp)),
-                reset,
-                end=ends[tp],
-                log_start=lows[tp],
+        # Each physical topic by the one rule (core.planning): its stored position, else the
+        # reset policy; ranges capped by the batch limit, and ``until`` for ``topic`` itself.
+        start_at: dict[TopicPartition, int] = {}
+        ranges: dict[TopicPartition, OffsetRange] = {}
+        for physical in sorted({tp.topic for tp in ends}):
+            planned = plan_ranges(
+                f"{table} on {active!r}",
+                physical,
+                {tp: at for tp, at in position.positions.items() if tp.topic == physical},
+                {tp.partition: end for tp, end in ends.items() if tp.topic == physical},
+                {tp.partition: low for tp, low in lows.items() if tp.topic == physical},
+                reset=reset,
+                max_records=max_records,
+                # a replica may have fewer partitions: those it lacks are not read there
+                partitions=None
+                if partitions is None
+                else [p for p in partitions if TopicPartition(physical, p) in ends],
+                until=until if physical == topic else None,
             )
-            for tp in sorted(ends)
-        }
+            start_at.update(planned.start)
+            ranges.update(planned.ranges)
         # Where this cluster's stretch starts: after a move, the resume point found above (all
         # before it was written from the other cluster); a partition read for the first time,
         # its first offset. Kept until the next move, for the exactly-once check.
@@ -541,23 +551,6 @@ class ActiveCluster(Source):
         if moved:
             since.update(position.positions)
         position = position.advanced(start_at, {}, since)
-        chosen = None if partitions is None else set(partitions)
-        ranges: dict[TopicPartition, OffsetRange] = {}
-        for tp, begin in sorted(start_at.items()):
-            if chosen is not None and tp.partition not in chosen:
-                continue
-            check_same_log(
-                f"{active}:{tp}",
-                topic=tp.topic,
-                position=begin,
-                log_end=ends[tp],
-                log_start=lows[tp],
-                error=PlanLogChanged,
-            )
-            end = min(ends[tp], begin + max_records)
-            if until is not None and tp.topic == topic and tp.partition in until:
-                end = max(begin, min(end, until[tp.partition]))
-            ranges[tp] = OffsetRange(begin, end)
         after = position.advanced({tp: r.end for tp, r in ranges.items()}, {})
         summary_count = max([*counts, len(previous.checkpoint) if previous else 0, 1])
         stored_text = previous.cluster_position if previous else None
