@@ -56,8 +56,8 @@ from eos_pipeline.core.failover import ClusterSet, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
-from eos_pipeline.sinks.hudi_spec import HudiTableSpec
+from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import ActiveCluster
 from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 
 PARTITIONS = 2
@@ -94,6 +94,13 @@ def _wait(settings: KafkaSettings, topic: str, count: int, timeout: float = 120.
             time.sleep(0.3)
 
 
+def _hudi_sync(ctx: dict[str, Any], spark: Any) -> HudiTableSync:
+    """The Hudi sink on the active cluster (one per run)."""
+    source = ActiveCluster(ctx["fp"], ctx["store"])
+    dead_letters = DeadLetterWriter(source.kafka, ctx["dlq"], ctx["hudi"].pipeline)
+    return HudiTableSync(ctx["hudi"], source, spark, dead_letters)
+
+
 def _switch_and_run(ctx: dict[str, Any], target: str) -> dict[str, Any]:
     fp, store = ctx["fp"], ctx["store"]
     began = time.perf_counter()
@@ -105,7 +112,7 @@ def _switch_and_run(ctx: dict[str, Any], target: str) -> dict[str, Any]:
     hudi: dict[str, Any] = {}
     if ctx.get("hudi") is not None:
         started = time.perf_counter()
-        run = ClusterHudiSync(fp, ctx["hudi"], store, ctx["spark"], ctx["dlq"]).run()
+        run = _hudi_sync(ctx, ctx["spark"]).run()
         hudi = {
             # the switch plus the first Hudi run after it (the ClickHouse runs not counted)
             "hudi_switch_to_new_commit_seconds": round(switched + time.perf_counter() - started, 3),
@@ -160,7 +167,7 @@ def _scenario(
                 pipeline=fp.name, topic=topic, table_path=table_path, table_name="events",
                 schema=SCHEMA, hudi_options=SMALL_TABLE_OPTIONS,
             )  # fmt: skip
-            first = ClusterHudiSync(fp, ctx["hudi"], store, hudi[0], ctx["dlq"])
+            first = _hudi_sync(ctx, hudi[0])
             first.run(until={p: ends[p] // 2 for p in range(PARTITIONS)})
         _wait(b, f"A.{topic}", records)
         _produce(b, topic, "b", new)

@@ -81,6 +81,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
     from eos_pipeline.sinks import hudi as hudi_sink
     from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+    from eos_pipeline.sinks.source import OneCluster
 
     if job["remote"]:
         from eos_pipeline.adapters.spark_remote import connect
@@ -111,7 +112,9 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         operation=job.get("operation", "upsert"),
         bulk_insert_min_records=job.get("bulk_insert_min_records", DEFAULT_BULK_INSERT_MIN_RECORDS),
     )
-    sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{topic}.dlq", "bench"))
+    sync = HudiTableSync(
+        spec, OneCluster(kafka), spark, DeadLetterWriter(kafka, f"{topic}.dlq", "bench")
+    )
     timer = PhaseTimer()
     timed = ("count_read", "write_transaction")
     with contextlib.ExitStack() as stack:

@@ -28,6 +28,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 
 SCHEMA = TableSchema.from_mapping(
     {"id": "Int64", "name": "String", "score": "Float64", "action": "String", "page": "String"}
@@ -86,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             operation=args.operation,
             hudi_options=SMALL_TABLE_OPTIONS,
         )
-        sync = HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, "bench.dlq", "bench"))
+        sync = HudiTableSync(
+            spec, OneCluster(kafka), spark, DeadLetterWriter(kafka, "bench.dlq", "bench")
+        )
         sync.run()
         first = time.monotonic()
         sync.run()

@@ -51,6 +51,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 
 SCHEMA = TableSchema.from_mapping(
     {"id": "Int64", "name": "String", "score": "Float64", "action": "String", "page": "String"}
@@ -129,7 +130,9 @@ def _sync(job: dict[str, Any], spark: SparkSession) -> HudiTableSync:
     spec = HudiTableSpec(
         TOPIC, TOPIC, job["table_path"], "long_run", SCHEMA, hudi_options=job["options"], **kw
     )
-    return HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{TOPIC}.dlq", TOPIC))
+    return HudiTableSync(
+        spec, OneCluster(kafka), spark, DeadLetterWriter(kafka, f"{TOPIC}.dlq", TOPIC)
+    )
 
 
 def _attempt(sync: HudiTableSync) -> dict[str, Any]:

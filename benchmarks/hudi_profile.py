@@ -135,9 +135,11 @@ def _profile(args: argparse.Namespace, kafka: KafkaSettings, topic: str, work: P
 
     import eos_pipeline.adapters.hudi as hudi_adapter
     import eos_pipeline.sinks.hudi as hudi_sink
+    import eos_pipeline.sinks.source as hudi_source
     from eos_pipeline.adapters.dlq import DeadLetterWriter
     from eos_pipeline.adapters.spark import spark_conf
     from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+    from eos_pipeline.sinks.source import OneCluster
 
     events = work / "events"
     events.mkdir()
@@ -177,7 +179,7 @@ def _profile(args: argparse.Namespace, kafka: KafkaSettings, topic: str, work: P
         )
         sync = HudiTableSync(
             spec,
-            kafka,
+            OneCluster(kafka),
             spark,
             DeadLetterWriter(kafka, f"{topic}.dlq", spec.pipeline),
             fault=lambda _step: None,
@@ -188,8 +190,8 @@ def _profile(args: argparse.Namespace, kafka: KafkaSettings, topic: str, work: P
             patches_legacy = []
         timed = [  # (where, name, phase): each is wrapped by the timer for this run
             (hudi_sink, "latest_commit", "plan: latest_commit (Java API)"),
-            (hudi_sink, "end_offsets", "plan: end_offsets"),
-            (hudi_sink, "start_offsets", "plan: start_offsets"),
+            (hudi_source, "end_offsets", "plan: end_offsets"),
+            (hudi_source, "start_offsets", "plan: start_offsets"),
             (hudi_sink, "read_kafka_ranges", "read: set-up"),
             (hudi_sink, "tag_json", "decode: set-up"),
             (HudiTableSync, "_send_dead_letters", "dead letters (action)"),

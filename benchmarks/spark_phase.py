@@ -174,6 +174,7 @@ def _hudi(
     from eos_pipeline.adapters.dlq import DeadLetterWriter
     from eos_pipeline.adapters.spark import read_kafka_ranges
     from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+    from eos_pipeline.sinks.source import OneCluster
 
     base = bench.workdir / "hudi" / f"round-{round_no}"
     out: list[Figure] = []
@@ -243,7 +244,7 @@ def _hudi(
     )
     sync = HudiTableSync(
         spec,
-        bench.kafka,
+        OneCluster(bench.kafka),
         spark,
         DeadLetterWriter(bench.kafka, f"{topic.name}.dlq", spec.pipeline),
         fault=lambda _step: None,

@@ -28,6 +28,7 @@ from typing import Any
 
 import dagster as dg
 
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.keeper import default_writer_id
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.following import (
@@ -288,6 +289,8 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             return _hudi_run(context)
 
     def _hudi_run(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        from eos_pipeline.sinks.hudi import HudiTableSync  # pyspark: loaded by Hudi runs only
+
         resource = kafka_resource(context, pipeline.name)
         kafka = resource.settings()
         spark = context.resources.spark.session(hudi.path)
@@ -297,10 +300,11 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         if foreign:
             raise dg.Failure(f"partition keys of topic(s) {foreign} do not belong to {topic!r}")
         with source_of(pipeline).opened(context, kafka) as source:
-            sync = source.hudi_sync(
+            sync = HudiTableSync(
                 spec,
+                source,
                 spark,
-                pipeline.dead_letter_topic,
+                DeadLetterWriter(source.kafka, pipeline.dead_letter_topic, spec.pipeline),
                 fault=hooks.fault,
                 source_hook=hooks.source_hook,
             )

@@ -26,7 +26,7 @@ from eos_pipeline.sinks.clickhouse_reports import SyncReport
 from eos_pipeline.sinks.follow import follow, follow_table
 
 if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it
-    from eos_pipeline.sinks.hudi_spec import HudiReport
+    from eos_pipeline.sinks.hudi import HudiReport
 
 R = TypeVar("R")
 

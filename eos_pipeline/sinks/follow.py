@@ -15,7 +15,7 @@ from eos_pipeline.core.planning import FollowPolicy, pending, stop_reason
 from eos_pipeline.sinks.clickhouse_reports import SyncReport
 
 if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it
-    from eos_pipeline.sinks.hudi_spec import HudiReport
+    from eos_pipeline.sinks.hudi import HudiReport
 
 log = logging.getLogger(__name__)
 

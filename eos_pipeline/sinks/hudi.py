@@ -13,7 +13,9 @@ One transaction is one Hudi commit, and the commit is the only place the positio
    the records that do not decode to the dead-letter topic;
 3. write the good rows in one Hudi write whose commit metadata carries the next offset of
    *every* partition of the topic (the ones not in this transaction carried forward). The
-   Spark side of steps 2 and 3 is in :mod:`eos_pipeline.sinks.hudi_rows`, shared with the replay.
+   Spark side of steps 2 and 3 (the counting job, dead letters, the table's columns) is shared
+   with the replay (:mod:`eos_pipeline.sinks.hudi_replay`), so a replayed range is decoded,
+   dead-lettered and written exactly like the transaction that first wrote it.
 
 If anything fails before the commit completes, the table and its checkpoint are as they were
 and a retry plans the same ranges again (pass the same ``until`` to get exactly the same ends).
@@ -27,53 +29,320 @@ concurrency control and commit lock, it is refused if any checkpoint-carrying co
 after the one the plan started from (``adapters.hudi.write_transaction``). Kafka's topic id is
 stored next to the checkpoint, so a topic deleted and recreated under the same name is refused
 even once its new log has grown past the stored offsets.
+
+Where the sink reads is a :class:`~eos_pipeline.sinks.source.Source`, and the sink never asks
+which kind: the source plans the transaction's positions (one cluster: the topic's partitions;
+the active one of several: each physical topic there, a position carried over from another
+cluster after a switch, the cluster position stored in the commit, rows naming the cluster).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Collection, Mapping
-from dataclasses import replace
+import uuid
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.hudi import CommitInfo, Operation, latest_commit, write_transaction
-from eos_pipeline.adapters.kafka import KafkaSettings, end_offsets, start_offsets, topic_id
-from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_json
+from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
+from eos_pipeline.adapters.hudi import (
+    DEFAULT_ORDERING_FIELD,
+    SOURCE_KEY_FIELDS,
+    CommitInfo,
+    Operation,
+    TableType,
+    latest_commit,
+    write_transaction,
+)
+from eos_pipeline.adapters.spark import (
+    ERROR_CLASS_COLUMN,
+    ERROR_COLUMN,
+    TIMESTAMP_COLUMN,
+    read_kafka_ranges,
+    spark_failure,
+    split_tagged,
+    tag_json,
+)
+from eos_pipeline.adapters.spark_remote import connect_error
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.decode import writer_ids
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import (
     AUTO_STEADY_OPERATION,
+    DEFAULT_BULK_INSERT_MIN_RECORDS,
+    ConfiguredOperation,
+    PlanLogChanged,
     TransactionRefused,
     WriteOperation,
-    plan_ranges,
     planned_records,
     transaction_operation,
 )
-from eos_pipeline.core.positions import check_same_log
+from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
-from eos_pipeline.sinks.hudi_rows import (
-    computed_once,
-    count_read,
-    send_dead_letters,
-    sink_write_options,
-    table_rows,
-)
-from eos_pipeline.sinks.hudi_spec import (
-    HudiLogChanged,
-    HudiPlan,
-    HudiReport,
-    HudiSinkError,
-    HudiTableSpec,
-)
 from eos_pipeline.sinks.schema_follow import SchemaFollower
+from eos_pipeline.sinks.source import HudiPlan, Source
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "HudiLogChanged",
+    "HudiReport",
+    "HudiSinkError",
+    "HudiTableSpec",
+    "HudiTableSync",
+    "ReadCounts",
+    "computed_once",
+    "count_read",
+    "dead_letter",
+    "send_dead_letters",
+    "sink_write_options",
+    "table_rows",
+]
+
+
+class HudiSinkError(RuntimeError):
+    """A transaction cannot be planned or committed without losing or repeating records."""
+
+
+class HudiLogChanged(LogChanged, HudiSinkError):
+    """The table's position is not from the log Kafka holds now; nothing was read."""
+
+
+@dataclass(frozen=True)
+class HudiTableSpec:
+    """Where one pipeline writes in Hudi, how the table is keyed, and how big a transaction gets."""
+
+    pipeline: str
+    topic: str
+    table_path: str
+    table_name: str
+    schema: TableSchema
+    table_type: TableType = "COPY_ON_WRITE"
+    record_key_fields: tuple[str, ...] = SOURCE_KEY_FIELDS
+    ordering_field: str | None = DEFAULT_ORDERING_FIELD
+    partition_fields: tuple[str, ...] = ()
+    #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
+    #: planned records, ``upsert`` below (:mod:`eos_pipeline.core.planning`).
+    operation: ConfiguredOperation = "auto"
+    bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS
+    max_records_per_partition: int = 1_000_000
+    reset: Literal["earliest", "latest"] = "earliest"
+    hudi_options: Mapping[str, str] = field(default_factory=dict)
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    #: Largest key + value (bytes) stored as a row; a bigger record is dead-lettered as
+    #: ``Oversized`` and the partition goes on. None: no limit.
+    max_record_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_records_per_partition < 1:
+            raise ValueError("max_records_per_partition must be at least 1")
+        if self.bulk_insert_min_records < 1:
+            raise ValueError("bulk_insert_min_records must be at least 1")
+        if self.max_record_bytes is not None and self.max_record_bytes < 1:
+            raise ValueError("max_record_bytes must be at least 1 (or None for no limit)")
+        if self.reset not in ("earliest", "latest"):
+            raise ValueError(f"reset must be 'earliest' or 'latest', got {self.reset!r}")
+
+
+@dataclass
+class HudiReport:
+    """What one transaction did (becomes Dagster metadata)."""
+
+    instant_time: str | None
+    ranges: dict[TopicPartition, OffsetRange]
+    checkpoint_before: Checkpoint | None
+    checkpoint_after: Checkpoint
+    end_offsets: Checkpoint
+    records_read: dict[TopicPartition, int] = field(default_factory=dict)
+    rows_written: dict[TopicPartition, int] = field(default_factory=dict)
+    dead_letters: dict[TopicPartition, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    #: Cluster read, for a pipeline with several (None otherwise); records re-read and skipped
+    #: to resume exactly after a switch.
+    cluster: str | None = None
+    reread: int = 0
+    skipped: int = 0
+    #: Hudi operation of the commit (``auto`` resolved); None without a commit.
+    operation: WriteOperation | None = None
+
+    @property
+    def total_records_read(self) -> int:
+        return sum(self.records_read.values())
+
+    @property
+    def total_rows_written(self) -> int:
+        return sum(self.rows_written.values())
+
+    @property
+    def total_dead_letters(self) -> int:
+        return sum(self.dead_letters.values())
+
+    @property
+    def lag_after(self) -> dict[TopicPartition, int]:
+        return {tp: end - self.checkpoint_after[tp] for tp, end in self.end_offsets.items()}
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The source's refusals (:mod:`eos_pipeline.core.planning`'s) as the sink's errors."""
+    try:
+        yield
+    except PlanLogChanged as exc:
+        raise HudiLogChanged(str(exc), exc.reason) from None
+    except TransactionRefused as exc:
+        raise HudiSinkError(str(exc)) from None
+
+
+# ----------------------------------------------------------- rows in Spark, shared with the replay
+@dataclass(frozen=True, slots=True)
+class ReadCounts:
+    """What the counting job saw per partition read."""
+
+    records: dict[TopicPartition, int]
+    #: Offset of the last record read per partition (partitions with a record only).
+    last: dict[TopicPartition, int]
+    any_bad: bool
+
+
+@contextlib.contextmanager
+def computed_once(spark: SparkSession, frame: DataFrame) -> Iterator[DataFrame]:
+    """``frame`` as a cached table: the first action computes it, the following ones read memory.
+
+    Not ``frame.persist()``: a Spark Connect client sends the plan again with every action and
+    the server analyzes it afresh, and a plan holding a Python function (the decoder's
+    ``mapInArrow``) is then never equal to the persisted one, so the cache is never used: every
+    action read Kafka and decoded again (the counting job and three jobs of Hudi's upsert, each
+    paying a Kafka fetch and a Python worker per partition). A temporary view keeps the analyzed
+    plan itself, and ``CACHE LAZY TABLE`` caches exactly that plan, so every frame built on
+    ``spark.table(view)`` uses the cache, over Connect as in a local session. The view has a
+    random name (runs that share a server session never meet) and is dropped at the end.
+    """
+    name = f"eos_rows_{uuid.uuid4().hex}"
+    frame.createOrReplaceTempView(name)
+    try:
+        spark.sql(f"CACHE LAZY TABLE {name}")
+        yield spark.table(name)
+    finally:
+        try:
+            spark.sql(f"UNCACHE TABLE IF EXISTS {name}")
+            spark.catalog.dropTempView(name)
+        except Exception as exc:  # a lost session took its view and cache with it
+            log.warning("could not drop the cached rows %s: %s", name, exc)
+
+
+def count_read(
+    spark: SparkSession,
+    tagged: DataFrame,
+    ranges: Mapping[TopicPartition, OffsetRange],
+    *,
+    table_name: str,
+    topic: str,
+) -> ReadCounts:
+    """Run the ONE job that reads, decodes and counts records and bad rows per partition.
+
+    ``tagged`` is cached by the caller (:func:`computed_once`): this job fills the cache and the
+    write reads it. Every
+    failure of this action is a failed read, whatever raised it (PySpark's errors, Connect's,
+    gRPC's, or a JVM error a classic session passes on raw): it becomes one clear error.
+    """
+    counts = tagged.groupBy("topic", "partition").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.count(ERROR_COLUMN).alias("bad"),
+        F.max("offset").alias("last"),
+    )
+    try:
+        rows = counts.collect()
+    except Exception as exc:
+        clear = connect_error(spark, exc)
+        if clear is not None:
+            raise clear from exc
+        named = ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(ranges.items()))
+        raise HudiSinkError(
+            f"{table_name}: reading Kafka ranges {named} of {topic!r} "
+            f"failed in Spark, nothing was committed: {spark_failure(exc)}"
+        ) from exc
+    records = {tp: 0 for tp in ranges}
+    last: dict[TopicPartition, int] = {}
+    any_bad = False
+    for row in rows:
+        tp = TopicPartition(row["topic"], row["partition"])
+        records[tp] = row["records"]
+        last[tp] = row["last"]
+        any_bad = any_bad or row["bad"] > 0
+    return ReadCounts(records, last, any_bad)
+
+
+def dead_letter(row: Row) -> DeadLetter:
+    """A bad row as a dead letter (Spark hands binary columns over as bytearray)."""
+    return DeadLetter(
+        row["offset"],
+        None if row["key"] is None else bytes(row["key"]),
+        None if row["value"] is None else bytes(row["value"]),
+        row[ERROR_CLASS_COLUMN],
+        row[ERROR_COLUMN],
+    )
+
+
+def send_dead_letters(
+    writer: DeadLetterWriter, bad: DataFrame, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """Send the bad rows, per partition in offset order; how many went per partition."""
+    letters: dict[TopicPartition, list[DeadLetter]] = {}
+    # Rows come per Spark partition (one per Kafka partition); sorted below, no shuffle.
+    for row in bad.toLocalIterator():
+        letters.setdefault(TopicPartition(row["topic"], row["partition"]), []).append(
+            dead_letter(row)
+        )
+    for batch in letters.values():
+        batch.sort(key=lambda letter: letter.offset)
+    sent = {tp: writer.send(tp, batch) for tp, batch in sorted(letters.items())}
+    for tp, count in sent.items():
+        log.warning("%s: %d records sent to dead-letter topic %s", tp, count, writer.topic)
+    return {tp: sent.get(tp, 0) for tp in partitions}
+
+
+def table_rows(good: DataFrame, schema: TableSchema, topic_prefix: str = "") -> DataFrame:
+    """Decoded rows in the table's column names (the contract already filled defaults); the
+    source topic behind ``topic_prefix`` (a cluster's, ``Source.row_topic``)."""
+    source = schema.source
+    topic = F.concat(F.lit(topic_prefix), F.col("_topic")) if topic_prefix else F.col("_topic")
+    columns = [
+        topic.alias(source.topic),
+        F.col("_partition").alias(source.partition),
+        F.col("_offset").alias(source.offset),
+    ]
+    if source.timestamp is not None:
+        columns.append(F.col(TIMESTAMP_COLUMN).alias(source.timestamp))
+    columns += [F.col(col.name) for col in schema.columns]
+    return good.select(*columns)
+
+
+def sink_write_options(
+    record_key_fields: Sequence[str], hudi_options: Mapping[str, str]
+) -> dict[str, str]:
+    """The table's Hudi options, plus what the sink knows about its rows.
+
+    Keyed by the Kafka coordinates, the rows of one transaction have distinct keys (one
+    row per offset, each offset read once), so Hudi's pre-write de-duplication (a shuffle
+    of every row, ``combine.before.upsert``) cannot find anything; a key without them can.
+    Such keys are almost always new, so the index is the bloom filter in each base file's
+    footer (cost per file) rather than Spark's default SIMPLE index, which joins with every
+    key of the table (cost per row, growing with the table). Key ranges cannot prune files:
+    ``…,_offset:10`` sorts before ``…,_offset:9``, and every file spans several partitions.
+    """
+    options: dict[str, str] = {}
+    if set(SOURCE_KEY_FIELDS) <= set(record_key_fields):
+        options["hoodie.combine.before.upsert"] = "false"
+        options["hoodie.index.type"] = "BLOOM"
+        options["hoodie.bloom.index.prune.by.ranges"] = "false"
+    options.update(hudi_options)
+    return options
 
 
 class HudiTableSync:
@@ -82,15 +351,18 @@ class HudiTableSync:
     def __init__(
         self,
         spec: HudiTableSpec,
-        kafka: KafkaSettings,
+        source: Source,
         spark: SparkSession,
         dead_letters: DeadLetterWriter,
         *,
         fault: FaultHook = no_fault,
         source_hook: SourceHook | None = None,
     ) -> None:
+        source.before_write()
         self.spec = spec
-        self.kafka = kafka
+        #: Where the topic is read: one cluster, or the active one of several.
+        self.source = source
+        self.kafka = source.kafka
         self.spark = spark
         self.dead_letters = dead_letters
         self.fault = fault
@@ -100,52 +372,32 @@ class HudiTableSync:
 
     # ------------------------------------------------------------------------------- reading
     def positions(self) -> Checkpoint | None:
-        """Next offset per partition after the latest completed commit; None for a new table."""
+        """Next offset per partition read from the source after the latest completed commit
+        (each physical topic's, with clusters); None for a new table."""
         commit = latest_commit(self.spark, self.spec.table_path)
-        return commit.checkpoint if commit else None
+        with _refusals():
+            return self.source.hudi_stored(commit, self.spec.table_path, self.spec.topic)
 
     def plan(
         self,
         partitions: Collection[int] | None = None,
         until: Mapping[int, int] | None = None,
     ) -> HudiPlan:
-        """Fix the next transaction without side effects; ``partitions`` default to all."""
-        spec, topic = self.spec, self.spec.topic
+        """Fix the next transaction without side effects; ``partitions`` default to all,
+        ``until`` caps the partitions of the topic itself (not a replica's)."""
+        spec = self.spec
         previous = latest_commit(self.spark, spec.table_path)
-        current_id = topic_id(self.kafka, topic)
-        check_same_log(
-            spec.table_path,
-            topic=topic,
-            stored_topic_id=previous.topic_id if previous else None,
-            topic_id=current_id,
-            error=HudiLogChanged,
-        )
-        ends = end_offsets(self.kafka, topic)
-        lows = start_offsets(self.kafka, topic)
-        try:
-            planned = plan_ranges(
-                spec.table_path,
-                topic,
-                previous.checkpoint if previous else {},
-                ends,
-                lows,
+        with _refusals():
+            return self.source.plan_hudi(
+                previous,
+                table=spec.table_path,
+                name=spec.table_name,
+                topic=spec.topic,
                 reset=spec.reset,
                 max_records=spec.max_records_per_partition,
                 partitions=partitions,
                 until=until,
             )
-        except LogChanged as exc:
-            raise HudiLogChanged(str(exc), exc.reason) from None
-        except TransactionRefused as exc:
-            raise HudiSinkError(str(exc)) from None
-        return HudiPlan(
-            previous,
-            planned.start,
-            planned.ranges,
-            planned.checkpoint,
-            {TopicPartition(topic, p): e for p, e in ends.items()},
-            current_id,
-        )
 
     # ------------------------------------------------------------------------------- writing
     def run(
@@ -163,8 +415,11 @@ class HudiTableSync:
             instant_time=None,
             ranges=dict(plan.ranges),
             checkpoint_before=plan.previous.checkpoint if plan.previous else None,
-            checkpoint_after=plan.checkpoint if plan.has_work else dict(plan.start),
+            checkpoint_after=dict(plan.after) if plan.has_work else dict(plan.start),
             end_offsets=dict(plan.end_offsets),
+            cluster=plan.cluster,
+            reread=plan.reread,
+            skipped=plan.skipped,
         )
         self._log_plan(plan)
         if not plan.has_work:
@@ -191,7 +446,8 @@ class HudiTableSync:
             report.rows_written = {
                 tp: report.records_read[tp] - report.dead_letters.get(tp, 0) for tp in plan.ranges
             }
-            cluster_position, allow_rewind = self._commit_extras(plan, counts.last)
+            with _refusals():
+                cluster_position = self.source.hudi_commit_position(plan, counts.last)
             operation = self.operation(plan)
             self.fault("before_hudi_write")
             commit = self.write(
@@ -201,7 +457,7 @@ class HudiTableSync:
                 previous=plan.previous.checkpoint if plan.previous else None,
                 topic_id=plan.topic_id,
                 operation=operation,
-                allow_rewind=allow_rewind,
+                allow_rewind=plan.allow_rewind,
                 cluster_position=cluster_position,
             )
             self.fault("after_hudi_commit")
@@ -244,8 +500,9 @@ class HudiTableSync:
         return raw if self.source_hook is None else self.source_hook(raw)
 
     def table_rows(self, good: DataFrame) -> DataFrame:
-        """Decoded rows in the table's column names."""
-        return table_rows(good, self.spec.schema)
+        """Decoded rows in the table's column names, the source topic as the source names it
+        (``B:T`` on cluster B of several, see ``core.failover.row_topic``)."""
+        return table_rows(good, self.spec.schema, self.source.row_topic(""))
 
     def write_options(self) -> dict[str, str]:
         """The table's Hudi options plus the sink's (see :func:`sink_write_options`)."""
@@ -317,16 +574,6 @@ class HudiTableSync:
         if self.follower.schema is not self.spec.schema:
             self.spec = replace(self.spec, schema=self.follower.schema)
 
-    def _commit_extras(
-        self, plan: HudiPlan, last_offsets: Mapping[TopicPartition, int]
-    ) -> tuple[str | None, bool]:
-        """What the commit stores besides the checkpoint, and whether it may move back.
-
-        ``last_offsets``: offset of the last record read per partition. A single-cluster table
-        stores nothing more and never moves back; see ``sinks.hudi_clusters``.
-        """
-        return None, False
-
     def _send_dead_letters(self, bad: DataFrame, plan: HudiPlan) -> dict[TopicPartition, int]:
         return send_dead_letters(self.dead_letters, bad, plan.ranges)
 
@@ -338,6 +585,11 @@ class HudiTableSync:
             len(plan.ranges),
             ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items())) or "none",
         )
-
-
-__all__ = ["HudiPlan", "HudiReport", "HudiSinkError", "HudiTableSpec", "HudiTableSync"]
+        if plan.reread:
+            log.info(
+                "%s: resumed on %s exactly: %d records re-read, %d skipped",
+                self.spec.table_name,
+                plan.cluster,
+                plan.reread,
+                plan.skipped,
+            )

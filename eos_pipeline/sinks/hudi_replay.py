@@ -36,9 +36,9 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.positions import checkpoint_state
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused, plan_replay
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.sinks.hudi_rows import computed_once, dead_letter
+from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync, computed_once, dead_letter
 from eos_pipeline.sinks.replay import ReplayReport
+from eos_pipeline.sinks.source import OneCluster
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class HudiReplay:
         self.spark = spark
         self.dead_letters = DeadLetterWriter(kafka, dlq_topic, spec.pipeline, sink=SINK)
         # The sink's own reading, decoding and write options, so a replay writes rows alike.
-        self.sync = HudiTableSync(spec, kafka, spark, self.dead_letters)
+        self.sync = HudiTableSync(spec, OneCluster(kafka), spark, self.dead_letters)
         self.fault = fault
 
     def plan(self, partition: int, start: int, end: int | None = None) -> ReplayPlan:

@@ -2,8 +2,10 @@
 
 The sinks and the Dagster layer ask a :class:`Source` and never test which kind they hold. Both
 kinds answer the same questions: which cluster and Kafka settings a run reads, which physical
-partitions a Dagster partition stands for, the sink that writes from there, what the sensors
-compare (each partition's end and stored position) and what to keep before a write.
+partitions a Dagster partition stands for, the ClickHouse sink that writes from there, what the
+sensors compare (each partition's end and stored position), what to keep before a write, how a
+row names its source topic, and where the next Hudi transaction reads (:class:`HudiPlan`: the
+Hudi sink, :class:`~eos_pipeline.sinks.hudi.HudiTableSync`, plans through its source).
 
 * :class:`OneCluster`: topic ``T`` of the configured cluster; positions, rows and dedup tokens
   name the plain topic.
@@ -14,25 +16,45 @@ compare (each partition's end and stored position) and what to keep before a wri
   (:mod:`eos_pipeline.core.failover`). Built from the keeper's state, refused while a
   switch is in flight (``SwitchInProgress``): no sink may run then, and the sensors skip.
 
+  A Hudi table's position stays in its commits (the single source of truth, as for any Hudi
+  table), but each commit of a clustered pipeline also stores a cluster position
+  (:class:`~eos_pipeline.core.failover.TablePosition`): the cluster, the next offset of every
+  physical topic read there and the fingerprint of the last record written per partition. One
+  transaction reads all of them. A switch (``eos-pipeline failover``) moves only the keeper's
+  active cluster. When a run finds the latest commit on another cluster, the plan moves the
+  position with the core's rule: translated through the offset syncs, a pending mark per
+  partition, then the copy of the last record written is found by fingerprint in the re-read
+  window (``sinks.resume.locate_copy``) and everything up to it is skipped; the first commit on
+  the new cluster stores the result. Because the move starts from whatever commit is latest, a
+  write still in flight on the old cluster when the switch ran is carried over as well; Hudi's
+  commit fence keeps an old-cluster and a new-cluster writer from both committing. Tables written
+  before clusters were configured (a checkpoint without a cluster position) are read as
+  positions on the pipeline's initial cluster; the record before each position is marked on the
+  first run, so the table can then move. Their rows keep the plain topic name.
+
 Built per run or sensor tick by ``components.source.PipelineSource.at``. Wiring only: reads
 through the adapters, the rules are in the core.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import (
     FailoverPipeline,
     FailoverStates,
+    TimeFloors,
+    first_offset,
     partitions_of,
     record_syncs,
+    refresh,
 )
-from eos_pipeline.adapters.hudi_timeline import latest_checkpoint, latest_commit
+from eos_pipeline.adapters.hudi_timeline import CommitInfo, latest_checkpoint, latest_commit
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     TopicInfo,
@@ -41,21 +63,40 @@ from eos_pipeline.adapters.kafka import (
     end_offsets,
     end_offsets_of,
     partition_count,
+    range_consumer,
+    read_range,
     start_offsets,
+    topic_id,
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.checkpoint import Checkpoint
-from eos_pipeline.core.failover import fold_keeper_states, fold_positions, stored_position
-from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.planning import TopicState
-from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
+from eos_pipeline.core.failover import (
+    SyncHistory,
+    TablePosition,
+    carry_over,
+    flows_needed,
+    fold_keeper_states,
+    fold_positions,
+    row_topic,
+    stored_position,
+    streamer_checkpoint,
+)
+from eos_pipeline.core.keeper import Mark
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning import PlanLogChanged, TopicState, TransactionRefused, plan_ranges
+from eos_pipeline.core.positions import (
+    PartitionLag,
+    Reset,
+    check_same_log,
+    committed,
+    partition_lags,
+    sink_state,
+)
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
+from eos_pipeline.sinks.hooks import FaultHook, no_fault
+from eos_pipeline.sinks.resume import locate_copy
 
-if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run or a sensor never loads it
-    from pyspark.sql import SparkSession
-
-    from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+log = logging.getLogger(__name__)
 
 #: Whether a topic's stored positions need its log starts (``core.planning``'s rules).
 NeedsStarts = Callable[[TopicState], bool]
@@ -63,6 +104,42 @@ NeedsStarts = Callable[[TopicState], bool]
 HudiNeedsStarts = Callable[[Mapping[int, int], Checkpoint], bool]
 #: ``(ends, positions per partition, checkpoint-less lows)`` of a Hudi table, as a sensor reads.
 HudiPositions = tuple[dict[int, int], Checkpoint, dict[int, int] | None]
+
+
+@dataclass(frozen=True)
+class HudiPlan:
+    """One Hudi transaction, fixed by its source before anything is read: ranges in, positions
+    out. ``start`` and ``after`` are per partition read here (each physical topic's, with
+    clusters); ``checkpoint`` is what the commit stores under HoodieStreamer's key."""
+
+    previous: CommitInfo | None
+    start: Checkpoint  # position of every partition before (stored, or from the reset policy)
+    ranges: dict[TopicPartition, OffsetRange]  # the partitions of this transaction
+    checkpoint: Checkpoint  # the commit's checkpoint (every partition of the topic)
+    end_offsets: Checkpoint  # Kafka's last stable offsets when the plan was made
+    topic_id: str | None  # Kafka's id of the topic, stored next to the checkpoint
+    partition_count: int  # partitions the checkpoint must name
+    after: Checkpoint  # position of every partition read here after the commit
+    #: The position before this transaction is not what the latest commit stores, so a commit
+    #: is due even with no record to read. With one cluster: a position recorded for the first
+    #: time, which matters for ``reset="latest"``: the first commit pins where the table starts,
+    #: otherwise every run would start at the then-latest offset and skip the records produced
+    #: in between. With several: also a position moved from another cluster, or new marks.
+    recorded: bool
+    #: The commit may move the checkpoint back (the latest commit was on another cluster).
+    allow_rewind: bool = False
+    #: With several clusters: the cluster read, its position before this transaction (carried
+    #: over from another cluster if a switch happened, moved past the copies of what was already
+    #: written), and the records re-read and skipped to resume exactly.
+    cluster: str | None = None
+    position: TablePosition | None = None
+    reread: int = 0
+    skipped: int = 0
+
+    @property
+    def has_work(self) -> bool:
+        """A commit is due if records are to be read or a position is to be recorded."""
+        return self.recorded or any(not r.is_empty for r in self.ranges.values())
 
 
 class Source(ABC):
@@ -101,20 +178,42 @@ class Source(ABC):
         when the table's timeline cannot be read)."""
 
     @abstractmethod
-    def hudi_sync(
-        self,
-        spec: HudiTableSpec,
-        spark: SparkSession,
-        dead_letter_topic: str,
-        *,
-        fault: FaultHook = no_fault,
-        source_hook: SourceHook | None = None,
-    ) -> HudiTableSync:
-        """The Hudi sink reading here (one transaction per ``run``)."""
-
-    @abstractmethod
     def before_write(self) -> None:
         """What to keep before a sink writes from here."""
+
+    @abstractmethod
+    def row_topic(self, topic: str) -> str:
+        """The source topic a row read here from ``topic`` stores."""
+
+    @abstractmethod
+    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
+        """Next offset per partition read here that ``commit`` stores (None: a new table);
+        ``TransactionRefused`` when the commit is not ``topic``'s."""
+
+    @abstractmethod
+    def plan_hudi(
+        self,
+        previous: CommitInfo | None,
+        *,
+        table: str,
+        name: str,
+        topic: str,
+        reset: Reset,
+        max_records: int,
+        partitions: Collection[int] | None = None,
+        until: Mapping[int, int] | None = None,
+    ) -> HudiPlan:
+        """The next transaction of ``topic`` into the Hudi table at ``table`` (``name`` in the
+        logs) after its latest commit ``previous``, without side effects; ``partitions`` default
+        to all, ``until`` caps the partitions of ``topic`` itself. ``TransactionRefused``
+        (``PlanLogChanged``) when it cannot be planned without losing or repeating records."""
+
+    @abstractmethod
+    def hudi_commit_position(
+        self, plan: HudiPlan, last_offsets: Mapping[TopicPartition, int]
+    ) -> str | None:
+        """What the commit of ``plan`` stores next to its checkpoint (None: nothing);
+        ``last_offsets``: offset of the last record read per partition."""
 
     def clickhouse_sync(
         self,
@@ -167,21 +266,64 @@ class OneCluster(Source):
                 missing.append(topic)
         return counts, missing
 
-    def hudi_sync(
-        self,
-        spec: HudiTableSpec,
-        spark: SparkSession,
-        dead_letter_topic: str,
-        *,
-        fault: FaultHook = no_fault,
-        source_hook: SourceHook | None = None,
-    ) -> HudiTableSync:
-        from eos_pipeline.sinks.hudi import HudiTableSync
+    def row_topic(self, topic: str) -> str:
+        return topic
 
-        dead_letters = DeadLetterWriter(self.kafka, dead_letter_topic, spec.pipeline)
-        return HudiTableSync(
-            spec, self.kafka, spark, dead_letters, fault=fault, source_hook=source_hook
+    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
+        return commit.checkpoint if commit else None
+
+    def plan_hudi(
+        self,
+        previous: CommitInfo | None,
+        *,
+        table: str,
+        name: str,
+        topic: str,
+        reset: Reset,
+        max_records: int,
+        partitions: Collection[int] | None = None,
+        until: Mapping[int, int] | None = None,
+    ) -> HudiPlan:
+        """The topic's partitions from the latest checkpoint (the rule: ``core.planning``)."""
+        current_id = topic_id(self.kafka, topic)
+        check_same_log(
+            table,
+            topic=topic,
+            stored_topic_id=previous.topic_id if previous else None,
+            topic_id=current_id,
+            error=PlanLogChanged,
         )
+        ends = end_offsets(self.kafka, topic)
+        lows = start_offsets(self.kafka, topic)
+        stored = previous.checkpoint if previous else {}
+        planned = plan_ranges(
+            table,
+            topic,
+            stored,
+            ends,
+            lows,
+            reset=reset,
+            max_records=max_records,
+            partitions=partitions,
+            until=until,
+        )
+        return HudiPlan(
+            previous,
+            planned.start,
+            planned.ranges,
+            planned.checkpoint,
+            {TopicPartition(topic, p): e for p, e in ends.items()},
+            current_id,
+            partition_count=len(ends),
+            after=planned.checkpoint,
+            recorded=planned.start != stored,
+        )
+
+    def hudi_commit_position(
+        self, plan: HudiPlan, last_offsets: Mapping[TopicPartition, int]
+    ) -> str | None:
+        """Nothing: the checkpoint is the whole position."""
+        return None
 
     def clickhouse_states(
         self,
@@ -263,26 +405,192 @@ class ActiveCluster(Source):
         # Keep the syncs a switch away from here would need, should this cluster go down.
         record_syncs(self.store, self.fp, self.alias)
 
-    def hudi_sync(
-        self,
-        spec: HudiTableSpec,
-        spark: SparkSession,
-        dead_letter_topic: str,
-        *,
-        fault: FaultHook = no_fault,
-        source_hook: SourceHook | None = None,
-    ) -> HudiTableSync:
-        from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+    def row_topic(self, topic: str) -> str:
+        """``A:T``: ``T`` on A is not ``T`` on B, and the source coordinates are the key."""
+        return row_topic(self.alias, topic)
 
-        return ClusterHudiSync(
-            self.fp,
-            spec,
-            self.store,
-            spark,
-            dead_letter_topic,
-            fault=fault,
-            source_hook=source_hook,
+    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
+        stored = self._table_position(commit, table, topic)
+        return None if stored is None else dict(stored.positions)
+
+    def _table_position(
+        self, commit: CommitInfo | None, table: str, topic: str
+    ) -> TablePosition | None:
+        """The cluster position of ``commit``; a plain checkpoint is on the initial cluster."""
+        if commit is None:
+            return None
+        foreign = sorted({tp.topic for tp in commit.checkpoint} - {topic})
+        if commit.cluster_position is None and foreign:
+            raise TransactionRefused(
+                f"{table}: the table's checkpoint is for topic(s) {foreign}, "
+                f"not {topic!r}; one Hudi table follows one topic"
+            )
+        return stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
+
+    def _carry_over(self, stored: TablePosition, name: str, topic: str) -> TablePosition:
+        """Move a position stored on another cluster to this one (pending marks)."""
+        fp, topics = self.fp, (topic,)
+        flows = flows_needed(stored, self.alias, fp.clusters, topics) & set(fp.clusters.flows)
+        # from the syncs topic, or the keeper's copy while the old cluster does not answer
+        histories = {flow: refresh(self.store, fp, flow) for flow in sorted(flows)}
+
+        def floor(tp: TopicPartition) -> int:
+            try:
+                return first_offset(self.kafka, tp)
+            except Exception as exc:  # the replica topic may not exist yet
+                raise TransactionRefused(
+                    f"{self.alias}:{tp} cannot be read ({exc}); is MirrorMaker 2 replicating "
+                    f"to {self.alias!r}? Nothing was written"
+                ) from None
+
+        moved, moves = carry_over(
+            stored,
+            self.alias,
+            fp.clusters,
+            topics,
+            {f: histories.get(f, SyncHistory(f)) for f in flows},
+            floor,
+            TimeFloors(self.kafka),
         )
+        for m in moves:
+            log.info(
+                "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
+                name,
+                m.route.source,
+                m.partition,
+                m.route.target,
+                m.partition,
+                m.position,
+                m.bound,
+                m.mark.fingerprint if m.mark else "no mark, exact translation",
+            )
+        return moved
+
+    def plan_hudi(
+        self,
+        previous: CommitInfo | None,
+        *,
+        table: str,
+        name: str,
+        topic: str,
+        reset: Reset,
+        max_records: int,
+        partitions: Collection[int] | None = None,
+        until: Mapping[int, int] | None = None,
+    ) -> HudiPlan:
+        """Every physical topic of ``topic`` here, from the cluster position of the latest commit
+        (carried over first if it is on another cluster)."""
+        kafka = self.kafka
+        active = FailoverStates(self.store).active(self.fp.name, self.fp.initial)
+        if active != self.alias:
+            raise TransactionRefused(
+                f"{self.fp.name}: the active cluster moved from {self.alias!r} to {active!r} "
+                "since this run started; nothing was read, run again"
+            )
+        stored = self._table_position(previous, table, topic)
+        position = TablePosition(active, {})
+        moved = stored is not None and stored.cluster != active
+        if stored is not None:
+            position = self._carry_over(stored, name, topic) if moved else stored
+        ends: dict[TopicPartition, int] = {}
+        lows: dict[TopicPartition, int] = {}
+        counts = []
+        for physical in self.fp.clusters.topics(topic, active):
+            count = partitions_of(kafka, physical.topic)
+            counts.append(count)
+            if count:
+                for p, e in end_offsets(kafka, physical.topic).items():
+                    ends[TopicPartition(physical.topic, p)] = e
+                for p, low in start_offsets(kafka, physical.topic).items():
+                    lows[TopicPartition(physical.topic, p)] = low
+        check_same_log(
+            f"{table} on {active!r}",
+            topic=topic,
+            stored_partitions=position.positions,
+            present=ends,
+            error=PlanLogChanged,
+        )
+        reread = skipped = 0
+        for tp, mark in sorted(position.pending.items()):
+            start = position.positions[tp]
+            at, found, n_read, n_skip = locate_copy(kafka, tp, start, mark, ends[tp])
+            position = position.advanced({tp: at}, {tp: found})
+            reread, skipped = reread + n_read, skipped + n_skip
+        unmarked = [
+            tp
+            for tp, at in position.positions.items()
+            if tp not in position.marks and at > lows[tp]
+        ]
+        if unmarked:  # written before marks were kept: mark the record before each position
+            position = position.advanced({}, _marks_before(kafka, unmarked, position, lows))
+        # Each physical topic by the one rule (core.planning): its stored position, else the
+        # reset policy; ranges capped by the batch limit, and ``until`` for ``topic`` itself.
+        start_at: dict[TopicPartition, int] = {}
+        ranges: dict[TopicPartition, OffsetRange] = {}
+        for physical in sorted({tp.topic for tp in ends}):
+            planned = plan_ranges(
+                f"{table} on {active!r}",
+                physical,
+                {tp: at for tp, at in position.positions.items() if tp.topic == physical},
+                {tp.partition: end for tp, end in ends.items() if tp.topic == physical},
+                {tp.partition: low for tp, low in lows.items() if tp.topic == physical},
+                reset=reset,
+                max_records=max_records,
+                # a replica may have fewer partitions: those it lacks are not read there
+                partitions=None
+                if partitions is None
+                else [p for p in partitions if TopicPartition(physical, p) in ends],
+                until=until if physical == topic else None,
+            )
+            start_at.update(planned.start)
+            ranges.update(planned.ranges)
+        # Where this cluster's stretch starts: after a move, the resume point found above (all
+        # before it was written from the other cluster); a partition read for the first time,
+        # its first offset. Kept until the next move, for the exactly-once check.
+        since = {tp: at for tp, at in start_at.items() if tp not in position.positions}
+        if moved:
+            since.update(position.positions)
+        position = position.advanced(start_at, {}, since)
+        after = position.advanced({tp: r.end for tp, r in ranges.items()}, {})
+        summary_count = max([*counts, len(previous.checkpoint) if previous else 0, 1])
+        stored_text = previous.cluster_position if previous else None
+        return HudiPlan(
+            previous,
+            dict(position.positions),
+            ranges,
+            streamer_checkpoint(topic, after, summary_count),
+            ends,
+            None,
+            partition_count=summary_count,
+            after=dict(after.positions),
+            recorded=position.encode() != stored_text,
+            allow_rewind=moved or (previous is not None and previous.cluster_position is None),
+            cluster=active,
+            position=position,
+            reread=reread,
+            skipped=skipped,
+        )
+
+    def hudi_commit_position(
+        self, plan: HudiPlan, last_offsets: Mapping[TopicPartition, int]
+    ) -> str | None:
+        """The cluster position after this transaction, with the mark of each last record."""
+        assert plan.position is not None
+        marks: dict[TopicPartition, Mark | None] = {}
+        with range_consumer(self.kafka) as consumer:
+            for tp, offset in sorted(last_offsets.items()):
+                batch = read_range(
+                    self.kafka, tp, OffsetRange(offset, offset + 1), consumer=consumer
+                )
+                if len(batch) != 1:
+                    raise TransactionRefused(
+                        f"{tp}: the record at offset {offset} cannot be read back"
+                    )
+                marks[tp] = Mark.of_record(
+                    batch.fingerprint(0), batch.offsets[0], batch.timestamps_ms[0]
+                )
+        ends = {tp: r.end for tp, r in plan.ranges.items()}
+        return plan.position.advanced(ends, marks).encode()
 
     def clickhouse_states(
         self,
@@ -383,6 +691,37 @@ class ActiveCluster(Source):
         return [totals[p] for p in sorted(totals)]
 
 
+def _marks_before(
+    kafka: KafkaSettings,
+    partitions: list[TopicPartition],
+    position: TablePosition,
+    lows: Mapping[TopicPartition, int],
+    lookback: int = 64,
+) -> dict[TopicPartition, Mark | None]:
+    """The mark of the last record before each position (a table written before marks).
+
+    Looks back at most ``lookback`` offsets: transaction markers take offsets too, so the last
+    record may lie a few offsets before the position. None when none is found: such a position
+    then moves to another cluster only by an exact translation, as before.
+    """
+    marks: dict[TopicPartition, Mark | None] = {}
+    with range_consumer(kafka) as consumer:
+        for tp in sorted(partitions):
+            at = position.positions[tp]
+            batch = read_range(
+                kafka, tp, OffsetRange(max(lows[tp], at - lookback), at), consumer=consumer
+            )
+            last = len(batch) - 1
+            marks[tp] = (
+                Mark.of_record(
+                    batch.fingerprint(last), batch.offsets[last], batch.timestamps_ms[last]
+                )
+                if last >= 0
+                else None
+            )
+    return marks
+
+
 def _exists(kafka: KafkaSettings, topic: str) -> bool:
     """Whether a physical topic exists on a reachable cluster (an unreachable one raises)."""
     try:
@@ -392,4 +731,4 @@ def _exists(kafka: KafkaSettings, topic: str) -> bool:
     return True
 
 
-__all__ = ["ActiveCluster", "OneCluster", "Source"]
+__all__ = ["ActiveCluster", "HudiPlan", "OneCluster", "Source"]

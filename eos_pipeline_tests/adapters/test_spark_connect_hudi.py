@@ -55,8 +55,8 @@ from eos_pipeline.adapters.spark import read_kafka_ranges
 from eos_pipeline.adapters.spark_remote import stable_session_id, with_session_id
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.sinks.hudi_rows import computed_once
+from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync, computed_once
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.support.spark_rows import with_source_columns
 from eos_pipeline_tests.support.spark_server import SessionServer
 
@@ -275,7 +275,9 @@ def _sync(
         schema=TableSchema.from_mapping({"id": "Int64", "name": "String"}),
         hudi_options=SMALL_TABLE_OPTIONS,
     )
-    return HudiTableSync(spec, kafka, spark, DeadLetterWriter(kafka, f"{topic}.dlq", name))
+    return HudiTableSync(
+        spec, OneCluster(kafka), spark, DeadLetterWriter(kafka, f"{topic}.dlq", name)
+    )
 
 
 def test_sink_runs_in_process_and_through_connect_alike(

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from eos_dev.stack.mirror import MirrorStack
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverStates, switch
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
@@ -30,7 +31,8 @@ from eos_pipeline.components.failover import failover_pipeline
 from eos_pipeline.components.partitions import partition_key, partitions_name
 from eos_pipeline.core.failover import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+from eos_pipeline.sinks.hudi import HudiTableSync
+from eos_pipeline.sinks.source import ActiveCluster
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
 from eos_pipeline_tests.support.sensor_tick import tick
 from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
@@ -87,7 +89,9 @@ pipelines:
 
     def run_both() -> None:
         run_active_clickhouse(fp, ch_spec, store, sink, pipeline.dead_letter_topic)
-        ClusterHudiSync(fp, hudi_spec(pipeline, {}), store, spark, pipeline.dead_letter_topic).run()
+        source, spec = ActiveCluster(fp, store), hudi_spec(pipeline, {})
+        dead_letters = DeadLetterWriter(source.kafka, pipeline.dead_letter_topic, spec.pipeline)
+        HudiTableSync(spec, source, spark, dead_letters).run()
 
     try:
         produce_events(a, topic, 1, 60, prefix="a")

@@ -289,6 +289,7 @@ def _hudi(job: dict[str, Any]) -> None:
     from eos_pipeline.adapters.dlq import DeadLetterWriter
     from eos_pipeline.adapters.kafka import KafkaSettings
     from eos_pipeline.sinks.hudi import HudiTableSync
+    from eos_pipeline.sinks.source import OneCluster
     from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
     kafka = KafkaSettings(job["bootstrap"])
@@ -296,7 +297,7 @@ def _hudi(job: dict[str, Any]) -> None:
     try:
         sync = HudiTableSync(
             _hudi_spec(job),
-            kafka,
+            OneCluster(kafka),
             spark,
             DeadLetterWriter(kafka, job["hudi_dlq_topic"], job["pipeline"]),
             fault=hudi_fault(job["table_path"], _counting_fault()),

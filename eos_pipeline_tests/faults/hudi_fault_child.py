@@ -24,6 +24,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     from eos_pipeline.adapters.kafka import KafkaSettings
     from eos_pipeline.core.schema import TableSchema
     from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+    from eos_pipeline.sinks.source import OneCluster
     from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
     kafka = KafkaSettings(job["bootstrap"])
@@ -42,7 +43,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     try:
         sync = HudiTableSync(
             spec,
-            kafka,
+            OneCluster(kafka),
             spark,
             DeadLetterWriter(kafka, job["hudi_dlq_topic"], job["pipeline"]),
             fault=hudi_fault(spec.table_path, _counting_fault()),

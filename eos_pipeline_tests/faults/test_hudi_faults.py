@@ -28,6 +28,7 @@ from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.faults.child import _read_hudi_offsets
 from eos_pipeline_tests.faults.harness import SCHEMA_MAPPING, Child, ChildResult, FaultRig
 from eos_pipeline_tests.support.faults import FAULT_ENV, hudi_fault
@@ -72,7 +73,7 @@ def hudi_sync(rig: FaultRig, spark: SparkSession, **spec: Any) -> HudiTableSync:
             hudi_options=SMALL_TABLE_OPTIONS,
             **spec,
         ),
-        rig.kafka,
+        OneCluster(rig.kafka),
         spark,
         DeadLetterWriter(rig.kafka, rig.hudi_dlq_topic, rig.pipeline),
         fault=hudi_fault(rig.hudi_path),

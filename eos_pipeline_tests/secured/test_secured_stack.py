@@ -34,8 +34,8 @@ from eos_pipeline.components.partitions import keys_for, partitions_name
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.hudi import HudiTableSync
-from eos_pipeline.sinks.hudi_spec import HudiTableSpec
+from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.secured.conftest import (
     Secured,
     materialize_clickhouse,
@@ -262,7 +262,7 @@ def test_partition_leader_sigkilled_during_a_hudi_read_then_next_run_is_exact(
     def sync(hook=None) -> HudiTableSync:
         kafka = s.kafka()
         dlq = DeadLetterWriter(kafka, s.dead_letter_topic, s.pipeline)
-        return HudiTableSync(spec, kafka, spark, dlq, source_hook=hook)
+        return HudiTableSync(spec, OneCluster(kafka), spark, dlq, source_hook=hook)
 
     try:
         started = time.monotonic()

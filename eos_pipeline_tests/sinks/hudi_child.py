@@ -23,6 +23,7 @@ from eos_pipeline.adapters.spark import spark_conf
 from eos_pipeline.adapters.spark_remote import connect
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.support.faults import hudi_fault
 from eos_pipeline_tests.support.spark_faults import fail_armed_tasks
 
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
     )
     sync = HudiTableSync(
         spec,
-        kafka,
+        OneCluster(kafka),
         spark,
         DeadLetterWriter(kafka, args["dlq"], spec.pipeline),
         fault=hudi_fault(spec.table_path),

@@ -40,6 +40,7 @@ from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.support.framed import (
     ORDER_COLUMNS,
     bad_values,
@@ -122,7 +123,10 @@ class Rig:
             hudi_options=SMALL_TABLE_OPTIONS,
         )
         return HudiTableSync(
-            spec, self.kafka, self.spark, DeadLetterWriter(self.kafka, self.dlq, HUDI_PIPELINE)
+            spec,
+            OneCluster(self.kafka),
+            self.spark,
+            DeadLetterWriter(self.kafka, self.dlq, HUDI_PIPELINE),
         )
 
     def catch_up(self) -> None:

@@ -38,7 +38,7 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.hudi import HudiReport, HudiTableSpec, HudiTableSync
-from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+from eos_pipeline.sinks.source import ActiveCluster, OneCluster
 from eos_pipeline_tests.mirror_fixtures import mirror_paused, produce_events, wait_for_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -58,9 +58,9 @@ class HudiRig:
         return self.spec.topic
 
     def run(self, fault: FaultHook = no_fault, **kw: object) -> HudiReport:
-        sync = ClusterHudiSync(
-            self.fp, self.spec, self.store, self.spark, f"{self.topic}.dlq", fault=fault
-        )
+        source = ActiveCluster(self.fp, self.store)
+        dead_letters = DeadLetterWriter(source.kafka, f"{self.topic}.dlq", self.spec.pipeline)
+        sync = HudiTableSync(self.spec, source, self.spark, dead_letters, fault=fault)
         report = sync.run(**kw)  # type: ignore[arg-type]
         print(
             f"[hudi on {report.cluster}] read {report.total_records_read}, rows "
@@ -148,7 +148,9 @@ def test_seed_story_failover_and_failback_with_an_unreplicated_tail(
     lag_max = mirror_stack.config.offset_lag_max
     placed = produce_events(a, topic, 1, 1000, prefix="a")
     half = placed[0][499][0] + 1
-    old = HudiTableSync(rig.spec, a, rig.spark, DeadLetterWriter(a, f"{topic}.dlq", fp.name))
+    old = HudiTableSync(
+        rig.spec, OneCluster(a), rig.spark, DeadLetterWriter(a, f"{topic}.dlq", fp.name)
+    )
     old.run(until={0: half})  # an old table: a checkpoint, no cluster position
     assert latest_commit(None, rig.spec.table_path).cluster_position is None  # type: ignore[union-attr]
     assert len(rig.ids()) == 500

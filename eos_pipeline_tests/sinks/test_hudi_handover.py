@@ -36,6 +36,7 @@ from eos_pipeline.core.checkpoint import CHECKPOINT_KEY_V1, format_checkpoint
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import SourceColumns, TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.adapters.hudi_java_oracle import java_checkpoint_history
 from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 
@@ -132,7 +133,10 @@ def test_table_moves_from_hoodie_streamer_to_project_and_back(
         hudi_options=PROJECT_OPTIONS,
     )
     sync = HudiTableSync(
-        spec, kafka_settings, spark, DeadLetterWriter(kafka_settings, f"{topic_name}.dlq", "t")
+        spec,
+        OneCluster(kafka_settings),
+        spark,
+        DeadLetterWriter(kafka_settings, f"{topic_name}.dlq", "t"),
     )
     work = tmp_path / "streamer"
 

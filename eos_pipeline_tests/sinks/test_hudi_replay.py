@@ -33,6 +33,7 @@ from eos_pipeline.core.proof import compare
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.hudi_replay import REPLAY_METADATA_SUFFIX, HudiReplay
+from eos_pipeline.sinks.source import OneCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -120,7 +121,9 @@ def test_hudi_replay_after_a_fix_a_stricter_rule_and_a_kill(
 
     def sync(limit: int | None) -> HudiTableSync:
         writer = DeadLetterWriter(kafka_settings, dlq, PIPELINE)
-        return HudiTableSync(spec(topic_name, table, limit), kafka_settings, remote, writer)
+        return HudiTableSync(
+            spec(topic_name, table, limit), OneCluster(kafka_settings), remote, writer
+        )
 
     sync(LIMIT).run()
     assert assert_exact(kafka_settings, topic_name, table) == {0: 5, 1: 5}

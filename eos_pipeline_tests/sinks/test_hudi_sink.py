@@ -39,6 +39,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.support.faults import FAULT_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -77,7 +78,10 @@ class Rig:
     def sync(self, **kw: object) -> HudiTableSync:
         spec = self.spec(**kw)
         return HudiTableSync(
-            spec, self.kafka, self.spark, DeadLetterWriter(self.kafka, self.dlq, spec.pipeline)
+            spec,
+            OneCluster(self.kafka),
+            self.spark,
+            DeadLetterWriter(self.kafka, self.dlq, spec.pipeline),
         )
 
     def produce(self, per_partition: int, partitions: int, bad_every: int = 0) -> None:

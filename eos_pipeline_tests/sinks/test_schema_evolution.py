@@ -34,6 +34,7 @@ from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.support.evolution import (
     COLUMNS,
     V1,
@@ -94,7 +95,7 @@ class EvoRig:
             hudi_options=SMALL_TABLE_OPTIONS,
         )
         dlq = DeadLetterWriter(self.kafka, f"{self.topic}.dlq", "evo_hudi")
-        return HudiTableSync(spec, self.kafka, self.spark, dlq)
+        return HudiTableSync(spec, OneCluster(self.kafka), self.spark, dlq)
 
     def clickhouse_rows(self, columns: tuple[str, ...]) -> dict[tuple[int, int], list[dict]]:
         names = ", ".join(f"`{c}`" for c in columns)

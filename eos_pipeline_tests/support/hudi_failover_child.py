@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import FailoverPipeline
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import KafkaSettings
@@ -22,8 +23,8 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.adapters.spark_remote import connect
 from eos_pipeline.core.failover import ClusterSet
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.hudi import HudiTableSpec
-from eos_pipeline.sinks.hudi_clusters import ClusterHudiSync
+from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline.sinks.source import ActiveCluster
 
 
 def main(raw: str) -> int:
@@ -52,7 +53,9 @@ def main(raw: str) -> int:
 
     spark = connect(job["remote"])
     with KeeperStateStore(KeeperSettings(hosts=job["keeper"], root=job["root"])) as store:
-        ClusterHudiSync(fp, spec, store, spark, f"{spec.topic}.dlq", fault=kill).run()
+        source = ActiveCluster(fp, store)
+        dead_letters = DeadLetterWriter(source.kafka, f"{spec.topic}.dlq", spec.pipeline)
+        HudiTableSync(spec, source, spark, dead_letters, fault=kill).run()
     return 0
 
 

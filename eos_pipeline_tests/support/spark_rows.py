@@ -1,5 +1,5 @@
 """Kafka rows shaped for a Hudi write by hand, for the adapter tests that write without the sink
-(the product's sink selects its columns from the table schema, in ``sinks.hudi_rows``)."""
+(the product's sink selects its columns from the table schema, in ``sinks.hudi``)."""
 
 from __future__ import annotations
 
