@@ -70,7 +70,7 @@ from benchmarks.latency_phase import (
 )
 from benchmarks.proc_cpu import TreeCpu
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets
-from eos_pipeline.sinks.clickhouse_reports import ClickHouseTableSpec
+from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 
 #: The direct path parses as the pipelines through Dagster do: with the product's default.
 PRODUCT_JSON_PARSER = ClickHouseTableSpec.__dataclass_fields__["json_parser"].default

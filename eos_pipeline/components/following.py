@@ -22,7 +22,7 @@ from eos_pipeline.core.planning import (
     follows,
     yields_to,
 )
-from eos_pipeline.sinks.clickhouse_reports import SyncReport
+from eos_pipeline.sinks.clickhouse import SyncReport
 from eos_pipeline.sinks.follow import follow, follow_table
 
 if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it

@@ -28,7 +28,7 @@ from eos_pipeline.core.contract import is_required
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import lag
 from eos_pipeline.core.schema import Column, SourceColumns
-from eos_pipeline.sinks.clickhouse_reports import case_summary
+from eos_pipeline.sinks.clickhouse import case_summary
 from eos_pipeline.sinks.hooks import SinkHooks
 
 __all__ = [
@@ -315,7 +315,7 @@ def clickhouse_run_metadata(
 ) -> RunMetadata:
     """The run's metadata and each partition's (none for a run over several clusters).
 
-    ``reports``: one :class:`~eos_pipeline.sinks.clickhouse_reports.PartitionReport` per
+    ``reports``: one :class:`~eos_pipeline.sinks.clickhouse.SyncReport` per
     partition synced; ``row_counts``: rows in the table per partition key; ``table_rows``: rows
     in the whole table, shown beside the partition's own ``dagster/row_count`` (the asset's
     overview shows the latest partition's numbers: without it "row count" reads as the

@@ -15,7 +15,7 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import NEEDS_PERSON_TAG, encode, state_label
 from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-from eos_pipeline.sinks.clickhouse_reports import SyncReport
+from eos_pipeline.sinks.clickhouse import SyncReport
 
 #: A run over more partitions logs one summary line, not a line per partition: each line is an
 #: event-log record (a third of a wide run's records), and each partition's numbers are on its

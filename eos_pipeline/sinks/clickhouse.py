@@ -1,4 +1,5 @@
-"""The exactly-once loop of one topic-partition into one ClickHouse table.
+"""The ClickHouse exactly-once sink: the loop of one topic-partition into one table, what it is
+told (:class:`ClickHouseTableSpec`) and what it reports (:class:`SyncReport`).
 
 This is where the pieces meet, and it stays thin: the core decides (:func:`decide`), the adapters
 read Kafka, keep state in the keeper and insert into ClickHouse. Per batch:
@@ -11,7 +12,10 @@ read Kafka, keep state in the keeper and insert into ClickHouse. Per batch:
 3. decide; send dead letters (undecodable records, and the one case that cannot be re-sent
    identically);
 4. for each step: write ``BEFORE(step)``, insert the step's rows as one block under the step's own
-   dedup token, write ``AFTER(step)``.
+   dedup token, write ``AFTER(step)``. The rows go by the first path that vouches for every
+   record: ClickHouse parsing the JSON itself (chDB only, where ``clickhouse.json_parser``
+   allows it), Arrow decoding the chunk in bulk, or the per-record decoder, which also names
+   the dead letters. All three send the same rows under the same token.
 
 A crash anywhere leaves a state from which the next run re-derives the same steps: ClickHouse drops
 a re-sent block by its token, and the keeper's ``AFTER`` says which ranges are done.
@@ -28,11 +32,12 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
+from eos_pipeline.adapters.clickhouse.native_json import NativeRefused
 from eos_pipeline.adapters.dlq import DeadLetter, DeadLetterWriter
 from eos_pipeline.adapters.kafka import (
     KafkaBatch,
@@ -45,7 +50,13 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
 from eos_pipeline.adapters.registry import decode_values
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
-from eos_pipeline.core.decode import add_source_columns, decode_json_arrow, writer_ids
+from eos_pipeline.core.decode import (
+    NativeRows,
+    add_source_columns,
+    decode_json_arrow,
+    native_plan,
+    writer_ids,
+)
 from eos_pipeline.core.dedup import (
     Decision,
     OffsetRegressionError,
@@ -59,14 +70,8 @@ from eos_pipeline.core.failover import row_topic
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
-from eos_pipeline.sinks.clickhouse_reports import (
-    BatchReport,
-    ClickHouseTableSpec,
-    SyncReport,
-    state_of,
-)
+from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.native_step import check_json_parser, insert_native_step
 from eos_pipeline.sinks.resume import resolve_pending
 from eos_pipeline.sinks.schema_follow import SchemaFollower
 
@@ -86,6 +91,99 @@ SESSION_FACTS_S_PER_PARTITION = 0.002
 def session_facts_max_age(partitions: int) -> float:
     """How long a run over ``partitions`` partitions keeps Kafka's answers."""
     return max(SESSION_FACTS_MAX_AGE_S, partitions * SESSION_FACTS_S_PER_PARTITION)
+
+
+# ---- what the sink is told, and what it reports -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClickHouseTableSpec:
+    """Where one pipeline writes, and how big a batch may get."""
+
+    pipeline: str
+    database: str
+    table: str
+    schema: TableSchema
+    sink: str = "clickhouse"
+    max_records: int = 100_000
+    max_bytes: int = 64 * 1024 * 1024
+    reset: Literal["earliest", "latest"] = "earliest"
+    #: Key + value bytes above which a record is dead-lettered as ``Oversized`` (None: no limit).
+    max_record_bytes: int | None = None
+    #: Who parses the JSON values (``clickhouse.json_parser``): ``auto`` lets ClickHouse parse
+    #: them where :func:`eos_pipeline.core.decode.native_plan` vouches for the schema and
+    #: the sink is chDB, ``native`` requires that, ``arrow`` never lets it.
+    json_parser: Literal["auto", "native", "arrow"] = "auto"
+
+
+@dataclass
+class BatchReport:
+    case: str
+    batch: OffsetRange
+    steps: list[OffsetRange] = field(default_factory=list)
+    skipped: list[OffsetRange] = field(default_factory=list)
+    cropped: OffsetRange | None = None
+    records_read: int = 0
+    rows_sent: int = 0
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class SyncReport:
+    """What one run did for one topic-partition (becomes Dagster metadata)."""
+
+    tp: TopicPartition
+    epoch: int
+    start: int
+    target_end: int
+    end: int = 0
+    batches: list[BatchReport] = field(default_factory=list)
+    #: Cluster alias read from (None: single-cluster pipeline).
+    cluster: str | None = None
+    #: After a switch: records read again to find the last written one, and how many of them
+    #: were skipped as already written (see :mod:`eos_pipeline.sinks.resume`).
+    reread: int = 0
+    skipped: int = 0
+
+    @property
+    def records_read(self) -> int:
+        return sum(b.records_read for b in self.batches)
+
+    @property
+    def rows_sent(self) -> int:
+        return sum(b.rows_sent for b in self.batches)
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(b.dead_letters for b in self.batches)
+
+    @property
+    def cases(self) -> list[str]:
+        return [b.case for b in self.batches]
+
+
+def case_summary(cases: list[str]) -> str:
+    """The cases of a run's batches in order, a repeat shown once with its count (a run that
+    followed the stream steps a partition many times)."""
+    parts: list[tuple[str, int]] = []
+    for case in cases:
+        if parts and parts[-1][0] == case:
+            parts[-1] = (case, parts[-1][1] + 1)
+        else:
+            parts.append((case, 1))
+    return ", ".join(case if n == 1 else f"{case} x{n}" for case, n in parts)
+
+
+def state_of(record: KeeperRecord | None) -> SinkState | None:
+    """The sink state a keeper record holds, or None before its first write."""
+    if record is None or not record.has_state:
+        return None
+    assert record.range_start is not None and record.range_end is not None
+    return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
+
+
+# ---- the loop ----------------------------------------------------------------------------------
 
 
 class PositionLogChanged(LogChanged, KafkaReadError):
@@ -124,7 +222,12 @@ class ClickHousePartitionSync:
         self._facts = TopicFacts(kafka)
         #: The schema written with, following a registry subject's newer writer schemas.
         self.follower = SchemaFollower(spec.schema)
-        check_json_parser(spec, sink)
+        if spec.json_parser == "native" and not self._native_possible():
+            raise ValueError(
+                f"pipeline {spec.pipeline!r}: clickhouse.json_parser is 'native', but ClickHouse "
+                "parses JSON itself only into chDB and for columns of Int8..Int64, UInt8..UInt64, "
+                "Float64, Bool and String (also LowCardinality or Nullable): use 'auto' or 'arrow'"
+            )
 
     # ------------------------------------------------------------------------------- entry points
     def run(self, tp: TopicPartition, until: int | None = None) -> SyncReport:
@@ -206,11 +309,6 @@ class ClickHousePartitionSync:
                 self._consumer = None
                 self._facts = TopicFacts(self.kafka)
 
-    def insert_rows(self, batch: KafkaBatch, part: OffsetRange) -> tuple[int, int]:
-        """Insert ``part`` of ``batch`` under this sync's token name, no keeper write (a replay's
-        inserts, see :mod:`eos_pipeline.sinks.replay`); returns rows sent and dead letters."""
-        return self._insert_step(batch, part)
-
     # ------------------------------------------------------------------------------- internals
     def _reader(self) -> AbstractContextManager[Any]:
         """The reading session's consumer, or one for this run alone."""
@@ -288,7 +386,7 @@ class ClickHousePartitionSync:
             self.fault("before_keeper_before")
             self.store.write(lease, step.start, step.end, Phase.BEFORE.value, topic_id=tid)
             self.fault("after_keeper_before")
-            sent, dead = self._insert_step(batch, step)
+            sent, dead = self.insert_rows(batch, step)
             report.rows_sent += sent
             report.dead_letters += dead
             self.fault("after_insert")
@@ -341,8 +439,10 @@ class ClickHousePartitionSync:
         ]
         return self.dead_letters.send(batch.tp, letters)
 
-    def _insert_step(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
+    def insert_rows(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
         """Insert the step's good records as one block under the step's token; DLQ the rest.
+        Returns rows sent and dead letters. No keeper write: :meth:`_process` writes around it,
+        and a replay (:mod:`eos_pipeline.sinks.replay`) calls it alone.
 
         The rows are a pure function of the step's bytes, so a retried step sends exactly the
         block it sent the first time. ClickHouse parses the JSON itself where it gives the
@@ -376,16 +476,7 @@ class ClickHousePartitionSync:
             offsets, keys = [offsets[i] for i in keep], [keys[i] for i in keep]
             values, stamps = [values[i] for i in keep], [stamps[i] for i in keep]
         self._follow_writers(values)
-        sent = insert_native_step(
-            self.spec,
-            self.sink,
-            batch.tp,
-            self.row_topic(batch.tp.topic),
-            offsets,
-            values,
-            stamps,
-            token,
-        )
+        sent = self._insert_native(batch.tp, offsets, values, stamps, token)
         if sent is not None:
             return sent, dead
         payload = decode_json_arrow(values, self.spec.schema)
@@ -425,6 +516,41 @@ class ClickHousePartitionSync:
         sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
         return sent, dead
 
+    def _native_possible(self) -> bool:
+        """ClickHouse may parse the JSON itself: the table is in chDB (``file()`` reads the
+        engine's own file system) and :func:`~eos_pipeline.core.decode.native_plan` vouches for
+        the schema (``clickhouse.json_parser`` decides whether it is used)."""
+        embedded = bool(getattr(self.sink, "embedded", False))
+        return embedded and native_plan(self.spec.schema) is not None
+
+    def _insert_native(
+        self,
+        tp: TopicPartition,
+        offsets: list[int],
+        values: list[bytes | None],
+        stamps: list[int],
+        token: str,
+    ) -> int | None:
+        """The step's first choice: ClickHouse parses the JSON values itself. Rows sent, or
+        None: ClickHouse may not parse this chunk, or refused a record (nothing was written
+        then; the caller takes the Arrow path). The token and rows are those of the other
+        paths, so a retry deduplicates against a block written by any of them."""
+        if self.spec.json_parser == "arrow" or not self._native_possible():
+            return None
+        plan = native_plan(self.spec.schema)
+        if plan is None or not values:
+            return None
+        try:
+            rows = NativeRows(
+                self.spec.schema.source, self.row_topic(tp.topic), tp.partition, offsets, stamps
+            )
+            return self.sink.insert_json(
+                self.spec.database, self.spec.table, plan, values, rows, dedup_token=token
+            )
+        except NativeRefused as ex:
+            log.debug("%s: ClickHouse's JSON parser refused the chunk (%s); Arrow next", tp, ex)
+            return None
+
     def _follow_writers(self, values: Sequence[bytes | None]) -> None:
         """Evolve the table for the step's newer writer schemas before its rows are written
         (``sinks.schema_follow``); a kill after the ALTER leaves a table the retry accepts."""
@@ -452,5 +578,6 @@ __all__ = [
     "ClickHouseTableSpec",
     "PositionLogChanged",
     "SyncReport",
+    "case_summary",
     "state_of",
 ]

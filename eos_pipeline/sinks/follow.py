@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import FollowPolicy, pending, stop_reason
-from eos_pipeline.sinks.clickhouse_reports import SyncReport
+from eos_pipeline.sinks.clickhouse import SyncReport
 
 if TYPE_CHECKING:  # the Hudi sink imports pyspark: a ClickHouse run never loads it
     from eos_pipeline.sinks.hudi import HudiReport

@@ -187,7 +187,7 @@ def test_a_following_run_writes_records_that_arrive_after_it_caught_up(
     exactly once, and ends when the stream has been quiet for ``idle_seconds``."""
     from eos_pipeline.components.config import Follow
     from eos_pipeline.core.planning import FOLLOW_TAG
-    from eos_pipeline.sinks.clickhouse_reports import state_of
+    from eos_pipeline.sinks.clickhouse import state_of
 
     rig = make_rig(partitions=2)
     pipeline = rig.config.pipelines[0]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import FollowPolicy
-from eos_pipeline.sinks.clickhouse_reports import BatchReport, SyncReport, case_summary
+from eos_pipeline.sinks.clickhouse import BatchReport, SyncReport, case_summary
 from eos_pipeline.sinks.follow import follow, follow_table, merge_hudi_reports, merge_reports
 from eos_pipeline.sinks.hudi import HudiReport
 

@@ -14,7 +14,7 @@ import re
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 
-from eos_pipeline.adapters.clickhouse.errors import ClickHouseSinkError
+from eos_pipeline.adapters.clickhouse.connection import ClickHouseSinkError
 from eos_pipeline.core.evolution import holds
 from eos_pipeline.core.schema import Column, TableSchema, quote_identifier
 
