@@ -683,6 +683,9 @@ class ClusterSet:
             parsed.add(Flow(source, target))
         return cls(tuple(aliases), frozenset(parsed))
 
+    def route(self, physical: PhysicalTopic, to_cluster: str) -> Route:
+        return route(physical, to_cluster, self.aliases, self.policy)
+
     def topics(self, pipeline_topic: str, active: str) -> tuple[PhysicalTopic, ...]:
         """The local topic and each replica MM2 makes on ``active``."""
         return tuple(
@@ -782,7 +785,7 @@ def move_position(
     of the window holding its copy (invariant 1; ``time_offset`` may start it later); a pending
     mark is carried with an open window; without a mark, only an exact translation."""
     where = f"{physical}[{partition}]"
-    r = route(physical, to_cluster, clusters.aliases, clusters.policy)
+    r = clusters.route(physical, to_cluster)
     if r.flow not in clusters.flows:
         raise SwitchRefused(
             f"{where}: positions move through flow {r.flow}, which MirrorMaker 2 does not "
@@ -924,12 +927,8 @@ def streamer_checkpoint(
 ) -> Checkpoint:
     """The HoodieStreamer checkpoint a clustered commit also carries (timeline readers look only
     at commits with one): a summary; the sink resumes from the cluster position."""
-    return {
-        TopicPartition(pipeline_topic, p): position.positions.get(
-            TopicPartition(pipeline_topic, p), 0
-        )
-        for p in range(partition_count)
-    }
+    tps = (TopicPartition(pipeline_topic, p) for p in range(partition_count))
+    return {tp: position.positions.get(tp, 0) for tp in tps}
 
 
 def physical_of(
@@ -953,12 +952,7 @@ def flows_needed(
     """The flows whose offset syncs :func:`carry_over` needs."""
     topics = tuple(pipeline_topics)
     return {
-        route(
-            physical_of(tp, position.cluster, clusters, topics),
-            target,
-            clusters.aliases,
-            clusters.policy,
-        ).flow
+        clusters.route(physical_of(tp, position.cluster, clusters, topics), target).flow
         for tp in position.positions
     }
 
@@ -982,7 +976,7 @@ def carry_over(
     moves = []
     for tp in sorted(position.positions):
         physical = physical_of(tp, position.cluster, clusters, topics)
-        r = route(physical, target, clusters.aliases, clusters.policy)
+        r = clusters.route(physical, target)
         history = histories.get(r.flow, SyncHistory(r.flow))
         to = TopicPartition(r.target.topic, tp.partition)
         mark = position.marks.get(tp)
