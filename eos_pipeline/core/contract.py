@@ -527,11 +527,7 @@ def compile_contract(schema: TableSchema) -> Contract:
         exact = exact or unwrap(col.ch_type)[0].startswith("Decimal")
         rules.append(
             FieldRule(
-                col.name,
-                convert,
-                col.nullable or type_nullable,
-                default,
-                col.default is not None,
+                col.name, convert, col.nullable or type_nullable, default, col.default is not None
             )
         )
     return Contract(tuple(rules), exact)

@@ -234,7 +234,7 @@ PHASES = tuple(phase.value for phase in Phase)  # one spelling: core.dedup.Phase
 _MAX_WRITER_LEN = 512
 _LEASE_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 _KEYS_V1 = frozenset(
-    {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
+    {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"}
 )
 _KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}, 3: _KEYS_V1 | {"topic_id", "cluster", "mark"}}
 # Kafka's topic ids are 16 bytes, printed in URL-safe base64 without padding (22 characters).

@@ -319,12 +319,7 @@ class FollowPolicy:
 
 
 def stop_reason(
-    policy: FollowPolicy,
-    *,
-    started: float,
-    last_data: float,
-    now: float,
-    others_waiting: bool,
+    policy: FollowPolicy, *, started: float, last_data: float, now: float, others_waiting: bool
 ) -> str | None:
     """Why a following run ends now, or None to keep following."""
     if others_waiting:

@@ -82,9 +82,7 @@ class ReplayPlan:
     def describe(self) -> list[str]:
         """The plan in the words a user reads before confirming it."""
         what = f"{self.pipeline}/{self.sink} {self.tp} {self.range}"
-        lines = [
-            f"replay {what}: {self.range.width} offsets, position stays at {self.position}",
-        ]
+        lines = [f"replay {what}: {self.range.width} offsets, position stays at {self.position}"]
         if self.resumes:
             lines.append("an interrupted replay of this range is finished (started again)")
         lines.append(
