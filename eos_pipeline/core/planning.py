@@ -582,14 +582,9 @@ def clickhouse_range_run(
             for t in topics
             for p, state in t.records.items()
         }
-        kept = []
-        for item in lagging:
-            line = set_aside(item[0], states.get(item[0]), stuck)
-            if line is None:
-                kept.append(item)
-            else:
-                set_aside_lines.append(line)
-        lagging = kept
+        lines = {key: set_aside(key, states.get(key), stuck) for key, _, _ in lagging}
+        set_aside_lines = [line for line in lines.values() if line is not None]
+        lagging = [item for item in lagging if lines[item[0]] is None]
     if not lagging:
         return plan_of((), set_aside_lines, CAUGHT_UP)
     if running_ends is not None and all(
