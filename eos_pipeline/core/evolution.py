@@ -104,22 +104,18 @@ def avro_columns(schema_text: str) -> tuple[Column, ...]:
 
 
 _PROTO_SCALARS = {
-    FieldDescriptor.TYPE_BOOL: "Bool",
-    FieldDescriptor.TYPE_INT32: "Int32",
-    FieldDescriptor.TYPE_SINT32: "Int32",
-    FieldDescriptor.TYPE_SFIXED32: "Int32",
-    FieldDescriptor.TYPE_INT64: "Int64",
-    FieldDescriptor.TYPE_SINT64: "Int64",
-    FieldDescriptor.TYPE_SFIXED64: "Int64",
-    FieldDescriptor.TYPE_UINT32: "UInt32",
-    FieldDescriptor.TYPE_FIXED32: "UInt32",
-    FieldDescriptor.TYPE_UINT64: "UInt64",
-    FieldDescriptor.TYPE_FIXED64: "UInt64",
-    FieldDescriptor.TYPE_FLOAT: "Float32",
-    FieldDescriptor.TYPE_DOUBLE: "Float64",
-    FieldDescriptor.TYPE_STRING: "String",
-    FieldDescriptor.TYPE_BYTES: "String",
-    FieldDescriptor.TYPE_ENUM: "String",
+    getattr(FieldDescriptor, f"TYPE_{proto}"): ch_type
+    for ch_type, protos in {
+        "Bool": ("BOOL",),
+        "Int32": ("INT32", "SINT32", "SFIXED32"),
+        "Int64": ("INT64", "SINT64", "SFIXED64"),
+        "UInt32": ("UINT32", "FIXED32"),
+        "UInt64": ("UINT64", "FIXED64"),
+        "Float32": ("FLOAT",),
+        "Float64": ("DOUBLE",),
+        "String": ("STRING", "BYTES", "ENUM"),  # bytes as base64, enums by name
+    }.items()
+    for proto in protos
 }
 _PROTO_WRAPPERS = {
     "google.protobuf.DoubleValue": "Float64",
