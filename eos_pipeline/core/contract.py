@@ -13,7 +13,7 @@ Per record, in order (the first failing rule names the class):
    ``BadFraming`` (no Confluent header), ``UnknownSchemaId`` and ``DecodeError`` (not a value
    of the writer schema); an unreachable registry is never a verdict (the run is retried);
 4. per declared column, in order: ``MissingField`` (absent or null, no default, not nullable)
-   or ``TypeMismatch`` (the token does not fit the column, see :data:`TOKENS`).
+   or ``TypeMismatch`` (the token does not fit the column; docs/faults.md has the table).
 
 Undeclared keys are ignored; a repeated key keeps its last value. Values come back canonical, so
 each sink stores them without judging again; types the sinks cannot store alike are refused up
@@ -324,27 +324,6 @@ def datetime_value(type_name: str, precision: int, tz: str | None) -> Converter:
 def _fixed_zone(minutes: int) -> Any:
     return timezone(timedelta(minutes=minutes))
 
-
-#: What each supported column type accepts, for people (docs/faults.md points here).
-TOKENS: Final[dict[str, str]] = {
-    "Int8..Int64, UInt8..UInt64": 'a JSON integer within the type\'s range (not 1.0, not "1")',
-    "Float32, Float64": "a JSON number, or NaN/Infinity/-Infinity; Float32 rounds to float32",
-    "Decimal(P, S)": "a JSON number or a decimal string, at most S fraction and P-S integer digits",
-    "Bool": "true or false",
-    "String": "a JSON string (not a number, not an object)",
-    "FixedString(N)": "a JSON string of at most N UTF-8 bytes",
-    "UUID": "a string in 8-4-4-4-12 hex form (stored lower-case)",
-    "IPv4, IPv6": "a string holding an address (stored in its compressed form)",
-    "Date, Date32": "a 'YYYY-MM-DD' string within the type's range",
-    "DateTime, DateTime64(P[, tz])": (
-        "whole seconds since the epoch as a JSON integer, or an ISO-8601 string "
-        "'YYYY-MM-DD[ T]hh:mm:ss[.fff][Z|+hh:mm]' (no offset: the column's time zone, else "
-        "UTC), within the type's range; fractions beyond P digits are cut off; P at most 6"
-    ),
-    "Array(T)": "a JSON array whose elements each fit T",
-    "Map(String, T)": "a JSON object whose values each fit T",
-    "Nullable(T), LowCardinality(T)": "as T; null only where Nullable",
-}
 
 #: Types no sink pair can store identically (Spark decimals hold 38 digits, timestamps hold
 #: microseconds; ClickHouse's JSON, Tuple and BFloat16 have no Spark counterpart of the same value).
