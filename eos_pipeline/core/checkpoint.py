@@ -16,17 +16,13 @@ from collections.abc import Mapping
 from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.offsets import TopicPartition
 
-#: Key HoodieStreamer 1.x writes for a Kafka source on a version >= 8 table.
 CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
-#: Historical key (HoodieStreamer before 1.0, and tables of version < 8); read as a fallback.
 CHECKPOINT_KEY_V1 = "deltastreamer.checkpoint.key"
-#: Kafka's topic id is stored next to the checkpoint under ``<checkpoint key>`` + this suffix:
-#: the datasource copies into the commit metadata only options starting with ONE prefix (the
-#: checkpoint key), and HoodieStreamer reads its key exactly, so the extra key is invisible to it.
+#: The topic id and a clustered pipeline's :class:`~eos_pipeline.core.failover.TablePosition` are
+#: stored under ``<checkpoint key>`` + a suffix: the datasource copies into the commit metadata
+#: only options of ONE prefix, and HoodieStreamer reads its key exactly, so they are invisible to
+#: it.
 TOPIC_ID_SUFFIX = ".eos.kafka.topic.id"
-#: A pipeline with several clusters stores its cluster position (which cluster, every physical
-#: topic, the mark of the last record written) under ``<checkpoint key>`` + this suffix, as JSON
-#: (:class:`eos_pipeline.core.failover.TablePosition`).
 CLUSTER_POSITION_SUFFIX = ".eos.cluster.position"
 
 _DIGITS = re.compile(r"^[0-9]+$")
@@ -57,10 +53,8 @@ def _topic_of(positions: Mapping[TopicPartition, int]) -> str:
 def validate_checkpoint(
     positions: Mapping[TopicPartition, int], partition_count: int | None = None
 ) -> None:
-    """Refuse a checkpoint that could not be handed to the next run as is: it must name exactly
-    partitions 0..n-1 of its topic (a missing one would restart from the reset policy: re-read or
-    skipped); ``partition_count`` also catches partitions added since the caller looked.
-    """
+    """Partitions 0..n-1 of one topic, exactly: a missing one would restart by the reset policy
+    (re-read or skipped); ``partition_count`` also catches partitions added meanwhile."""
     topic = _topic_of(positions)
     for tp, offset in positions.items():
         if isinstance(offset, bool) or not isinstance(offset, int):
@@ -82,7 +76,6 @@ def validate_checkpoint(
 def format_checkpoint(
     positions: Mapping[TopicPartition, int], partition_count: int | None = None
 ) -> str:
-    """``topic,0:next,1:next,...`` with partitions ascending, as HoodieStreamer writes it."""
     validate_checkpoint(positions, partition_count)
     topic = _topic_of(positions)
     parts = ",".join(f"{tp.partition}:{positions[tp]}" for tp in sorted(positions))
@@ -90,9 +83,8 @@ def format_checkpoint(
 
 
 def parse_checkpoint(text: str) -> Checkpoint:
-    """Parse a HoodieStreamer Kafka checkpoint string strictly (Hudi's own parser accepts signs or a
-    bare topic): a misread position silently loses or repeats data.
-    """
+    """Stricter than Hudi's parser (which takes signs or a bare topic): a misread position
+    silently loses or repeats data."""
     if not isinstance(text, str) or not text:
         raise CheckpointError("empty checkpoint string; expected 'topic,partition:offset,...'")
     topic, sep, rest = text.partition(",")
@@ -128,10 +120,8 @@ def merge_checkpoint(
     advanced: Mapping[TopicPartition, int],
     allow_rewind: bool = False,
 ) -> Checkpoint:
-    """The checkpoint after a transaction that moved only ``advanced``: untouched partitions keep
-    their position, so the commit names them all. Moving backwards (a re-read of rows already
-    written) is refused unless ``allow_rewind`` (a deliberate reprocessing absorbed by the key).
-    """
+    """Untouched partitions keep their position, so the commit names them all; moving back is
+    refused unless ``allow_rewind`` (a deliberate reprocessing the key absorbs)."""
     if not advanced:
         raise CheckpointError("a transaction must advance at least one partition")
     merged: Checkpoint = dict(previous or {})
@@ -156,9 +146,7 @@ FIRST_V2_TABLE_VERSION = 8
 
 
 def checkpoint_key(table_version: int | None = None) -> str:
-    """The key HoodieStreamer 1.x writes for ``table_version`` (None: current, V2); version 6 tables
-    carry V1, the only key HoodieStreamer 0.x reads.
-    """
+    """V1 below table version 8, the only key HoodieStreamer 0.x reads."""
     if table_version is not None and table_version < FIRST_V2_TABLE_VERSION:
         return CHECKPOINT_KEY_V1
     return CHECKPOINT_KEY_V2
@@ -169,15 +157,11 @@ def checkpoint_metadata(
     partition_count: int | None = None,
     table_version: int | None = None,
 ) -> dict[str, str]:
-    """Commit extra-metadata entries carrying ``positions``, as HoodieStreamer 1.x writes them."""
     return {checkpoint_key(table_version): format_checkpoint(positions, partition_count)}
 
 
 def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | None:
-    """The Kafka position recorded in a commit's extra metadata, or None if it holds none.
-
-    Mirrors Hudi's choice: a non-empty V2 value first, then V1.
-    """
+    """As Hudi chooses: a non-empty V2 value first, then V1."""
     for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
         value = extra.get(key)
         if value:
@@ -186,19 +170,3 @@ def checkpoint_from_metadata(extra: Mapping[str, str | None]) -> Checkpoint | No
             except CheckpointError as exc:
                 raise CheckpointError(f"commit metadata {key}: {exc}") from None
     return None
-
-
-__all__ = [
-    "CHECKPOINT_KEY_V1",
-    "CHECKPOINT_KEY_V2",
-    "CLUSTER_POSITION_SUFFIX",
-    "TOPIC_ID_SUFFIX",
-    "Checkpoint",
-    "CheckpointError",
-    "checkpoint_from_metadata",
-    "checkpoint_metadata",
-    "format_checkpoint",
-    "merge_checkpoint",
-    "parse_checkpoint",
-    "validate_checkpoint",
-]

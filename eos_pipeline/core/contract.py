@@ -1,9 +1,8 @@
 """The decoder contract: which records become rows, with which values, which are dead letters.
 
-Both sinks apply this one contract (SPEC §9): ClickHouse through :mod:`core.decode`, Hudi by
-running the same decoder in Spark's Python workers. A record is a row in both tables with the
-same values, or a dead letter of both with the same error class, whatever a reader downstream
-would tolerate (Spark turns a number into text, ClickHouse wraps an out-of-range integer).
+Both sinks apply this one contract (SPEC §9), Hudi by running :mod:`core.decode` in Spark's
+Python workers: a record is a row in both tables with the same values, or a dead letter of both
+with the same error class, whatever a reader downstream would tolerate.
 
 Per record, in order (the first failing rule names the class):
 
@@ -14,13 +13,11 @@ Per record, in order (the first failing rule names the class):
    ``BadFraming`` (no Confluent header), ``UnknownSchemaId`` and ``DecodeError`` (not a value
    of the writer schema); an unreachable registry is never a verdict (the run is retried);
 4. per declared column, in order: ``MissingField`` (absent or null, no default, not nullable)
-   or ``TypeMismatch`` (the token does not fit the column, see :data:`TOKENS`).
+   or ``TypeMismatch`` (the token does not fit the column; docs/faults.md has the table).
 
-Undeclared keys are ignored; a repeated key keeps its last value. Values come back canonical
-(``int``, ``float``, ``bool``, ``str``, ``Decimal``, ``date``, UTC ``datetime``, lists, dicts),
-which each sink stores without judging again: one converter per ClickHouse type, raising
-:class:`Reject` with the reason; types the sinks cannot store alike are refused up front with a
-:class:`SchemaError` naming one to use instead.
+Undeclared keys are ignored; a repeated key keeps its last value. Values come back canonical, so
+each sink stores them without judging again; types the sinks cannot store alike are refused up
+front with a :class:`SchemaError` naming one to use instead.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from ipaddress import IPv4Address, IPv6Address
@@ -46,8 +43,6 @@ from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 
 @dataclass(frozen=True, slots=True)
 class ParsedType:
-    """A parsed canonical ClickHouse type: its name, arguments and whether null is allowed."""
-
     name: str
     args: tuple[str, ...]
 
@@ -113,7 +108,6 @@ _WIDE: Final = decimal.Context(prec=200)  # quantize without the default 28-digi
 
 
 def kind_of(value: Any) -> str:
-    """The JSON token kind of a parsed value, for messages."""
     return {
         bool: "boolean",
         int: "integer",
@@ -328,30 +322,8 @@ def datetime_value(type_name: str, precision: int, tz: str | None) -> Converter:
 
 @functools.lru_cache(maxsize=64)
 def _fixed_zone(minutes: int) -> Any:
-    from datetime import timezone
-
     return timezone(timedelta(minutes=minutes))
 
-
-TOKENS: Final[dict[str, str]] = {
-    "Int8..Int64, UInt8..UInt64": 'a JSON integer within the type\'s range (not 1.0, not "1")',
-    "Float32, Float64": "a JSON number, or NaN/Infinity/-Infinity; Float32 rounds to float32",
-    "Decimal(P, S)": "a JSON number or a decimal string, at most S fraction and P-S integer digits",
-    "Bool": "true or false",
-    "String": "a JSON string (not a number, not an object)",
-    "FixedString(N)": "a JSON string of at most N UTF-8 bytes",
-    "UUID": "a string in 8-4-4-4-12 hex form (stored lower-case)",
-    "IPv4, IPv6": "a string holding an address (stored in its compressed form)",
-    "Date, Date32": "a 'YYYY-MM-DD' string within the type's range",
-    "DateTime, DateTime64(P[, tz])": (
-        "whole seconds since the epoch as a JSON integer, or an ISO-8601 string "
-        "'YYYY-MM-DD[ T]hh:mm:ss[.fff][Z|+hh:mm]' (no offset: the column's time zone, else "
-        "UTC), within the type's range; fractions beyond P digits are cut off; P at most 6"
-    ),
-    "Array(T)": "a JSON array whose elements each fit T",
-    "Map(String, T)": "a JSON object whose values each fit T",
-    "Nullable(T), LowCardinality(T)": "as T; null only where Nullable",
-}
 
 #: Types no sink pair can store identically (Spark decimals hold 38 digits, timestamps hold
 #: microseconds; ClickHouse's JSON, Tuple and BFloat16 have no Spark counterpart of the same value).
@@ -371,9 +343,7 @@ def _unquote(tz: str) -> str:
 
 
 def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
-    """The value rule for a canonical type string, and whether the type allows null; a type the
-    contract does not support raises :class:`SchemaError` naming one to use.
-    """
+    """The value rule for a canonical type, and whether it allows null."""
     base, nullable = unwrap(ch_type)
     parsed = split_type(base)
     name = parsed.name
@@ -474,39 +444,32 @@ _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class ErrorClass(StrEnum):
-    """Why a record is a dead letter; the value is what the dead-letter header carries."""
+    """Why a record is a dead letter, as the dead-letter header says. ``UnrecoverableReplay`` is
+    no decoding verdict: a batch re-sent in a range a crash left open, which cannot carry its
+    first attempt's token (ClickHouse only; the range itself is recovered)."""
 
     OVERSIZED = "Oversized"
     TOMBSTONE = "Tombstone"
     DECODE_ERROR = "DecodeError"
     MISSING_FIELD = "MissingField"
     TYPE_MISMATCH = "TypeMismatch"
-    #: Framed formats only (Avro, Protobuf, JSON Schema): the value does not start with the
-    #: Confluent header (magic byte 0, a 4-byte schema id; for Protobuf, valid message indexes).
     BAD_FRAMING = "BadFraming"
-    #: Framed formats only: the registry answers that it has no schema with the header's id.
     UNKNOWN_SCHEMA_ID = "UnknownSchemaId"
-    #: Not a decoding verdict: a batch re-sent inside a range a crash left open, which cannot
-    #: carry its first attempt's token (ClickHouse sink only; the range itself is recovered).
     UNRECOVERABLE_REPLAY = "UnrecoverableReplay"
-
-
-#: What each supported column type accepts, for the README and error messages.
 
 
 @dataclass(frozen=True, slots=True)
 class FieldRule:
-    """How one declared column is filled from a record."""
+    """How one declared column is filled from a record (``default``: canonical)."""
 
     name: str
     convert: Converter
     nullable: bool
-    default: Any  # canonical default value, or None for no default
+    default: Any
     has_default: bool
 
     @property
     def required(self) -> bool:
-        """A record without this field (or with null) is a ``MissingField`` dead letter."""
         return not self.has_default and not self.nullable
 
 
@@ -517,10 +480,10 @@ def is_required(column: Column) -> bool:
 
 @dataclass(frozen=True)
 class Contract:
-    """The compiled rules of one schema."""
+    """The compiled rules of one schema; with a Decimal column, JSON fractions parse as Decimal."""
 
     fields: tuple[FieldRule, ...]
-    exact_decimals: bool  # parse JSON fractions as Decimal (a Decimal column is declared)
+    exact_decimals: bool
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -529,7 +492,6 @@ class Contract:
 
 @functools.lru_cache(maxsize=128)
 def compile_contract(schema: TableSchema) -> Contract:
-    """Compile ``schema``'s payload columns; raises :class:`SchemaError` for unsupported types."""
     rules = []
     exact = False
     for col in schema.columns:
@@ -544,11 +506,7 @@ def compile_contract(schema: TableSchema) -> Contract:
         exact = exact or unwrap(col.ch_type)[0].startswith("Decimal")
         rules.append(
             FieldRule(
-                col.name,
-                convert,
-                col.nullable or type_nullable,
-                default,
-                col.default is not None,
+                col.name, convert, col.nullable or type_nullable, default, col.default is not None
             )
         )
     return Contract(tuple(rules), exact)
@@ -563,7 +521,7 @@ def _no_constant_for_decimals(name: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A record's fate: ``row`` (values in column order) or an error class and message."""
+    """A record's fate: a row (in column order) or an error class and message."""
 
     row: tuple[Any, ...] | None
     error_class: ErrorClass | None = None
@@ -571,7 +529,6 @@ class Verdict:
 
 
 def oversized(key: bytes | None, value: bytes | None, max_record_bytes: int | None) -> str | None:
-    """The ``Oversized`` message when key + value exceed the limit, else None."""
     if max_record_bytes is None:
         return None
     size = len(key or b"") + len(value or b"")
@@ -585,8 +542,7 @@ def oversized(key: bytes | None, value: bytes | None, max_record_bytes: int | No
 def oversized_positions(
     keys: list[bytes | None], values: list[bytes | None], max_record_bytes: int | None
 ) -> list[int]:
-    """Positions of the records whose key + value exceed the limit (a bulk bound first: a chunk
-    of small records costs two ``max`` calls)."""
+    """Positions of the oversized records (a bulk bound first: small records cost two ``max``)."""
     if max_record_bytes is None or not values:
         return []
     longest_value = max(map(len, filter(None, values)), default=0)
@@ -649,9 +605,7 @@ TOMBSTONE_VERDICT: Final = Verdict(
 
 
 def judge_object(obj: dict[str, Any], contract: Contract) -> Verdict:
-    """Rule 4 on a decoded record's field mapping: JSON objects (:func:`parse_object`) and Avro,
-    Protobuf and JSON Schema records (:mod:`core.decode`) alike, so one set of rules judges all.
-    """
+    """Rule 4, on JSON objects and decoded framed records alike: one set of rules judges all."""
     row = []
     for rule in contract.fields:
         value = obj.get(rule.name, _MISSING)

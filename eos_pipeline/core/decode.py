@@ -1,33 +1,22 @@
-r"""Decode Kafka record values into table columns, separating the records that cannot be stored.
+r"""Decode Kafka record values into table columns by :mod:`core.contract`'s rules; a record that
+cannot be stored comes back with an error class for the dead-letter topic, never dropped. Pure
+(a framed value's writer schema never changes once registered), so a re-read range sorts the
+same records the same way and a re-sent chunk equals its first attempt.
 
-Bad records are never dropped and never stop a partition: each comes back with an error class
-and message for the dead-letter topic. Decoding is a pure function of the bytes and the schema
-(for framed formats, of the writer schema of the id in the header, which never changes once
-registered), so re-reading a committed range sorts the same records the same way and a re-sent
-chunk is identical to its first attempt. The rules are :mod:`core.contract`'s.
+Three paths, one verdict; whatever a fast path refuses takes the next one:
 
-Three paths, one verdict:
+* :func:`decode_json` judges one record at a time: the reference;
+* :func:`decode_json_arrow` parses a chunk with Arrow, answering only where it can prove the
+  reference would agree;
+* :func:`native_payload` lets ClickHouse parse the JSON, which is more lenient than the contract
+  (chDB 26.9 takes ``"1"`` into an Int, wraps ``300`` into Int8, takes ``+1``, ``\q``, raw control
+  characters, two objects on a line...). So it must agree or refuse: per schema
+  (:func:`native_plan`), per chunk (byte scans) and per row in the adapter's SQL (every value
+  re-checked as its raw token; a miss makes the INSERT throw before it writes).
 
-* :func:`decode_json` judges one record at a time in Python: the reference (the judge);
-* :func:`decode_json_arrow` parses a chunk with Arrow's JSON reader and answers only when it can
-  prove the reference would accept every record with the same values, else ``None``;
-* :func:`native_payload` lets ClickHouse parse a chunk's JSON itself (``JSONEachRow``), which is
-  more lenient than the contract (measured with chDB 26.9: ``"1"`` or ``true`` into an Int,
-  ``300`` wrapped into Int8, ``+1``/``01``/``.5``, ``\q``, raw control characters, two objects
-  on a line, ``-0``, unquoted ``-inf`` into a String). So it must agree or refuse: per schema
-  (:func:`native_plan`, only types whose every leniency is closed), per chunk before sending
-  (byte scans refuse tombstones, non-objects, control bytes, invalid UTF-8, lone surrogates,
-  non-JSON escapes, and count the quoted values) and per row in the adapter's SQL (every value
-  read as its raw token and re-checked; any miss makes the INSERT throw before it writes).
-
-Whatever a fast path refuses takes the next one, so a chunk's rows and dead letters are the same
-whichever path wrote them (property and differential tests compare them).
-
-Framed values (Avro, Protobuf, JSON Schema) use Confluent's wire format: magic byte ``0``, the
-schema id (4 bytes big-endian), for Protobuf the message indexes, then the payload; the header is
-read by confluent-kafka's own reader, the payload by fastavro or protobuf's runtime (no codec by
-hand), then judged field by field as a JSON object (:func:`plain`). A registry that cannot be
-reached raises :class:`RegistryUnavailableError`, never a verdict.
+Framed values (Avro, Protobuf, JSON Schema): Confluent's header, read by confluent-kafka, the
+payload by fastavro or protobuf (no codec by hand), judged as a JSON object (:func:`plain`). An
+unreachable registry raises :class:`RegistryUnavailableError`, never a verdict.
 """
 
 from __future__ import annotations
@@ -86,7 +75,7 @@ from eos_pipeline.core.schema import Format, SchemaError, SourceColumns, TableSc
 
 @dataclass(frozen=True, slots=True)
 class BadRecord:
-    index: int  # position in the input sequence
+    index: int
     error_class: ErrorClass
     message: str
 
@@ -101,9 +90,7 @@ class Decoded:
 
 
 def decode_json(values: Sequence[bytes | None], schema: TableSchema) -> Decoded:
-    """Judge each JSON value by the contract; rows hold canonical values (framed formats go through
-    ``adapters.registry.decode_values``).
-    """
+    """The reference: each JSON value judged by the contract."""
     if schema.format.kind.framed:
         raise ValueError(f"decode_json cannot read {schema.format.kind.value} values")
     contract = compile_contract(schema)
@@ -115,8 +102,7 @@ def collect(
     contract: Contract,
     verdict_of: Callable[[bytes | None], Verdict],
 ) -> Decoded:
-    """Each value's verdict (``verdict_of``) gathered into the contract's columns and the bad
-    records: the one shape every format's decoder returns."""
+    """Verdicts gathered into columns and bad records: the one shape every decoder returns."""
     out = Decoded(columns={name: [] for name in contract.names})
     cols = [out.columns[name] for name in contract.names]
     for i, raw in enumerate(values):
@@ -133,11 +119,8 @@ def collect(
 
 # ---- the bulk path --------------------------------------------------------------------------
 
-# Types whose Arrow JSON conversion accepts exactly what the reference accepts, with the same
-# value: integers must be JSON integers in range (``1.0``, ``1e3``, ``true`` and ``"1"`` are
-# refused by both), Float64 takes integers and decimals, Bool only ``true``/``false``, String only
-# JSON strings. Float32 is left out (parsing straight to float32 may round differently from
-# parsing to a double first); so are times, decimals and nested types, where ClickHouse parses.
+# Types Arrow's JSON reader accepts exactly as the reference does, with the same values (Float32
+# may round differently parsed straight to float32; times, decimals and nested types differ).
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "Int8": pa.int8(),
     "Int16": pa.int16(),
@@ -157,24 +140,20 @@ _SURROGATE_ESCAPE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]"
 )
-# Arrow's reader cuts its input into blocks of this size. It parses them on the calling thread:
-# on its thread pool the same 160 MB cost ~0.45 CPU-seconds instead of ~0.35 (1 MB blocks on one
-# thread were also no slower by the clock with both cores busy, which they are while the next
-# batch is read or another partition inserts; measured in benchmarks/README.md, issue 15).
+# Parsed on the calling thread: Arrow's pool cost ~0.45 CPU-s per 160 MB instead of ~0.35, and
+# was no faster with both cores busy (benchmarks/README.md, issue 15).
 _ARROW_BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
 class _ArrowPlan:
     schema: pa.Schema
-    # Per column: what to put in place of a missing or null value (``None``: leave NULL) and
-    # whether a NULL may stay at all.
+    # per column: the default for a missing or null value (None: NULL), and whether NULL may stay
     fills: tuple[tuple[str, pa.Scalar | None, bool], ...]
 
 
 @functools.lru_cache(maxsize=64)
 def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
-    """The Arrow schema for ``schema``'s payload, or None when a column needs the reference."""
     contract = compile_contract(schema)
     fields = []
     fills = []
@@ -184,7 +163,6 @@ def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
             return None
         fill = None
         if rule.has_default:
-            # The contract's canonical default, as the reference fills it in.
             try:
                 fill = pa.scalar(rule.default, arrow_type)
             except (pa.ArrowException, ValueError, TypeError, OverflowError):
@@ -196,9 +174,8 @@ def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
 
 def json_lines(values: Sequence[bytes | None]) -> bytes | None:
     """The values joined by newlines if each is ``{...}`` in valid UTF-8 without an unpaired
-    surrogate escape (bulk scans only), else None. A value holding a line break then either fails
-    to parse or yields more rows, which the callers' row count checks catch.
-    """
+    surrogate escape, else None. A value holding a line break then fails to parse or yields more
+    rows, which the callers' row counts catch."""
     count = len(values)
     if count == 0:
         return None
@@ -221,8 +198,8 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
 
 
 def lines_framed(values: Sequence[bytes | None], data: bytes | mmap.mmap) -> bool:
-    """True when each of ``values`` (no tombstone) is at least ``{}`` long and starts with ``{``
-    and ends with ``}``, checked at the joins of ``data``, their newline-joined bytes."""
+    """Each value (no tombstone) is ``{...}``, checked at the joins of ``data`` (the values joined
+    by newlines)."""
     try:
         lengths = np.fromiter(map(len, values), np.int64, len(values))  # type: ignore[arg-type]
     except TypeError:
@@ -243,10 +220,8 @@ def unpaired_surrogate(data: bytes | mmap.mmap) -> bool:
 
 
 def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa.Table | None:
-    """The payload columns of every record as one Arrow table (bulk byte scans, no Python loop), or
-    None: some record needs a per-record judgement (never a verdict on the chunk; the caller runs
-    :func:`decode_json` on the same values).
-    """
+    """The payload columns of every record as one Arrow table, or None (never a verdict): some
+    record needs the reference's judgement."""
     if schema.format.kind.framed:
         return None  # Avro/Protobuf/JSON Schema: judged per record (adapters.registry)
     plan = _arrow_plan(schema)
@@ -290,10 +265,8 @@ def add_source_columns(
     timestamps_ms: Sequence[int],
     topic: str | None = None,
 ) -> pa.Table:
-    """``payload`` plus where each row came from, as Arrow arrays; ``topic`` overrides the stored
-    name (a clustered pipeline's ``<cluster>:<topic>``). Timestamps are ``timestamp('ms', 'UTC')``,
-    so ClickHouse's ``DateTime64(3, 'UTC')`` has no seconds-or-milliseconds ambiguity.
-    """
+    """``payload`` plus where each row came from; ``topic`` overrides the stored name (clustered:
+    ``<cluster>:<topic>``). Timestamps in ms, UTC: no seconds-or-milliseconds ambiguity."""
     count = payload.num_rows
     if len(offsets) != count or len(timestamps_ms) != count:
         raise ValueError(
@@ -320,31 +293,24 @@ HEADER_BYTES = 5
 
 
 class RegistryUnavailableError(Transient):
-    """The registry could not be reached or answered 5xx: transient, never a dead letter
-    (``core.retries`` decides by the class: the sensor asks for the run again after a backoff).
-    """
+    """The registry could not be reached or answered 5xx: retried, never a dead letter."""
 
     code = "registry-unavailable"
 
 
 @dataclass(frozen=True, slots=True)
 class WriterSchema:
-    """A registered schema as the registry returns it for an id."""
+    """A registered schema by its ``schemaType``: Avro or JSON Schema text, or a base64
+    ``FileDescriptorProto`` with the files it imports, each after its own imports."""
 
-    #: ``AVRO``, ``PROTOBUF`` or ``JSON`` (the registry's ``schemaType``).
     schema_type: str
-    #: Avro: the schema's JSON; Protobuf: a serialized ``FileDescriptorProto``, base64; JSON
-    #: Schema: its JSON.
     text: str
-    #: Protobuf only: the files it imports (serialized, base64), each after its own imports.
     dependencies: tuple[str, ...] = ()
 
 
 class WriterSchemas(Protocol):
     def get(self, schema_id: int) -> WriterSchema | None:
-        """The schema registered under ``schema_id``, None when the registry has no such id, or
-        :class:`RegistryUnavailableError` when it cannot answer.
-        """
+        """None: no such id; :class:`RegistryUnavailableError`: the registry cannot answer."""
         ...
 
 
@@ -377,10 +343,8 @@ def read_frame(raw: bytes, kind: Format) -> Frame | str:
 
 
 def plain(value: Any) -> Any:
-    """A decoded value as the JSON-like value the contract's converters take: records and maps as
-    dicts, arrays as lists, bytes as base64, dates and times as ISO-8601 (with the UTC offset),
-    UUIDs as text; decimals, numbers, strings, booleans and null as they are.
-    """
+    """A decoded value as the JSON-like value the contract's converters take (bytes as base64,
+    dates and times as ISO-8601, UUIDs as text)."""
     kind = type(value)
     if value is None or kind in (str, int, float, bool, Decimal):
         return value
@@ -406,7 +370,6 @@ def _avro_schema(text: str) -> Any:
 
 
 def decode_avro(writer: WriterSchema, payload: bytes) -> dict[str, Any]:
-    """The record in ``payload`` under its writer schema; raises when the bytes do not fit."""
     buffer = io.BytesIO(payload)
     record = fastavro.schemaless_reader(buffer, _avro_schema(writer.text), None)
     left = len(payload) - buffer.tell()
@@ -459,12 +422,10 @@ def _proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message
 
 
 def proto_descriptor(writer: WriterSchema, indexes: tuple[int, ...]) -> Descriptor:
-    """The message a Protobuf writer schema's ``indexes`` name."""
     return _proto_class(writer, indexes).DESCRIPTOR
 
 
 def proto_message_index(writer: WriterSchema, name: str) -> int:
-    """The index of the top-level message ``name`` in a Protobuf writer schema's file."""
     _pool, proto = _proto_file(writer.text, writer.dependencies)
     names = [m.name for m in proto.message_type]
     short = name.rsplit(".", 1)[-1]
@@ -476,7 +437,6 @@ def proto_message_index(writer: WriterSchema, name: str) -> int:
 def decode_protobuf(
     writer: WriterSchema, indexes: tuple[int, ...], payload: bytes
 ) -> dict[str, Any]:
-    """The message in ``payload`` as a field mapping (every declared field present)."""
     message = _proto_class(writer, indexes or (0,)).FromString(payload)
     return _proto_fields(message)
 
@@ -533,7 +493,6 @@ def _said(exc: Exception) -> str:
 def judge_framed(
     raw: bytes | None, kind: Format, contract: Contract, schemas: WriterSchemas
 ) -> Verdict:
-    """Apply the contract to one framed value (size is judged first, by the caller)."""
     if raw is None:
         return TOMBSTONE_VERDICT
     frame = read_frame(raw, kind)
@@ -573,9 +532,8 @@ def judge_framed(
 
 
 def writer_ids(values: Sequence[bytes | None], kind: Format) -> dict[int, tuple[int, ...]]:
-    """The writer schema ids framed ``values`` name (in the order first seen), each with the
-    message indexes of its first record (Protobuf; ``(0,)`` otherwise). Badly framed values are
-    left out: they are dead letters whatever the schema."""
+    """The writer schema ids ``values`` name, first seen first, with their first record's message
+    indexes; badly framed values are dead letters whatever the schema."""
     found: dict[int, tuple[int, ...]] = {}
     for raw in values:
         if raw is None:
@@ -589,7 +547,6 @@ def writer_ids(values: Sequence[bytes | None], kind: Format) -> dict[int, tuple[
 def decode_framed(
     values: Sequence[bytes | None], schema: TableSchema, schemas: WriterSchemas
 ) -> Decoded:
-    """:func:`core.decode.decode_json`'s counterpart for framed formats: same shape, same rules."""
     contract = compile_contract(schema)
     kind = schema.format.kind
     return collect(values, contract, lambda raw: judge_framed(raw, kind, contract, schemas))
@@ -601,19 +558,14 @@ _BAD_ESCAPE = re.compile(rb'\\(?:[^"\\/bfnrtu]|u(?![0-9a-fA-F]{4}))')
 
 @dataclass(frozen=True, slots=True)
 class NativeColumn:
-    """How ClickHouse reads one payload column and what a row's value must satisfy."""
+    """How ClickHouse reads one payload column: a ``string`` as a String (which refuses every
+    other token); ``int``, ``float``, ``bool`` as ``Dynamic``, checked by token type and range."""
 
     name: str
-    #: ``string``: read as a String (ClickHouse refuses every non-string token); ``int``,
-    #: ``float``, ``bool``: read as ``Dynamic`` and checked by token type (and range).
     kind: str
-    #: The declared base type (``Int8``, ``Float64``, ``Bool``, ``String``).
     base: str
-    #: Inclusive bounds of an integer column.
     low: int | None
     high: int | None
-    #: The contract's default for a missing or null field (``has_default``), else NULL if
-    #: ``nullable``, else the field is required.
     default: Any
     has_default: bool
     nullable: bool
@@ -636,9 +588,8 @@ def _kind(base: str) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def native_plan(schema: TableSchema) -> NativePlan | None:
-    """How ClickHouse parses ``schema``'s payload, or None when a column type is not vouched for:
-    Float32 (rounding may differ), dates, times, decimals, UUIDs, IPs, FixedString, containers.
-    """
+    """How ClickHouse parses ``schema``'s payload, or None for a column type whose leniency is not
+    closed (Float32 rounding, dates, times, decimals, UUIDs, IPs, FixedString, containers)."""
     if schema.format.kind.framed:
         return None  # ClickHouse parses JSON lines only; framed values are decoded per record
     contract = compile_contract(schema)
@@ -659,7 +610,7 @@ def native_plan(schema: TableSchema) -> NativePlan | None:
 
 @dataclass(frozen=True, slots=True)
 class NativeRows:
-    """The source columns of a chunk's rows: one offset and Kafka timestamp per JSON line."""
+    """One offset and Kafka timestamp per JSON line of a chunk."""
 
     source: SourceColumns
     topic: str
@@ -670,16 +621,12 @@ class NativeRows:
 
 @dataclass(frozen=True, slots=True)
 class NativePayload:
-    """A chunk ready for ClickHouse: its values as JSON lines, and how many quoted values it has.
+    """A chunk's JSON lines (bytes, or a memory map of the file ClickHouse reads) and ``quoted``,
+    its count of ``:"`` and ``: "``. Each JSON string value adds exactly one (two spaces after a
+    ``:`` and control bytes are refused; a quote in a string is escaped), so only a string ending
+    in ``:`` adds more. The INSERT requires it to equal the non-null values of String columns:
+    then no other column got a quoted value, and no String column an unquoted one."""
 
-    ``quoted`` counts the ``:"`` and ``: "`` in the bytes. Every value that is a JSON string adds
-    exactly one (a chunk with ``:`` followed by two spaces is refused, and control bytes are), a
-    quote inside a string is escaped (``\\"``), so only a string ending in ``:`` adds more. The
-    INSERT requires ``quoted`` to equal the number of non-null values of String columns: then no
-    number or bool column got a quoted value, and no String column an unquoted one.
-    """
-
-    #: The values joined by newlines: bytes, or a memory map of the file ClickHouse reads.
     data: bytes | mmap.mmap
     quoted: int
 
@@ -687,10 +634,8 @@ class NativePayload:
 def native_payload(
     values: Sequence[bytes | None], data: bytes | mmap.mmap | None = None
 ) -> NativePayload | None:
-    """The chunk for ClickHouse's parser (bulk scans only), or None to take another path (never a
-    verdict). ``data`` is ``b"\\n".join(values)`` when the caller already wrote it (a memory map of
-    the file ClickHouse reads, sparing a 40 MB join per chunk).
-    """
+    """The chunk for ClickHouse's parser, or None (never a verdict). ``data``: the values joined
+    by newlines when the caller already wrote them (a memory map spares a 40 MB join)."""
     joined = None
     if data is None:
         data = joined = json_lines(values)
@@ -735,13 +680,11 @@ def _valid_utf8(data: mmap.mmap) -> bool:
     return True
 
 
-#: Bulk scans go block by block through one small reused buffer: a temporary as large as the
-#: chunk (40 MB) costs more in fresh pages than the comparison itself.
+#: Scans reuse one small buffer: a chunk-sized temporary costs more in fresh pages than the scan.
 _BLOCK = 1 << 20
 
 
 def _count_below(raw: np.ndarray, limit: int) -> int:
-    """How many elements of the 1-d array ``raw`` are below ``limit``."""
     buf = np.empty(min(_BLOCK, raw.size), bool)
     count = 0
     for start in range(0, raw.size, _BLOCK):
@@ -753,7 +696,7 @@ def _count_below(raw: np.ndarray, limit: int) -> int:
 
 
 def _pairs(raw: np.ndarray, pair: bytes) -> int:
-    """How often the two bytes ``pair`` occur in ``raw`` (they cannot overlap: distinct bytes)."""
+    """How often the two distinct (so never overlapping) bytes ``pair`` occur in ``raw``."""
     assert len(pair) == 2 and pair[0] != pair[1]
     word = int.from_bytes(pair, "little")
     half = _BLOCK // 2

@@ -1,18 +1,13 @@
 """Table columns from a writer schema, and whether a table can follow a newer one (pure).
 
 Columns (:func:`writer_columns`; docs/formats.md has the table): each field becomes the column
-type whose contract rule takes the value the decoder gives it (:func:`core.decode.plain`), so a
-record of that schema is always a row; a type no column holds alike in both sinks (a nested
-record, a union of two types) is refused naming the field.
+whose contract rule takes what the decoder gives it, so a record of that schema is always a row;
+a type no column holds alike in both sinks is refused naming the field.
 
-Evolution (:func:`plan_evolution`): when a record's writer schema is not the one the table was
-derived from, its columns are compared with the table's, and both tables change *before* its
-row is written: a field the table lacks that is optional or has a default is an added column;
-a wider type (``Int32`` -> ``Int64``, now nullable) widens its column; a column the writer
-lacks, or a narrower type (an older writer), needs nothing. Anything else (a changed or
-narrowed type, a required field added or removed, an unholdable field) is
-:class:`IncompatibleSchemaChange`, naming the field, both ids and the fix. The answer depends
-only on the two column lists, so every retry of a range decides the same.
+Evolution (:func:`plan_evolution`): both tables change *before* a newer writer's row is written:
+an optional field is an added column, a wider type widens its column, an older writer needs
+nothing; anything else is :class:`IncompatibleSchemaChange`. The answer depends only on the two
+column lists, so every retry of a range decides the same.
 """
 
 from __future__ import annotations
@@ -51,7 +46,7 @@ _NOT_NULLABLE = ("Array(", "Map(")
 
 
 def _avro_type(avro: Any, where: str) -> tuple[str, bool]:
-    """The column type for an Avro type, and whether it may be null."""
+    """The column type, and whether it may be null."""
     if isinstance(avro, list):
         branches = [b for b in avro if b != "null"]
         if len(branches) != 1:
@@ -88,7 +83,6 @@ def _nullable(ch_type: str) -> str:
 
 
 def avro_columns(schema_text: str) -> tuple[Column, ...]:
-    """The payload columns of an Avro record schema, in field order."""
     schema = json.loads(schema_text)
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise SchemaError("the writer schema is not an Avro record")
@@ -96,7 +90,7 @@ def avro_columns(schema_text: str) -> tuple[Column, ...]:
     for field in schema["fields"]:
         where = f"field {field['name']!r}"
         ch_type, nullable = _avro_type(field["type"], where)
-        if nullable and not ch_type.startswith(_NOT_NULLABLE):
+        if nullable:
             ch_type = _nullable(ch_type)
         default = field.get("default")
         columns.append(
@@ -110,22 +104,18 @@ def avro_columns(schema_text: str) -> tuple[Column, ...]:
 
 
 _PROTO_SCALARS = {
-    FieldDescriptor.TYPE_BOOL: "Bool",
-    FieldDescriptor.TYPE_INT32: "Int32",
-    FieldDescriptor.TYPE_SINT32: "Int32",
-    FieldDescriptor.TYPE_SFIXED32: "Int32",
-    FieldDescriptor.TYPE_INT64: "Int64",
-    FieldDescriptor.TYPE_SINT64: "Int64",
-    FieldDescriptor.TYPE_SFIXED64: "Int64",
-    FieldDescriptor.TYPE_UINT32: "UInt32",
-    FieldDescriptor.TYPE_FIXED32: "UInt32",
-    FieldDescriptor.TYPE_UINT64: "UInt64",
-    FieldDescriptor.TYPE_FIXED64: "UInt64",
-    FieldDescriptor.TYPE_FLOAT: "Float32",
-    FieldDescriptor.TYPE_DOUBLE: "Float64",
-    FieldDescriptor.TYPE_STRING: "String",
-    FieldDescriptor.TYPE_BYTES: "String",
-    FieldDescriptor.TYPE_ENUM: "String",
+    getattr(FieldDescriptor, f"TYPE_{proto}"): ch_type
+    for ch_type, protos in {
+        "Bool": ("BOOL",),
+        "Int32": ("INT32", "SINT32", "SFIXED32"),
+        "Int64": ("INT64", "SINT64", "SFIXED64"),
+        "UInt32": ("UINT32", "FIXED32"),
+        "UInt64": ("UINT64", "FIXED64"),
+        "Float32": ("FLOAT",),
+        "Float64": ("DOUBLE",),
+        "String": ("STRING", "BYTES", "ENUM"),  # bytes as base64, enums by name
+    }.items()
+    for proto in protos
 }
 _PROTO_WRAPPERS = {
     "google.protobuf.DoubleValue": "Float64",
@@ -153,7 +143,6 @@ def _proto_type(field: FieldDescriptor) -> str:
 
 
 def protobuf_columns(message: Descriptor) -> tuple[Column, ...]:
-    """The payload columns of a Protobuf message, in field order."""
     columns = []
     for field in message.fields:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
@@ -169,8 +158,7 @@ def protobuf_columns(message: Descriptor) -> tuple[Column, ...]:
 
 
 def _proto_default(field: FieldDescriptor) -> str | int | float | bool:
-    """What an unset proto3 scalar reads as: also what a record of a writer without the field
-    (an older or newer schema) stores, so the field may be added or removed."""
+    """What an unset proto3 scalar reads as, so a writer without the field stores it too."""
     if field.type == FieldDescriptor.TYPE_ENUM:
         return str(field.enum_type.values_by_number[0].name)
     if field.type == FieldDescriptor.TYPE_BOOL:
@@ -186,7 +174,7 @@ _JSON_TYPES = {"integer": "Int64", "number": "Float64", "string": "String", "boo
 
 
 def _json_type(spec: Any, where: str) -> tuple[str, bool]:
-    """The column type of a JSON Schema property, and whether it may be null."""
+    """The column type, and whether it may be null."""
     kinds = spec.get("type") if isinstance(spec, dict) else None
     kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
     nullable = "null" in kinds
@@ -204,8 +192,7 @@ def _json_type(spec: Any, where: str) -> tuple[str, bool]:
 
 
 def json_schema_columns(schema_text: str) -> tuple[Column, ...]:
-    """The columns of a JSON Schema object: its ``properties`` in order; a property not in
-    ``required`` is nullable (or takes its ``default``)."""
+    """A property not ``required`` is nullable (or takes its ``default``)."""
     schema = json.loads(schema_text)
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         raise SchemaError("the writer schema is not a JSON Schema object with properties")
@@ -216,7 +203,7 @@ def json_schema_columns(schema_text: str) -> tuple[Column, ...]:
         default = spec.get("default") if isinstance(spec, dict) else None
         default = default if isinstance(default, (int, float, str, bool)) else None
         if (nullable or name not in required) and default is None:
-            ch_type = _nullable(ch_type) if not ch_type.startswith(_NOT_NULLABLE) else ch_type
+            ch_type = _nullable(ch_type)
         columns.append(Column(name, ch_type, default=default))
     return tuple(columns)
 
@@ -224,8 +211,7 @@ def json_schema_columns(schema_text: str) -> tuple[Column, ...]:
 def writer_columns(
     writer: WriterSchema, message_indexes: Sequence[int] = (0,), message: str | None = None
 ) -> tuple[Column, ...]:
-    """The payload columns of a registered writer schema (for Protobuf: of the message the
-    records name by their indexes, or the top-level ``message`` named)."""
+    """For Protobuf, of the message the records' indexes name, or the top-level ``message``."""
     if writer.schema_type == "PROTOBUF":
         indexes = tuple(message_indexes) or (0,)
         if message is not None:
@@ -253,7 +239,7 @@ WHAT_TO_DO = (
 
 
 class IncompatibleSchemaChange(NeedsPerson):
-    """A writer schema the tables cannot follow: no retry fixes it, a person must decide."""
+    """No retry fixes it: a person must decide."""
 
     code = "incompatible-schema"
 
@@ -267,13 +253,12 @@ class IncompatibleSchemaChange(NeedsPerson):
 
 @dataclass(frozen=True, slots=True)
 class Evolution:
-    """What the tables must do before the rows of writer schema ``writer_id`` are written."""
+    """What the tables must do before the rows of writer schema ``writer_id`` are written: add
+    columns (in the writer's order), widen columns (to what they must become)."""
 
     table_id: int | None
     writer_id: int
-    #: New columns, in the writer's field order (optional or with a default).
     added: tuple[Column, ...] = ()
-    #: Columns with a wider type: the column as it must become.
     widened: tuple[Column, ...] = ()
 
     @property
@@ -281,7 +266,6 @@ class Evolution:
         return not self.added and not self.widened
 
     def apply(self, schema: TableSchema) -> TableSchema:
-        """``schema`` as it is once the tables evolved (same order, columns added at the end)."""
         if self.empty:
             return schema
         wider = {c.name: c for c in self.widened}
@@ -289,7 +273,7 @@ class Evolution:
         return replace(schema, columns=columns, schema_id=self.writer_id)
 
     def describe(self) -> dict[str, object]:
-        """For the asset's materialization metadata."""
+        """For the materialization's metadata."""
         return {
             "from_schema_id": self.table_id,
             "schema_id": self.writer_id,
@@ -333,7 +317,6 @@ def _widened(column: Column, writer: Column) -> Column:
 
 
 def plan_evolution(table: TableSchema, writer: Sequence[Column], *, writer_id: int) -> Evolution:
-    """How ``table`` follows the columns of writer schema ``writer_id``, or why it cannot."""
     old = table.schema_id
 
     def refuse(field: str, why: str) -> IncompatibleSchemaChange:
@@ -373,8 +356,8 @@ def plan_evolution(table: TableSchema, writer: Sequence[Column], *, writer_id: i
 
 
 def holds(column: Column, actual_type: str) -> bool:
-    """True when a table column of ``actual_type`` holds every value of ``column`` (the same
-    type, or one a past evolution widened it to)."""
+    """Whether a column of ``actual_type`` (perhaps widened by a past evolution) holds
+    ``column``'s values."""
     try:
         actual = Column(column.name, actual_type, default=column.default)
     except SchemaError:
@@ -383,9 +366,8 @@ def holds(column: Column, actual_type: str) -> bool:
 
 
 def catch_up(schema: TableSchema, existing: Mapping[str, str]) -> Evolution:
-    """What an existing table (``existing``: column name -> type) lacks of ``schema``, a subject's
-    columns resolved at load that may be newer than the table: columns to add and to widen.
-    Raises :class:`IncompatibleSchemaChange` for a required column the table lacks."""
+    """What an existing table (column name -> type) lacks of ``schema``, resolved at load and
+    perhaps newer than the table."""
     assert schema.schema_id is not None
     added, widened = [], []
     for col in schema.columns:

@@ -24,8 +24,7 @@ Invariants, kept by every step below:
    sync it is given; the adapter decides what to persist.
 
 Replication lag (for failback) is an upper bound from the latest sync, exact when the replica's
-last record is found by fingerprint. The sensors see one state per Dagster partition: the
-physical partitions fold into the one that most needs a run.
+last record is found by fingerprint.
 """
 
 from __future__ import annotations
@@ -80,9 +79,8 @@ class ReplicationPolicy:
         return f"{source_alias}{self.separator}{topic}"
 
     def source_alias(self, topic: str, aliases: Iterable[str] | None = None) -> str | None:
-        """Alias of the cluster a remote topic came from, or None for a local one; with ``aliases``
-        only a known alias counts (MM2 takes any prefix), so ``orders.v1`` is no replica.
-        """
+        """The alias a remote topic came from, else None; with ``aliases`` only a known alias
+        counts (MM2 takes any prefix), so ``orders.v1`` is no replica."""
         prefix, sep, rest = topic.partition(self.separator)
         if not sep or not prefix or not rest:
             return None
@@ -97,7 +95,7 @@ class ReplicationPolicy:
         return topic.partition(self.separator)[2]
 
     def offset_syncs_topic(self, other_alias: str) -> str:
-        """MM2's offset-syncs topic of a flow, named after the flow's *other* cluster."""
+        """MM2 names a flow's syncs topic after the flow's *other* cluster."""
         return f"mm2-offset-syncs{self.separator}{other_alias}{self.separator}internal"
 
 
@@ -124,7 +122,6 @@ class Flow:
     def offset_syncs_topic(
         self, location: str = "source", policy: ReplicationPolicy = DEFAULT_POLICY
     ) -> str:
-        """Name of this flow's syncs topic (on :meth:`offset_syncs_cluster`)."""
         other = self.target if self.offset_syncs_cluster(location) == self.source else self.source
         return policy.offset_syncs_topic(other)
 
@@ -134,9 +131,8 @@ class Flow:
 
 @dataclass(frozen=True, order=True)
 class PhysicalTopic:
-    """A topic as it exists on ``cluster`` and where its records were first written (``origin``):
-    ``pipeline_topic`` ``T`` is ``topic`` ``T`` at its origin, ``B.T`` elsewhere.
-    """
+    """A topic on ``cluster`` whose records were first written on ``origin`` (``T`` there,
+    ``B.T`` elsewhere for ``pipeline_topic`` ``T``)."""
 
     cluster: str
     topic: str
@@ -167,9 +163,8 @@ def physical_topics(
     active: str,
     policy: ReplicationPolicy = DEFAULT_POLICY,
 ) -> tuple[PhysicalTopic, ...]:
-    """Every topic to read on ``active`` for ``pipeline_topic``: its own, then each replica (on A:
-    ``T`` and ``B.T``). MM2 never copies a topic back, so no record is in two of them.
-    """
+    """Every topic to read on ``active`` for ``pipeline_topic`` (on A: ``T``, ``B.T``); MM2 never
+    copies a topic back, so no record is in two of them."""
     check_aliases(clusters, policy)
     if active not in clusters:
         raise FailoverError(f"unknown cluster {active!r}: the pipeline's clusters are {clusters}")
@@ -194,9 +189,8 @@ _VALUE = struct.Struct(">qq")
 
 @dataclass(frozen=True, order=True, slots=True)
 class OffsetSync:
-    """Upstream record ``upstream`` of ``topic`` (its source-cluster name ``T``) / ``partition`` was
-    copied to ``downstream``.
-    """
+    """Upstream record ``upstream`` of ``topic`` (named as on its source) was copied to
+    ``downstream``."""
 
     topic: str
     partition: int
@@ -237,18 +231,10 @@ def decode_offset_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
     return OffsetSync(topic, partition, upstream, downstream)
 
 
-def encode_offset_sync(sync: OffsetSync) -> tuple[bytes, bytes]:
-    """The (key, value) bytes MM2 writes for ``sync``: the inverse of the decoder."""
-    name = sync.topic.encode("utf-8")
-    key = _KEY_HEAD.pack(len(name)) + name + _PARTITION.pack(sync.partition)
-    return key, _VALUE.pack(sync.upstream, sync.downstream)
-
-
 @dataclass(frozen=True, slots=True)
 class Translation:
-    """A translated position (invariant 1): ``exact`` when it fell on a sync, else at most behind;
-    ``basis`` is the sync used, None when none precedes it (the caller's floor is returned).
-    """
+    """A translated position (invariant 1), ``exact`` when it fell on a sync; ``basis``: the sync
+    used (None: none precedes, the caller's floor)."""
 
     position: int
     exact: bool
@@ -257,9 +243,8 @@ class Translation:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Offsets ``[start, end)`` on the other cluster that must hold a record's counterpart (``end``
-    None: no later sync bounds it; the counterpart may not be written yet).
-    """
+    """Offsets ``[start, end)`` that must hold a record's counterpart on the other cluster (``end``
+    None: no later sync bounds it yet)."""
 
     start: int
     end: int | None
@@ -310,11 +295,9 @@ def _translate(tp: TopicPartition, entry: _Syncs, x: int, floor: int, *, up: boo
 
 
 class SyncHistory:
-    """Every offset sync seen for one flow (invariant 4), per upstream topic-partition, added in the
-    syncs topic's order. A sync going back in either offset starts a new epoch (topic recreated,
-    replica truncated): the partition's older syncs are dropped, as MM2 does.
-    ``source_position`` is the next offset of the syncs topic to fold in.
-    """
+    """Every offset sync of one flow (invariant 4), in the syncs topic's order. A sync going back
+    in either offset (topic recreated, replica truncated) drops the partition's older syncs, as
+    MM2 does. ``source_position``: the next offset of the syncs topic to fold in."""
 
     def __init__(self, flow: Flow) -> None:
         self.flow = flow
@@ -359,7 +342,7 @@ class SyncHistory:
         return sum(len(e.ups) for e in self._by_tp.values())
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form, for keeping the history beyond what the compacted topic keeps."""
+        """JSON-ready, to keep the history beyond what the compacted topic keeps."""
         return {
             "flow": [self.flow.source, self.flow.target],
             "source_position": self.source_position,
@@ -372,7 +355,6 @@ class SyncHistory:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SyncHistory:
-        """The history :meth:`to_dict` wrote; its syncs are re-checked as they are added."""
         try:
             source, target = raw["flow"]
             history = cls(Flow(str(source), str(target)))
@@ -388,9 +370,8 @@ class SyncHistory:
         return history
 
     def trimmed(self, keep: int) -> SyncHistory:
-        """A copy keeping each partition's ``keep`` latest syncs (a stored copy): an older position
-        translates to the caller's floor, more re-read, never a skip.
-        """
+        """A copy with each partition's ``keep`` latest syncs: an older position then translates
+        to the caller's floor (more re-read, never a skip)."""
         if keep < 1:
             raise FailoverError(f"keep at least one sync per partition, not {keep}")
         copy = SyncHistory(self.flow)
@@ -403,33 +384,26 @@ class SyncHistory:
         return self._by_tp.get(tp) or _Syncs()
 
     def forward(self, tp: TopicPartition, upstream_position: int, floor: int = 0) -> Translation:
-        """Downstream position for ``upstream_position``: the latest sync at or before it gives its
-        downstream offset if the position is that record, else one past it; ``floor`` without one.
-        """
+        """The downstream position for an upstream one, by the latest sync at or before it."""
         return _translate(tp, self._entry(tp), upstream_position, floor, up=True)
 
     def inverse(self, tp: TopicPartition, downstream_position: int, floor: int = 0) -> Translation:
-        """Upstream position for ``downstream_position``, the mirror image of :meth:`forward` (a
-        copy consumed means its original was too).
-        """
+        """:meth:`forward`'s mirror image: a copy consumed means its original was too."""
         return _translate(tp, self._entry(tp), downstream_position, floor, up=False)
 
     def replica_window(self, tp: TopicPartition, upstream_offset: int, floor: int = 0) -> Window:
-        """Where the copy of upstream record ``upstream_offset`` lies downstream."""
         entry = self._entry(tp)
         return _bracket(entry.ups, entry.downs, upstream_offset, floor)
 
     def origin_window(self, tp: TopicPartition, downstream_offset: int, floor: int = 0) -> Window:
-        """Where the original of downstream record ``downstream_offset`` lies upstream."""
         entry = self._entry(tp)
         return _bracket(entry.downs, entry.ups, downstream_offset, floor)
 
 
 @dataclass(frozen=True)
 class Route:
-    """How a position on one physical topic maps onto another cluster: ``forward`` (``source``
-    holds originals, ``target`` copies) or ``inverse``; syncs are keyed by the pipeline topic.
-    """
+    """How positions of ``source`` map onto ``target``: ``forward`` (originals to copies) or
+    ``inverse``; syncs are keyed by the pipeline topic."""
 
     source: PhysicalTopic
     target: PhysicalTopic
@@ -442,22 +416,15 @@ class Route:
     def translate(
         self, history: SyncHistory, partition: int, position: int, floor: int = 0
     ) -> Translation:
-        """The position on ``target`` for ``position`` on ``source``; ``floor`` (the target
-        partition's first offset) when no sync precedes.
-        """
         self._check(history)
-        tp = self.key(partition)
-        if self.direction == "forward":
-            return history.forward(tp, position, floor)
-        return history.inverse(tp, position, floor)
+        way = history.forward if self.direction == "forward" else history.inverse
+        return way(self.key(partition), position, floor)
 
     def window(self, history: SyncHistory, partition: int, offset: int, floor: int = 0) -> Window:
         """Where on ``target`` the counterpart of the record at ``offset`` of ``source`` lies."""
         self._check(history)
-        tp = self.key(partition)
-        if self.direction == "forward":
-            return history.replica_window(tp, offset, floor)
-        return history.origin_window(tp, offset, floor)
+        way = history.replica_window if self.direction == "forward" else history.origin_window
+        return way(self.key(partition), offset, floor)
 
     def _check(self, history: SyncHistory) -> None:
         if history.flow != self.flow:
@@ -473,10 +440,8 @@ def route(
     clusters: Sequence[str],
     policy: ReplicationPolicy = DEFAULT_POLICY,
 ) -> Route:
-    """The route of ``physical`` to ``to_cluster``: ``T`` read on C is ``C.T`` on D (forward through
-    C->D); ``D.T`` read on C is D's ``T`` (inverse through D->C). A third cluster's replica has no
-    direct syncs to D: refused.
-    """
+    """``T`` read on C is ``C.T`` on D (forward through C->D); ``D.T`` read on C is D's ``T``
+    (inverse through D->C); a third cluster's replica has no direct syncs to D: refused."""
     check_aliases(clusters, policy)
     if to_cluster not in clusters:
         raise FailoverError(
@@ -508,7 +473,7 @@ TIMESTAMP = "timestamp"
 
 @dataclass(frozen=True, slots=True)
 class ReadStart:
-    """Where the re-read starts (``position``), which bound set it, and the syncs' own start."""
+    """Where the re-read starts, which bound set it, and where the syncs alone would start."""
 
     position: int
     bound: str
@@ -516,10 +481,8 @@ class ReadStart:
 
 
 def read_start(window: Window, time_offset: int | None) -> ReadStart:
-    """The later of the syncs' window start and ``time_offset`` (the first offset at or after the
-    last written record's timestamp; None or negative: none). Trusted only inside the window: at
-    or past ``end`` it means timestamps were not kept, and is ignored.
-    """
+    """The later of the window's start and ``time_offset`` (the first offset at the last written
+    record's timestamp). Trusted only inside the window: past it, timestamps were not kept."""
     syncs = ReadStart(window.start, SYNCS, window.start)
     if time_offset is None or time_offset <= window.start:
         return syncs
@@ -547,8 +510,7 @@ def record_fingerprint(
     headers: Sequence[tuple[str | bytes, bytes | None]] | None = None,
 ) -> str:
     """A record's identity across clusters: BLAKE2b-128 of what MM2 copies unchanged (key, value,
-    timestamp ms, headers in order; no value differs from an empty one), never its offset.
-    """
+    timestamp, headers in order), never its offset."""
     digest = hashlib.blake2b(digest_size=16, person=_FINGERPRINT_PERSON)
     _feed(digest, key)
     _feed(digest, value)
@@ -563,7 +525,7 @@ def record_fingerprint(
 
 @dataclass(frozen=True, slots=True)
 class MirroredRecord:
-    """One record as read from either cluster: its offset there and what MM2 preserves."""
+    """A record as read on either cluster: its offset there and what MM2 preserves."""
 
     offset: int
     key: bytes | None
@@ -578,9 +540,8 @@ class MirroredRecord:
 
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
-    """Where to continue on the new cluster: ``position`` (match + 1); ``skipped``, the window's
-    records up to the match, all written before the switch; ``bounded``, False for an open window.
-    """
+    """Where to continue on the new cluster (match + 1); ``skipped``: the window's records up to
+    the match, all written before the switch; ``bounded``: False for an open window."""
 
     position: int
     matched_offset: int
@@ -594,14 +555,10 @@ def resume_after(
     records: Iterable[MirroredRecord],
     window: Window,
 ) -> ResumePoint:
-    """The exact next position after the record whose identity is ``fingerprint`` (invariant 2).
-
-    ``records``: what ``window`` holds now on the new cluster, in offset order. No match in a
-    closed window: :class:`FingerprintNotFound`; in an open one: :class:`ReplicaPending` (not
-    copied yet); two or more: :class:`AmbiguousFingerprint`. A unique match in an open window comes
-    back ``bounded=False``: exact unless an identical earlier record alone is copied yet, which an
-    up-to-date history rules out (MM2 syncs each transaction's last record, closing the window).
-    """
+    """The next position after the record ``fingerprint`` names, among ``records`` (``window``'s
+    on the new cluster, in order), by invariant 2. A unique match in an open window is exact unless
+    only an identical earlier record is copied yet, which an up-to-date history rules out (MM2
+    syncs each transaction's last record, closing the window)."""
     matches: list[tuple[int, int]] = []
     count = 0
     last = None
@@ -711,7 +668,7 @@ class ClusterSet:
 
     @classmethod
     def parse(cls, aliases: Sequence[str], flows: Sequence[str] | None = None) -> ClusterSet:
-        """From configured aliases and flows written ``"A->B"`` (None: every pair, both ways)."""
+        """Flows are written ``"A->B"``; None: every pair, both ways."""
         if len(aliases) < 2 or len(set(aliases)) != len(aliases):
             raise FailoverError(f"name two or more distinct clusters, got {list(aliases)}")
         for alias in aliases:
@@ -726,8 +683,11 @@ class ClusterSet:
             parsed.add(Flow(source, target))
         return cls(tuple(aliases), frozenset(parsed))
 
+    def route(self, physical: PhysicalTopic, to_cluster: str) -> Route:
+        return route(physical, to_cluster, self.aliases, self.policy)
+
     def topics(self, pipeline_topic: str, active: str) -> tuple[PhysicalTopic, ...]:
-        """The physical topics to read on ``active``: the local one and each replica MM2 makes."""
+        """The local topic and each replica MM2 makes on ``active``."""
         return tuple(
             t
             for t in physical_topics(pipeline_topic, self.aliases, active, self.policy)
@@ -737,7 +697,7 @@ class ClusterSet:
 
 @dataclass(frozen=True, slots=True)
 class SwitchPlan:
-    """What a run of the switch must still do (an empty ``steps`` means nothing is left)."""
+    """What a run of the switch must still do (no ``steps``: nothing)."""
 
     source: str
     target: str
@@ -745,7 +705,6 @@ class SwitchPlan:
 
 
 def plan_switch(state: ActiveState, clusters: ClusterSet, target: str) -> SwitchPlan:
-    """The steps left to switch to ``target`` from ``state``, or why it cannot be done."""
     if target not in clusters.aliases:
         raise SwitchRefused(
             f"unknown cluster {target!r}: this pipeline's clusters are {list(clusters.aliases)}"
@@ -770,26 +729,15 @@ def plan_switch(state: ActiveState, clusters: ClusterSet, target: str) -> Switch
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """One position carried over: from ``route.source`` to ``route.target`` for a partition."""
+    """One partition's position carried from ``route.source`` to ``route.target``; ``bound`` and
+    ``syncs_position`` as in :class:`ReadStart`."""
 
     route: Route
     partition: int
     position: int
     mark: Mark | None
-    #: What set ``position``: the offset syncs alone (``"syncs"``) or the first offset at the
-    #: last written record's timestamp (``"timestamp"``, see :func:`read_start`).
     bound: str = SYNCS
-    #: Where the syncs alone would have started (equal to ``position`` when they set it).
     syncs_position: int | None = None
-
-
-def check_movable(where: str, record: KeeperRecord | None) -> None:
-    """A position can move only when it is settled: no range in flight."""
-    if record is not None and record.phase == "BEFORE":
-        raise SwitchRefused(
-            f"{where}: a write is in flight (BEFORE {record.range_start}-{record.range_end}); "
-            "run the sink on the active cluster once so it finishes, then switch"
-        )
 
 
 def move(
@@ -802,12 +750,13 @@ def move(
     floor: int = 0,
     time_offset: int | None = None,
 ) -> Move:
-    """The position on ``to_cluster`` for a settled position on ``physical``: with a located mark,
-    the start of the window holding its copy (``time_offset`` may start it later,
-    :func:`read_start`); a pending mark is carried with an open window; without a mark, only an
-    exact translation (or a position at the log's start).
-    """
-    check_movable(f"{physical}[{partition}]", record)
+    """The position on ``to_cluster`` for a settled keeper position on ``physical``."""
+    if record.phase == "BEFORE":  # only a settled position moves
+        raise SwitchRefused(
+            f"{physical}[{partition}]: a write is in flight (BEFORE {record.range_start}-"
+            f"{record.range_end}); run the sink on the active cluster once so it finishes, "
+            "then switch"
+        )
     return move_position(
         physical,
         partition,
@@ -832,9 +781,11 @@ def move_position(
     floor: int = 0,
     time_offset: int | None = None,
 ) -> Move:
-    """:func:`move` for a position kept outside the keeper (a Hudi commit): next offset ``end``."""
+    """A position (next offset ``end``) moved to ``to_cluster``: with a located mark, to the start
+    of the window holding its copy (invariant 1; ``time_offset`` may start it later); a pending
+    mark is carried with an open window; without a mark, only an exact translation."""
     where = f"{physical}[{partition}]"
-    r = route(physical, to_cluster, clusters.aliases, clusters.policy)
+    r = clusters.route(physical, to_cluster)
     if r.flow not in clusters.flows:
         raise SwitchRefused(
             f"{where}: positions move through flow {r.flow}, which MirrorMaker 2 does not "
@@ -867,14 +818,13 @@ class TablePositionError(FailoverError):
 
 @dataclass(frozen=True)
 class TablePosition:
-    """Where a table stands on one cluster: next offset and last-written mark per partition."""
+    """Where a table stands on one cluster: next offset and last-written mark per partition.
+    ``since``: where its records on this cluster start (the exactly-once check compares
+    ``[since, position)``; missing: written before clusters were configured)."""
 
     cluster: str
     positions: Mapping[TopicPartition, int]
     marks: Mapping[TopicPartition, Mark] = field(default_factory=dict)
-    #: Where the table's records of each partition on this cluster start (the resume point after
-    #: the switch that brought it here, or where it first read): the exactly-once check compares
-    #: ``[since, position)``. Missing: unknown (a table written before clusters were configured).
     since: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -891,11 +841,10 @@ class TablePosition:
 
     @property
     def pending(self) -> dict[TopicPartition, Mark]:
-        """Partitions moved here by a switch whose last written record is still to be found."""
         return {tp: m for tp, m in self.marks.items() if m.pending}
 
     def encode(self) -> str:
-        """Compact JSON, topics and partitions sorted (the same position, the same text)."""
+        """Sorted, compact JSON: the same position is always the same text."""
         topics: dict[str, dict[str, list[object]]] = {}
         for tp in sorted(self.positions):
             mark = self.marks.get(tp)
@@ -938,8 +887,7 @@ class TablePosition:
         marks: Mapping[TopicPartition, Mark | None],
         since: Mapping[TopicPartition, int] | None = None,
     ) -> TablePosition:
-        """This position with ``positions`` moved and ``marks`` replaced (None: mark dropped);
-        ``since`` sets where partitions start on this cluster."""
+        """``positions`` moved, ``marks`` replaced (None: dropped), ``since`` set."""
         merged = {**self.positions, **positions}
         new_marks = dict(self.marks)
         for tp, mark in marks.items():
@@ -959,15 +907,12 @@ def stored_position(
     return TablePosition(initial, dict(checkpoint))
 
 
-#: Separates the cluster alias from the topic in a clustered table's source-topic column. Kafka
-#: topic names never contain it, so the pair reads back unambiguously.
+#: Kafka topic names never contain it, so ``<cluster>:<topic>`` reads back unambiguously.
 ROW_TOPIC_SEPARATOR = ":"
 
 
 def row_topic(cluster: str, topic: str) -> str:
-    """The source topic a clustered table stores for a record read from ``topic`` on ``cluster``:
-    ``T`` written on A is not ``T`` written on B, so coordinates need the cluster.
-    """
+    """The source topic a clustered table stores: ``T`` on A is not ``T`` on B."""
     return f"{cluster}{ROW_TOPIC_SEPARATOR}{topic}"
 
 
@@ -980,22 +925,15 @@ def split_row_topic(value: str) -> tuple[str | None, str]:
 def streamer_checkpoint(
     pipeline_topic: str, position: TablePosition, partition_count: int
 ) -> Checkpoint:
-    """The HoodieStreamer-format checkpoint every clustered commit also carries (timeline readers
-    look only at commits with one): the local topic's positions on the commit's cluster, 0 where
-    none. A summary; the sink resumes from the cluster position.
-    """
-    return {
-        TopicPartition(pipeline_topic, p): position.positions.get(
-            TopicPartition(pipeline_topic, p), 0
-        )
-        for p in range(partition_count)
-    }
+    """The HoodieStreamer checkpoint a clustered commit also carries (timeline readers look only
+    at commits with one): a summary; the sink resumes from the cluster position."""
+    tps = (TopicPartition(pipeline_topic, p) for p in range(partition_count))
+    return {tp: position.positions.get(tp, 0) for tp in tps}
 
 
 def physical_of(
     tp: TopicPartition, cluster: str, clusters: ClusterSet, pipeline_topics: Iterable[str]
 ) -> PhysicalTopic:
-    """The physical topic ``tp.topic`` names on ``cluster`` for one of the pipeline's topics."""
     for topic in pipeline_topics:
         # every name a replica could have, replicated or not: a flow no longer replicated is
         # refused by the move, with the flow named
@@ -1014,12 +952,7 @@ def flows_needed(
     """The flows whose offset syncs :func:`carry_over` needs."""
     topics = tuple(pipeline_topics)
     return {
-        route(
-            physical_of(tp, position.cluster, clusters, topics),
-            target,
-            clusters.aliases,
-            clusters.policy,
-        ).flow
+        clusters.route(physical_of(tp, position.cluster, clusters, topics), target).flow
         for tp in position.positions
     }
 
@@ -1033,10 +966,8 @@ def carry_over(
     floor: Callable[[TopicPartition], int],
     time_floor: Callable[[TopicPartition, Mark], int | None] | None = None,
 ) -> tuple[TablePosition, list[Move]]:
-    """The position on ``target`` for a table standing on another cluster: each partition moves by
-    :func:`move_position`. ``floor``: a target partition's first offset; ``time_floor``: its first
-    offset at a mark's timestamp (None: the syncs alone bound).
-    """
+    """The table's position moved to ``target`` partition by partition. ``floor``: a partition's
+    first offset; ``time_floor``: its first offset at a mark's timestamp (None: syncs alone)."""
     if target == position.cluster:
         return position, []
     topics = tuple(pipeline_topics)
@@ -1045,7 +976,7 @@ def carry_over(
     moves = []
     for tp in sorted(position.positions):
         physical = physical_of(tp, position.cluster, clusters, topics)
-        r = route(physical, target, clusters.aliases, clusters.policy)
+        r = clusters.route(physical, target)
         history = histories.get(r.flow, SyncHistory(r.flow))
         to = TopicPartition(r.target.topic, tp.partition)
         mark = position.marks.get(tp)
@@ -1078,7 +1009,7 @@ FRESH_SYNC_S = 60.0
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFacts:
-    """What was read of one replicated partition (``topic`` is its name on the flow's source)."""
+    """What was read of one replicated partition (``topic`` as named on the flow's source)."""
 
     topic: str
     partition: int
@@ -1111,9 +1042,8 @@ class PartitionReplication:
 def partition_replication(
     facts: ReplicaFacts, fresh_s: float = FRESH_SYNC_S
 ) -> PartitionReplication:
-    """The lag of one partition: caught up when nothing of the source is missing on the target;
-    else replicating when the replica's end moved or MM2 synced within ``fresh_s``; else stalled.
-    """
+    """Caught up when nothing of the source is missing on the target; else replicating when the
+    replica's end moved or MM2 synced within ``fresh_s``; else stalled."""
     exact = facts.copied_to is not None
     copied = facts.copied_to if facts.copied_to is not None else facts.synced_to
     lag = max(0, facts.source_end - copied)
@@ -1158,9 +1088,8 @@ class FlowReplication:
 
 
 def failback_advice(active: str, flows: Sequence[FlowReplication]) -> list[str]:
-    """Per cluster a failback could go to: whether it would wait for MM2, and why. Failing back
-    early loses nothing; records not copied yet are only delayed.
-    """
+    """Per cluster a failback could go to: whether it would wait for MM2, and why (failing back
+    early loses nothing; records not copied yet are only delayed)."""
     advice = []
     for f in flows:
         if f.flow.source != active:
@@ -1195,7 +1124,8 @@ def _behind(end: int, position: int | None) -> int:
 def fold_keeper_states(
     physical: Iterable[tuple[int, SinkState | None]],
 ) -> tuple[int, SinkState | None]:
-    """``(end, state)`` of the physical partition that most needs a run (``BEFORE`` first)."""
+    """The sensors see one state per Dagster partition: of its physical partitions, the one that
+    most needs a run (``BEFORE`` first)."""
     items = list(physical)
     if not items:
         raise ValueError("a partition folds at least one physical partition")
@@ -1211,10 +1141,9 @@ def fold_keeper_states(
 def fold_positions(
     physical: Mapping[int, Iterable[tuple[int, int | None]]], moved: bool
 ) -> tuple[dict[int, int], dict[int, int]]:
-    """Per partition ``(ends, positions)`` on the active cluster; ``physical`` maps each partition
-    to ``(end, stored next offset or None)`` per physical topic, ``moved``: the latest commit is on
-    another cluster. A partition without a position is left out, as a new one is.
-    """
+    """Per partition ``(ends, positions)``, each the physical topic furthest behind (``physical``:
+    partition -> ``(end, next offset or None)`` per topic); ``moved``: the latest commit is on
+    another cluster."""
     ends: dict[int, int] = {}
     positions: dict[int, int] = {}
     for p, items in physical.items():

@@ -1,11 +1,7 @@
 """The keeper record and its rules, pure (the I/O is :mod:`eos_pipeline.adapters.keeper`): which
-record (:class:`KeeperKey`), what it holds (position, fencing epoch, mark of the last record
-written: :class:`KeeperRecord`) and how a writer moves it (:class:`Lease`, one compare-and-set
-per write).
-
-Every name in a key becomes a znode path part, so each is checked on the way in (no separators,
-no relative parts, Kafka's topic rule, canonical partition numbers, aliases without MM2's ``.``,
-an absolute root outside ZooKeeper's reserved tree).
+record (:class:`KeeperKey`, every name checked on the way in, as it becomes a znode path part),
+what it holds (:class:`KeeperRecord`) and how a writer moves it (:class:`Lease`, one
+compare-and-set per write).
 
 One znode per (pipeline, sink, topic, partition) holds *both* the position and the epoch, so one
 CAS on its version moves them together: no window between checking the epoch and changing the
@@ -51,7 +47,6 @@ from eos_pipeline.core.offsets import TopicPartition
 
 DEFAULT_ROOT = "/eos_pipeline"
 
-# Pipeline and sink names become znode names: a safe subset, no separators, no relative parts.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -63,7 +58,7 @@ class InvalidKeyError(NeedsPerson, ValueError):
 
 
 def validate_name(field_name: str, value: object) -> str:
-    """Check a pipeline/sink/root component: ``[A-Za-z0-9_.-]``, no ``.``/``..``, no ``/``."""
+    """A pipeline, sink or root component: no separators, no relative parts."""
     if not isinstance(value, str):
         raise InvalidKeyError(f"{field_name} must be a string, got {type(value).__name__}")
     if not value:
@@ -78,7 +73,6 @@ def validate_name(field_name: str, value: object) -> str:
 
 
 def validate_topic(value: object) -> str:
-    """Check a topic name by Kafka's own rule (1-249 of ``[A-Za-z0-9._-]``, not ``.``/``..``)."""
     if not isinstance(value, str):
         raise InvalidKeyError(f"topic must be a string, got {type(value).__name__}")
     try:
@@ -97,9 +91,7 @@ def validate_partition(value: object) -> int:
 
 
 def validate_root(root: object) -> str:
-    """Check the znode root every record lives under (e.g. ``/eos_pipeline``): absolute, at least
-    one component, not under ZooKeeper's reserved ``/zookeeper``; a trailing ``/`` is dropped.
-    """
+    """The znode root every record lives under: absolute, outside ZooKeeper's own tree."""
     if not isinstance(root, str) or not root.startswith("/"):
         raise InvalidKeyError(f"root must be an absolute znode path like {DEFAULT_ROOT!r}")
     parts = root.strip("/").split("/")
@@ -114,13 +106,12 @@ def validate_root(root: object) -> str:
 
 @dataclass(frozen=True, order=True, slots=True)
 class KeeperKey:
-    """Which record: one per (pipeline, sink, topic, partition). Validated on construction."""
+    """Which record; ``cluster`` only for a pipeline with several clusters."""
 
     pipeline: str
     sink: str
     topic: str
     partition: int
-    #: Cluster alias for a pipeline with several clusters (None: the single-cluster layout).
     cluster: str | None = None
 
     def __post_init__(self) -> None:
@@ -142,7 +133,7 @@ class KeeperKey:
         return TopicPartition(self.topic, self.partition)
 
     def path(self, root: str = DEFAULT_ROOT) -> str:
-        """The znode path: ``<root>/<pipeline>/<sink>[/@<cluster>]/<topic>/<partition>``."""
+        """``<root>/<pipeline>/<sink>[/@<cluster>]/<topic>/<partition>``."""
         parent = topic_path(root, self.pipeline, self.sink, self.topic, self.cluster)
         return f"{parent}/{self.partition}"
 
@@ -152,16 +143,15 @@ class KeeperKey:
 
 
 def validate_cluster(value: object) -> str:
-    """A cluster alias: 1-64 of ``[A-Za-z0-9_-]`` (no ``.``, MM2's separator in topic names)."""
+    """No ``.``: MM2's separator in topic names."""
     if not isinstance(value, str) or not _CLUSTER_RE.match(value):
         raise InvalidKeyError(f"cluster alias {value!r} must be 1-64 of [A-Za-z0-9_-]")
     return value
 
 
 def topic_path(root: str, pipeline: str, sink: str, topic: str, cluster: str | None = None) -> str:
-    """The parent znode of a topic's partition records for one sink (and cluster: ``@<cluster>``,
-    which no topic name can hold, so the layouts with and without clusters never meet).
-    """
+    """The parent of a topic's partition records; no topic name holds ``@``, so the layouts with
+    and without clusters never meet."""
     parts = [validate_root(root), validate_name("pipeline", pipeline), validate_name("sink", sink)]
     if cluster is not None:
         parts.append("@" + validate_cluster(cluster))
@@ -182,12 +172,8 @@ def _check_offset(name: str, value: object) -> None:
 @dataclass(frozen=True, slots=True)
 class Mark:
     """Which record the position stands after, by a fingerprint MirrorMaker 2 preserves.
-
-    ``last_offset`` set: the record at that offset of this topic; None: written from another
-    cluster, its copy here still to be found in ``[range_end, window_end)`` (``window_end`` None:
-    unbounded yet). ``timestamp_ms`` (MM2 copies it) lets a switch start the re-read at the first
-    offset of that time (:func:`eos_pipeline.core.failover.read_start`); None in older marks.
-    """
+    ``last_offset`` None (*pending*): its copy is still to be found in ``[range_end, window_end)``
+    (None: unbounded). ``timestamp_ms`` (MM2 keeps it) lets a switch start the re-read later."""
 
     fingerprint: str
     last_offset: int | None = None
@@ -208,7 +194,6 @@ class Mark:
 
     @property
     def pending(self) -> bool:
-        """True while the marked record's copy is still to be found (after a switch)."""
         return self.last_offset is None
 
     def to_json(self) -> dict[str, Any]:
@@ -236,7 +221,7 @@ class Mark:
 
     @classmethod
     def of_record(cls, fingerprint: str, offset: int, timestamp_ms: int | None) -> Mark:
-        """The located mark of a record just written (Kafka's timestamp -1, none, is not kept)."""
+        """Kafka's timestamp -1 (none) is not kept."""
         ts = timestamp_ms if timestamp_ms is not None and timestamp_ms >= 0 else None
         return cls(fingerprint, offset, None, ts)
 
@@ -249,7 +234,7 @@ PHASES = tuple(phase.value for phase in Phase)  # one spelling: core.dedup.Phase
 _MAX_WRITER_LEN = 512
 _LEASE_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 _KEYS_V1 = frozenset(
-    {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"},
+    {"v", "epoch", "lease_id", "writer", "updated_at", "range_start", "range_end", "phase"}
 )
 _KEYS = {1: _KEYS_V1, 2: _KEYS_V1 | {"topic_id"}, 3: _KEYS_V1 | {"topic_id", "cluster", "mark"}}
 # Kafka's topic ids are 16 bytes, printed in URL-safe base64 without padding (22 characters).
@@ -360,7 +345,7 @@ class KeeperRecord:
 
     @property
     def has_state(self) -> bool:
-        """False for a record that only holds an epoch (the partition was taken, never written)."""
+        """False for a record that only holds an epoch (taken, never written)."""
         return self.phase is not None
 
     def with_state(
@@ -375,9 +360,8 @@ class KeeperRecord:
         mark: Mark | None = None,
         replace_mark: bool = False,
     ) -> KeeperRecord:
-        """The record moved to a new state; ``None`` keeps the stored id, cluster and mark
-        (``replace_mark`` stores ``mark`` even when None: a switch overwrites a position).
-        """
+        """``None`` keeps the stored id, cluster and mark; ``replace_mark`` stores ``mark`` even
+        when None (a switch overwrites a position)."""
         return replace(
             self,
             range_start=range_start,
@@ -390,7 +374,6 @@ class KeeperRecord:
         )
 
     def taken_over(self, lease_id: str, writer: str, updated_at: datetime) -> KeeperRecord:
-        """The same state under the next epoch, owned by a new lease."""
         return replace(
             self, epoch=self.epoch + 1, lease_id=lease_id, writer=writer, updated_at=updated_at
         )
@@ -420,7 +403,6 @@ class KeeperRecord:
 
     @classmethod
     def decode(cls, data: bytes | None, path: str) -> KeeperRecord:
-        """Parse a znode's bytes; ``path`` only names the znode in errors."""
         if not data:
             raise CorruptRecordError(path, "the znode is empty (not written by eos_pipeline?)")
         try:
@@ -486,10 +468,8 @@ class ConflictError(NeedsPerson, KeeperError):
 
 @dataclass
 class Lease:
-    """The right to move one partition's state until someone acquires it again. ``version`` is the
-    znode version of the lease's last write (or acquire); ``record`` what it stored (right after
-    :meth:`StateStore.acquire`, the state taken over).
-    """
+    """The right to move one partition's state until someone acquires it again; ``version`` and
+    ``record``: the znode's version and value after its last write or acquire."""
 
     key: KeeperKey
     epoch: int
@@ -508,8 +488,7 @@ class Lease:
         mark: Mark | None = None,
         replace_mark: bool = False,
     ) -> KeeperRecord:
-        """The record a write of ``[range_start, range_end)`` in ``phase`` through this lease
-        means to store; every store (ZooKeeper or the unit tests' dict) CASes exactly this."""
+        """What a write through this lease stores: every store CASes exactly this."""
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         intended = self.record.with_state(
@@ -559,34 +538,3 @@ def refusal(lease: Lease, current: VersionedRecord | None, path: str) -> KeeperE
         f"(expected version {lease.version}, found version {current.version} with epoch "
         f"{stored.epoch} by {stored.writer!r}); is the same lease used twice? nothing written"
     )
-
-
-__all__ = [
-    "DEFAULT_ROOT",
-    "FORMAT_VERSION",
-    "PHASES",
-    "READABLE_VERSIONS",
-    "ConflictError",
-    "CorruptRecordError",
-    "FencedError",
-    "InvalidKeyError",
-    "KeeperError",
-    "KeeperKey",
-    "KeeperRecord",
-    "Lease",
-    "Mark",
-    "VersionedRecord",
-    "WriteOutcome",
-    "format_timestamp",
-    "new_lease_id",
-    "parse_partition_child",
-    "refusal",
-    "topic_path",
-    "utc_now",
-    "validate_cluster",
-    "validate_name",
-    "validate_partition",
-    "validate_root",
-    "validate_topic",
-    "write_outcome",
-]

@@ -1,33 +1,19 @@
-"""Which runs the sensors ask for, and what a run reads: a pure planner, from plain state to plain
-run requests (the sensors in :mod:`eos_pipeline.components.sensors` read the state and turn the
-plans into Dagster objects; everything they decide is decided here).
+"""Which runs the sensors ask for, and what a run reads: pure, from plain state to plain run
+requests (:mod:`eos_pipeline.components.sensors` reads the state and makes the Dagster objects).
 
-* **Keys.** One Dagster partition per Kafka topic-partition, ``<topic>__p0007`` (no characters
-  Dagster's UI or CLI treat specially; sorts in partition order). Run keys hold the ends asked
-  for and the sink's position, so a tick with nothing new yields the same keys and Dagster
-  launches nothing. Keys matching no Kafka partition are removed, naming the valid ones.
-* **Failures.** A failed run that did not move the position would ask for the same run key,
-  which Dagster never launches twice. So each run is tagged with its start state
-  (:data:`START_STATE_TAG`), failures are counted per partition and start state, and the count
-  goes into the run key. Why the newest run failed (:mod:`eos_pipeline.core.retries`) decides
-  next: transient, retried after a capped backoff without limit; needs a person, stop at once;
-  anything else, up to ``max_attempts`` runs from the same state, then given up with a warning.
-* **ClickHouse** (:func:`plan_clickhouse`): on a server, one run per lagging partition,
-  ``BEFORE`` ones first with a higher priority, at most :data:`MAX_RUNS_PER_TICK` per tick; on a
-  chDB path (one process at a time) one key-range run over all lagging partitions. A partition
-  of that run that needs a person is set aside (recorded in :data:`NEEDS_PERSON_TAG`) while its
-  keeper state is the one it failed from, so it does not stall the healthy ones.
-* **Hudi** (:func:`plan_hudi`): one table, one writer, so one key-range run over every lagging
-  partition and one commit. :func:`plan_ranges` picks ``[start, min(end, start + limit))`` per
-  partition from the table's checkpoint (unseen partitions start by the reset policy of
-  :mod:`eos_pipeline.core.positions`) and refuses (:class:`TransactionRefused`) whatever would
-  skip or repeat records. Exactly once rests on the checkpoint and the fence, not on upsert, so
-  ``auto`` lets a large transaction ``bulk_insert`` while small ones ``upsert`` (merging small
-  files); a table keyed by a business key always upserts.
-* **Following runs**: once caught up, a run keeps polling the ends and writing, each step
-  through the same state machine, until idle for ``idle_seconds``, after ``max_seconds``, or
-  when another run needs its table or chDB path; while one is in flight its sensor asks for
-  nothing there. It saves a queue wait and a process start per trickle of records.
+* **Keys.** One Dagster partition per Kafka partition, ``<topic>__p0007``. Run keys hold the ends
+  asked for and the sink's position, so a tick with nothing new launches nothing.
+* **Failures.** A failed run that did not move the position would ask for the same run key, which
+  Dagster never launches twice; so failures are counted per partition and start state
+  (:data:`START_STATE_TAG`) and the count goes into the key. :mod:`eos_pipeline.core.retries`
+  decides whether to retry (after a backoff), give up, or stop for a person.
+* **ClickHouse**: on a server one run per lagging partition, ``BEFORE`` ones first; on a chDB path
+  (one process at a time) one key-range run, from which a partition that needs a person is set
+  aside (:data:`NEEDS_PERSON_TAG`) while it stays in the state it failed from.
+* **Hudi**: one table, one writer: one key-range run, one commit. Exactly once rests on the
+  checkpoint and the fence, not on upsert, so ``auto`` lets a large transaction ``bulk_insert``.
+* **Following runs** keep polling and writing once caught up, until idle, too long, or another run
+  needs the table or path: a queue wait and a process start saved per trickle of records.
 """
 
 from __future__ import annotations
@@ -61,7 +47,7 @@ from eos_pipeline.core.retries import (
 
 
 def partition_key(tp: TopicPartition) -> str:
-    """``topic__p0007``: no commas, pipes, brackets or spaces, sorts in partition order."""
+    """No characters Dagster's UI or CLI treat specially; sorts in partition order."""
     return f"{tp.topic}__p{tp.partition:04d}"
 
 
@@ -73,18 +59,15 @@ def parse_partition_key(key: str) -> TopicPartition:
 
 
 def keys_for(topic: str, count: int) -> list[str]:
-    """The keys of partitions ``0 .. count - 1`` of ``topic``, in order."""
     return [partition_key(TopicPartition(topic, p)) for p in range(count)]
 
 
 @dataclass(frozen=True, slots=True)
 class NewPartitions:
-    """Partition keys to add and to remove, or why none."""
+    """Partition keys to add, and to remove (added by hand, a typo), or why none."""
 
     keys: tuple[str, ...] = ()
     skip_reason: str | None = None
-    #: Keys that match no Kafka partition of the pipeline's topics (added by hand, a typo):
-    #: the sensor deletes them, and says why in :attr:`remove_reason`.
     remove: tuple[str, ...] = ()
     remove_reason: str | None = None
 
@@ -107,10 +90,8 @@ def _valid_keys_text(counts: Mapping[str, int]) -> str:
 def stray_keys(
     existing: Iterable[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
 ) -> list[str]:
-    """Keys of ``existing`` that are not ``partition_key`` of a partition the topics have, sorted.
-    Keys of a topic that could not be read (``missing_topics``) are kept: only what Kafka said is
-    judged.
-    """
+    """Keys of ``existing`` naming no partition the topics have; a topic that could not be read
+    (``missing_topics``) keeps its keys: only what Kafka said is judged."""
     stray = []
     for key in existing:
         try:
@@ -128,8 +109,8 @@ def stray_keys(
 def plan_new_partitions(
     existing: Collection[str], counts: Mapping[str, int], missing_topics: Sequence[str] = ()
 ) -> NewPartitions:
-    """The keys of ``counts`` (topic -> partition count) not in ``existing``, in order, and
-    the keys of ``existing`` that match no Kafka partition (:func:`stray_keys`), to remove."""
+    """The keys of ``counts`` (topic -> partition count) to add, and :func:`stray_keys` to remove,
+    naming the valid ones."""
     wanted = [k for topic, n in counts.items() for k in keys_for(topic, n) if k not in existing]
     remove = tuple(stray_keys(existing, counts, missing_topics))
     reason = None
@@ -160,7 +141,7 @@ DEFAULT_BULK_INSERT_MIN_RECORDS: Final = 20_000
 
 
 def planned_records(ranges: Iterable[OffsetRange]) -> int:
-    """Upper bound on a plan's records, known before reading: the sum of its ranges' widths."""
+    """An upper bound on a plan's records, known before reading."""
     return sum(r.width for r in ranges)
 
 
@@ -171,10 +152,8 @@ def transaction_operation(
     bulk_insert_min_records: int = DEFAULT_BULK_INSERT_MIN_RECORDS,
     unique_keys: bool = True,
 ) -> WriteOperation:
-    """The operation of a transaction of at most ``planned`` records: ``configured``, or under
-    ``auto`` ``bulk_insert`` from ``bulk_insert_min_records`` on when keys hold the source
-    coordinates (``unique_keys``), else :data:`AUTO_STEADY_OPERATION`.
-    """
+    """``configured``, or under ``auto`` ``bulk_insert`` for a large transaction when the keys are
+    the source coordinates (``unique_keys``): a business key always upserts."""
     if bulk_insert_min_records < 1:
         raise ValueError(f"bulk_insert_min_records must be at least 1: {bulk_insert_min_records}")
     if planned < 0:
@@ -222,17 +201,15 @@ ANY_PARTITION = "*"
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """A run as the planner sees it: its id and tags."""
+    """A run as the planner sees it; ``ended_at`` (epoch seconds): the backoff counts from there."""
 
     run_id: str
     tags: Mapping[str, str] = field(default_factory=dict)
-    #: When a failed run ended (epoch seconds): the backoff counts from there.
     ended_at: float | None = None
 
 
 def asked_ends(runs: Iterable[RunInfo]) -> dict[str, int] | None:
-    """The highest end per partition key that ``runs`` (running range runs) were asked for, or
-    None when none of them says (no run, or runs launched by hand)."""
+    """The highest end per partition key running range runs were asked for (None: none says)."""
     ends: dict[str, int] | None = None
     for run in runs:
         text = run.tags.get(ENDS_TAG)
@@ -258,9 +235,8 @@ def in_flight_keys(runs: Iterable[RunInfo]) -> set[str]:
 
 
 def failures_by_start(runs: Iterable[RunInfo]) -> dict[tuple[str, str], Failures]:
-    """``(partition key or "*", start state) -> Failures`` of failed runs given newest first (runs
-    without a start state were launched by hand and are not counted).
-    """
+    """Failed runs (newest first) counted per ``(partition key or "*", start state)``; a run
+    without a start state was launched by hand and does not count."""
     out: dict[tuple[str, str], Failures] = {}
     for run in runs:
         start = run.tags.get(START_STATE_TAG)
@@ -275,7 +251,6 @@ def failures_by_start(runs: Iterable[RunInfo]) -> dict[tuple[str, str], Failures
 
 
 def retry_suffix(failed: Failures | None) -> str:
-    """The run-key suffix that makes each retry from one start state a new key."""
     return f":retry{failed.count}" if failed else ""
 
 
@@ -284,7 +259,7 @@ def retry_suffix(failed: Failures | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PlannedRun:
-    """One run request: a single-partition run (``partition_key``) or a range run (tags)."""
+    """A single-partition run (``partition_key``) or a range run (tags)."""
 
     run_key: str
     tags: dict[str, str]
@@ -293,20 +268,18 @@ class PlannedRun:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What one sensor evaluation asks for; ``skip_reason`` is set when it asks for nothing."""
+    """What one sensor evaluation asks for, or why nothing; ``given_up`` and ``waiting`` (backing
+    off) have a line per partition or table, for the log."""
 
     runs: tuple[PlannedRun, ...] = ()
-    #: One line per partition (or table) given up on: the sensor logs them as warnings.
     given_up: tuple[str, ...] = ()
     skip_reason: str | None = None
-    #: One line per partition (or table) waiting out its backoff after transient failures.
     waiting: tuple[str, ...] = ()
 
 
 def plan_of(
     runs: Sequence[PlannedRun], given_up: Sequence[str], idle: str, waiting: Sequence[str] = ()
 ) -> Plan:
-    """The plan of one evaluation: its runs, or why it asks for none (``idle`` if nothing)."""
     if runs:
         return Plan(tuple(runs), tuple(given_up), waiting=tuple(waiting))
     said = [*given_up, *waiting]
@@ -314,7 +287,7 @@ def plan_of(
 
 
 def stopped(verdict: RetryDecision, given_up: list[str], waiting: list[str]) -> bool:
-    """Note why no run is asked for (if so): backing off, or given up."""
+    """Whether no run is asked for, noting why (backing off, or given up)."""
     if verdict.run:
         return False
     (waiting if verdict.waiting else given_up).append(str(verdict.message))
@@ -333,11 +306,11 @@ FOLLOW_TAG = "eos_pipeline/follow"
 
 @dataclass(frozen=True, slots=True)
 class FollowPolicy:
-    """How long a following run goes on (``idle_seconds`` 0: runs do not follow)."""
+    """How long a following run goes on (``idle_seconds`` 0: runs do not follow), and the pause
+    between two looks at Kafka's ends when nothing new arrived."""
 
     idle_seconds: float = 0.0
     max_seconds: float = 300.0
-    #: Pause between two looks at Kafka's end offsets when nothing new arrived.
     poll_seconds: float = 0.2
 
     @property
@@ -346,16 +319,9 @@ class FollowPolicy:
 
 
 def stop_reason(
-    policy: FollowPolicy,
-    *,
-    started: float,
-    last_data: float,
-    now: float,
-    others_waiting: bool,
+    policy: FollowPolicy, *, started: float, last_data: float, now: float, others_waiting: bool
 ) -> str | None:
-    """Why a following run ends now, or None to keep following (``started``: when following began;
-    ``last_data``: when new records last came; ``others_waiting``: a run needing the path waits).
-    """
+    """Why a following run ends now, or None to keep following."""
     if others_waiting:
         return "another run waits for the table: handing it over"
     if now - started >= policy.max_seconds:
@@ -373,11 +339,8 @@ def yields_to(
     *,
     held_tag: str = CHDB_PATH_TAG,
 ) -> bool:
-    """Whether a ``queued`` run (its tags) may need what a following run of ``sink`` holds alone:
-    ``held`` under ``held_tag`` (a chDB path or a Hudi table), or on a ClickHouse server (``held``
-    None) its ``partition``. It gives way to a run of the same sink, path, table or partition, and
-    to a run without a sink tag (launched by hand: its needs are unknown).
-    """
+    """Whether a ``queued`` run may need what a following run holds alone (``held`` under
+    ``held_tag``, or on a server its ``partition``); a run launched by hand may need anything."""
     for tags in queued:
         other = tags.get(SINK_TAG)
         if held is None:
@@ -394,13 +357,12 @@ def yields_to(
 
 
 def follows(policy: FollowPolicy, run_tags: Mapping[str, str], clustered: bool) -> bool:
-    """Whether a run with ``run_tags`` follows: only sensor runs tagged to follow, only when
-    the policy is on, and never on a clustered pipeline (its runs end once caught up)."""
+    """Only sensor runs tagged to follow, never on a clustered pipeline (whose runs end once
+    caught up, so a switch finds none in flight)."""
     return policy.enabled and run_tags.get(FOLLOW_TAG) == "true" and not clustered
 
 
 def pending(ends: Mapping[str, int], positions: Mapping[str, int]) -> list[str]:
-    """The partition keys whose Kafka end is past the run's position, in key order."""
     return sorted(key for key, end in ends.items() if end > positions.get(key, end))
 
 
@@ -411,14 +373,13 @@ _CAUSE_CHARS = 300
 
 
 def state_label(state: SinkState | None) -> str:
-    """The keeper state a partition failed from, as a short stable text."""
     if state is None:
         return "none"
     return f"{state.phase.value}:{state.range.start}-{state.range.end}"
 
 
 def encode(stuck: Mapping[str, tuple[str, str]]) -> str:
-    """The tag value for ``{key: (state label, cause)}``."""
+    """The tag value of ``{key: (state label, cause)}``."""
     return json.dumps(
         {k: [label, cause[:_CAUSE_CHARS]] for k, (label, cause) in sorted(stuck.items())},
         separators=(",", ":"),
@@ -441,7 +402,7 @@ def decode(value: str) -> dict[str, tuple[str, str]]:
 
 
 def stuck_partitions(failed_newest_first: Iterable[RunInfo]) -> dict[str, tuple[str, str]]:
-    """``{key: (state label, cause)}`` from failed runs' tags; the newest run's word counts."""
+    """From failed runs' tags; the newest run's word counts."""
     out: dict[str, tuple[str, str]] = {}
     for run in failed_newest_first:
         value = run.tags.get(NEEDS_PERSON_TAG)
@@ -469,23 +430,19 @@ CAUGHT_UP = "every partition is caught up (or has a run in flight)"
 
 @dataclass(frozen=True, slots=True)
 class TopicState:
-    """One topic as the ClickHouse sensor reads it."""
+    """One topic as the ClickHouse sensor reads it. ``records``: the position of each partition
+    with a keeper record (None: no state yet); ``log_starts`` only where
+    :func:`clickhouse_needs_log_starts` says so."""
 
     topic: str
-    #: Kafka's last stable offset per partition.
     ends: Mapping[int, int]
-    #: Partitions with a keeper record, and the position it holds (None: a record without
-    #: state yet). A partition missing here has no record at all.
     records: Mapping[int, SinkState | None] = field(default_factory=dict)
-    #: Kafka's first offset per partition: only needed where
-    #: :func:`clickhouse_needs_log_starts` says so.
     log_starts: Mapping[int, int] | None = None
 
 
 def _clickhouse_candidates(
     topic: TopicState, known: Collection[str], busy: Collection[str]
 ) -> Iterator[tuple[int, int, str]]:
-    """``(partition, end, key)`` of the known partitions without a run in flight, in order."""
     for p, end in sorted(topic.ends.items()):
         key = partition_key(TopicPartition(topic.topic, p))
         if key in known and key not in busy:
@@ -495,7 +452,7 @@ def _clickhouse_candidates(
 def clickhouse_needs_log_starts(
     topic: TopicState, known: Collection[str], busy: Collection[str], reset: Reset
 ) -> bool:
-    """Whether :func:`plan_clickhouse` needs ``topic.log_starts`` (one Kafka request)."""
+    """Whether :func:`plan_clickhouse` needs ``topic.log_starts`` (a Kafka request)."""
     return any(
         needs_log_start(topic.records.get(p), reset)
         for p, _, _ in _clickhouse_candidates(topic, known, busy)
@@ -522,13 +479,9 @@ def plan_clickhouse(
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
 ) -> Plan:
-    """The runs that catch the lagging partitions of ``topics`` up; ``BEFORE`` partitions first.
-
-    On a server, one run per lagging partition; on a chDB path (runs serialized anyway) ONE
-    key-range run (:func:`clickhouse_range_run`). Left alone: partitions Dagster does not know
-    yet, with a run in flight (``busy``), caught up, given up after ``max_attempts`` failures from
-    their state, or (``reset: latest``) taken by a run that pins its start with its first write.
-    """
+    """One run per lagging partition, ``BEFORE`` ones first, at most ``max_runs``; on a chDB path
+    (runs serialized anyway) :func:`clickhouse_range_run`. Under ``reset: latest`` a partition
+    taken by a run pins its start with its first write: left alone."""
     if chdb_path is not None and ordered_keys is not None:
         return clickhouse_range_run(
             sink,
@@ -582,7 +535,6 @@ def plan_clickhouse(
 def _clickhouse_lagging(
     topics: Iterable[TopicState], known: Collection[str], busy: Collection[str], reset: Reset
 ) -> Iterator[tuple[str, int, Standing]]:
-    """``(key, end, standing)`` of every lagging known partition without a run in flight."""
     for topic in topics:
         lows = topic.log_starts or {}
         for p, end, key in _clickhouse_candidates(topic, known, busy):
@@ -612,22 +564,10 @@ def clickhouse_range_run(
     backoff: Backoff = DEFAULT_BACKOFF,
     now: float | None = None,
 ) -> Plan:
-    """ONE run over every lagging partition of a chDB-backed table, or a skip reason.
-
-    The run covers the key range from the first to the last lagging partition in ``ordered_keys``
-    (Dagster ranges are contiguous; a caught-up partition in between costs a keeper read, less
-    than a process start), ``BEFORE`` partitions first (:func:`recovery_order`). The chDB path
-    takes one process at a time: while a run is ``queued`` nothing is asked (it reads what arrived
-    when it starts); while one runs, the next is asked only once some lagging end moved past what
-    the running one was asked for (``running_ends``), so it queues behind it and starts as soon as
-    the path is free. Partitions with a run of their own in flight are left to it.
-
-    Failures are counted under :data:`ANY_PARTITION` and a digest of the lagging states (a run
-    planned while another ran may fail once more, never skip an offset: runs start from the
-    keeper). A following run (``follow``) covers every known partition and, while in flight
-    (``following``), nothing else is asked. ``stuck`` partitions are left out, with a warning,
-    while their state is the one they failed from.
-    """
+    """ONE run over the key range of every lagging partition of a chDB-backed table (a caught-up
+    one between costs a keeper read, less than a process start), or a skip reason. The path takes
+    one process at a time: nothing is asked while a run is ``queued`` (it reads what arrived), and
+    while one runs only once some end moved past its ``running_ends``, to queue behind it."""
     if queued:
         return Plan(skip_reason=f"a run of {sink} is queued: it reads what arrived meanwhile")
     if following:
@@ -642,14 +582,9 @@ def clickhouse_range_run(
             for t in topics
             for p, state in t.records.items()
         }
-        kept = []
-        for item in lagging:
-            line = set_aside(item[0], states.get(item[0]), stuck)
-            if line is None:
-                kept.append(item)
-            else:
-                set_aside_lines.append(line)
-        lagging = kept
+        lines = {key: set_aside(key, states.get(key), stuck) for key, _, _ in lagging}
+        set_aside_lines = [line for line in lines.values() if line is not None]
+        lagging = [item for item in lagging if lines[item[0]] is None]
     if not lagging:
         return plan_of((), set_aside_lines, CAUGHT_UP)
     if running_ends is not None and all(
@@ -695,8 +630,7 @@ def clickhouse_range_run(
 
 
 def recovery_order(keys: Iterable[str], states: Mapping[str, SinkState | None]) -> list[str]:
-    """The order a multi-partition run catches its partitions up: those left in ``BEFORE``
-    (a run died mid-step) first, then the rest; each group in key order."""
+    """Those left in ``BEFORE`` (a run died mid-step) first, each group in key order."""
     ordered = sorted(keys)
     before = [k for k in ordered if (s := states.get(k)) is not None and s.phase is Phase.BEFORE]
     return before + [k for k in ordered if k not in set(before)]
@@ -712,13 +646,11 @@ class PlanLogChanged(LogChanged, TransactionRefused):
 
 @dataclass(frozen=True, slots=True)
 class TransactionRanges:
-    """One transaction's positions: before it, the ranges it reads, and after its commit."""
+    """Every partition's position before a transaction, the ranges it reads, and every partition's
+    position after its commit."""
 
-    #: Position of every partition before (stored, or from the reset policy).
     start: Checkpoint
-    #: The partitions of this transaction.
     ranges: dict[TopicPartition, OffsetRange]
-    #: Position of every partition after the commit (those not read carried forward).
     checkpoint: Checkpoint
 
 
@@ -734,9 +666,8 @@ def plan_ranges(
     partitions: Collection[int] | None = None,
     until: Mapping[int, int] | None = None,
 ) -> TransactionRanges:
-    """Plan one transaction of ``topic`` into ``table`` (named in the errors) from Kafka's last
-    stable offsets and log starts fixed now (``ends``/``lows``); ``partitions``: all by default.
-    """
+    """``[start, min(end, start + max_records))`` per partition from the table's checkpoint and
+    Kafka's ends and log starts; refuses whatever would skip or repeat records."""
     foreign = sorted({tp.topic for tp in stored} - {topic})
     if foreign:
         raise TransactionRefused(
@@ -784,10 +715,7 @@ def plan_ranges(
 
 
 def hudi_blocked(busy: Collection[str], table: str, following: bool = False) -> str | None:
-    """Why no Hudi run may be asked for now (a run writing the table), else None.
-
-    ``following``: the run in flight follows the stream (it writes what arrives).
-    """
+    """Why no Hudi run may be asked for now (a run writing the table), else None."""
     if not busy:
         return None
     if following:
@@ -837,12 +765,8 @@ def plan_hudi(
     follow: bool = False,
     following: bool = False,
 ) -> Plan:
-    """ONE run (one Hudi commit) over every lagging partition of ``topic``, or a skip reason.
-
-    The run covers the key range of ``ordered_keys`` from the first to the last lagging partition
-    (caught-up ones between read empty ranges). ``checkpoint`` is the copy the asset records: it
-    may lag the table, never run ahead. ``follow``/``following`` as for ClickHouse.
-    """
+    """ONE run (one commit) over the key range of every lagging partition, or a skip reason;
+    ``checkpoint`` is the asset's copy: it may lag the table, never run ahead."""
     blocked = hudi_blocked(busy, table, following)
     if blocked:
         return Plan(skip_reason=blocked)
@@ -860,8 +784,7 @@ def plan_hudi(
     first, last = min(covered, key=order.__getitem__), max(covered, key=order.__getitem__)
     state = ",".join(f"{p}:{checkpoint.get(TopicPartition(topic, p), '-')}" for p in ends)
     wanted = ",".join(str(e) for _, e in sorted(ends.items()))
-    # the checkpoint can be long (one entry per partition): the tag holds a digest of it
-    start = "checkpoint:" + hashlib.sha256(state.encode()).hexdigest()[:16]
+    start = "checkpoint:" + digest(state)  # a long checkpoint: the tag holds its digest
     failed = failures.get((ANY_PARTITION, start))
     verdict = decide_retry(
         f"Hudi table {table}",

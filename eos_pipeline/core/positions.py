@@ -22,34 +22,14 @@ from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.keeper import KeeperRecord
 from eos_pipeline.core.offsets import OffsetRange
 
-__all__ = [
-    "NEW",
-    "PartitionLag",
-    "Reset",
-    "Standing",
-    "check_same_log",
-    "checkpoint_state",
-    "committed",
-    "committed_low",
-    "lag",
-    "needs_log_start",
-    "partition_lags",
-    "sink_state",
-    "standing",
-    "start_offset",
-]
-
 Reset = Literal["earliest", "latest"]
 #: The phase of a partition with no stored position.
 NEW = "new"
 
 
 def sink_state(record: KeeperRecord | None) -> SinkState | None:
-    """The position a keeper record holds; None for no record, or a record without state yet.
-
-    A record can exist only to hold the epoch of the writer that took the partition (see
-    :mod:`eos_pipeline.core.keeper`): that is "nothing stored" too.
-    """
+    """None for no record, or one that only holds the epoch of the writer that took the partition:
+    nothing stored either way."""
     if record is None or not record.has_state:
         return None
     assert record.range_start is not None and record.range_end is not None
@@ -57,31 +37,24 @@ def sink_state(record: KeeperRecord | None) -> SinkState | None:
 
 
 def checkpoint_state(offset: int | None) -> SinkState | None:
-    """A Hudi checkpoint's next offset as a sink state: ``AFTER [offset, offset)``."""
     return None if offset is None else SinkState(OffsetRange(offset, offset), Phase.AFTER)
 
 
 def committed(state: SinkState | None) -> int | None:
-    """The next offset the sink writes; everything below it is committed. None: nothing stored.
-
-    In ``BEFORE`` that is the start of the range in flight: its rows are not confirmed.
-    """
+    """The next offset the sink writes, all below it committed (in ``BEFORE``: the start of the
+    range in flight, whose rows are not confirmed)."""
     if state is None:
         return None
     return state.range.start if state.phase is Phase.BEFORE else state.range.end
 
 
 def needs_log_start(state: SinkState | None, reset: Reset) -> bool:
-    """Whether :func:`standing` needs Kafka's log start: nothing stored and ``reset: earliest``."""
+    """Whether :func:`standing` needs Kafka's log start (asked only then: a request each)."""
     return state is None and reset == "earliest"
 
 
 def start_offset(state: SinkState | None, reset: Reset, *, end: int, log_start: int | None) -> int:
-    """Where the next read of a partition starts: the stored position, else the reset policy.
-
-    ``end`` is the offset the run reads up to (a ``latest`` start is pinned there); ``log_start``
-    is Kafka's first offset still held, needed only where :func:`needs_log_start` says so.
-    """
+    """The stored position, else the reset policy's (``latest`` is pinned at ``end``)."""
     stored = committed(state)
     if stored is not None:
         return stored
@@ -96,17 +69,13 @@ def start_offset(state: SinkState | None, reset: Reset, *, end: int, log_start: 
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    """Where a sink stands on one partition against Kafka's end offset."""
+    """Where a sink stands on one partition against Kafka's end offset: ``start``, where a run
+    reads next; ``position``, the stored range's end (``new``: where the first run starts);
+    ``lagging``: records below the end, a ``BEFORE`` range to resolve, or a start to pin."""
 
-    #: ``"new"`` (nothing stored), ``"AFTER"`` or ``"BEFORE"``.
     phase: str
-    #: The next offset a run reads (in ``BEFORE``: the start of the range to re-read).
     start: int
-    #: How far the sink has taken the log: the stored range's end (in ``BEFORE``, the end of
-    #: the range in flight), or for ``"new"`` where the first run starts.
     position: int
-    #: Whether a run has work to do: records below the end, a ``BEFORE`` range to resolve, or
-    #: a ``latest`` start to pin.
     lagging: bool
 
     @property
@@ -120,12 +89,7 @@ class Standing:
 
 
 def standing(state: SinkState | None, reset: Reset, *, end: int, log_start: int | None) -> Standing:
-    """Where a sink stands on a partition whose last stable offset is ``end``.
-
-    ``state`` is the sink's stored position (:func:`sink_state` for the keeper,
-    :func:`checkpoint_state` for a Hudi checkpoint); ``log_start`` is needed only where
-    :func:`needs_log_start` says so.
-    """
+    """``state``: :func:`sink_state` of the keeper, or :func:`checkpoint_state` of a Hudi commit."""
     start = start_offset(state, reset, end=end, log_start=log_start)
     if state is None:
         return Standing(NEW, start, start, lagging=reset == "latest" or start < end)
@@ -135,15 +99,12 @@ def standing(state: SinkState | None, reset: Reset, *, end: int, log_start: int 
 
 
 def lag(position: int, end: int) -> int:
-    """Offsets between a sink's position and Kafka's end (never negative)."""
     return max(0, end - position)
 
 
 def committed_low(log_start: int, reset: Reset, seen: Iterable[int], position: int) -> int:
-    """Where a partition's comparable committed range starts (for the proof): under ``earliest``
-    Kafka's log start; under ``latest`` the start is not recorded, so the first offset ``seen``
-    (table or dead letters) below ``position`` stands in (a gap at the very start is not seen).
-    """
+    """Where the proof's committed range starts: under ``latest`` it is not recorded, so the first
+    offset ``seen`` below ``position`` stands in (a gap at the very start is not seen)."""
     if reset != "latest":
         return log_start
     below = [o for o in seen if o < position]
@@ -152,13 +113,11 @@ def committed_low(log_start: int, reset: Reset, seen: Iterable[int], position: i
 
 @dataclass(frozen=True, slots=True)
 class PartitionLag:
-    """One partition of a topic as the topic's observation shows it."""
+    """One partition as the topic's observation shows it: offsets held, end, and lag per sink."""
 
     partition: int
-    #: Records Kafka holds (end minus log start) and the last stable offset.
     held: int
     end: int
-    #: Per sink: offsets between its committed position (or reset start) and ``end``.
     lags: dict[str, int]
 
 
@@ -168,9 +127,8 @@ def partition_lags(
     positions: dict[str, dict[int, int | None]],
     reset: Reset,
 ) -> list[PartitionLag]:
-    """Each partition's size and each sink's lag (``positions``: sink -> partition -> offset); with
-    nothing stored a sink lags by the whole log under ``earliest``, by nothing under ``latest``.
-    """
+    """``positions``: sink -> partition -> offset; nothing stored lags by the whole log under
+    ``earliest``, by nothing under ``latest``."""
     rows = []
     for p in sorted(ends):
         lags = {}

@@ -4,10 +4,9 @@ Per topic-partition, over a sink's committed range ``[start, position)``: the of
 there (read_committed) minus the dead letters appear in the table exactly once each, and nothing
 else does; duplicates, gaps and strays are counted with a few examples.
 
-Incremental: a passing proof leaves a :class:`ProvenPrefix` (range, counts, offset sum) in the
-check's metadata; the next check compares offset by offset only what was written since
-(:func:`detail_range`) and re-checks the proven part by aggregates the table computes
-(:class:`TableAggregate`). Any difference there sends the whole range back to the full comparison.
+Incremental: a passing proof leaves a :class:`ProvenPrefix` in the check's metadata; the next
+compares offset by offset only what was written since, and the proven part by aggregates the
+table computes. Any difference there sends the whole range back to the full comparison.
 
 Across clusters (:func:`prove_by_identity`) offsets differ, so a record is its MM2-preserved
 fingerprint and a row its stored source coordinates. Every record below a position on any
@@ -22,6 +21,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import reduce
+from operator import or_
 
 from eos_pipeline.core.failover import row_topic
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
@@ -31,19 +32,19 @@ EXAMPLES = 10
 
 @dataclass
 class PartitionProof:
+    """``duplicates``: offset -> rows; ``offset_sum``: of the expected offsets; ``detail_from``:
+    where the offset-by-offset comparison started (None: ``committed.start``)."""
+
     tp: TopicPartition
     committed: OffsetRange
     kafka_records: int
     dead_letters: int
     table_rows: int
     distinct_offsets: int
-    duplicates: dict[int, int] = field(default_factory=dict)  # offset -> rows
-    gaps: list[int] = field(default_factory=list)  # expected, missing from the table
-    unexpected: list[int] = field(default_factory=list)  # in the table, not expected
-    #: Sum of the expected offsets (equal to the table's when the proof passed).
+    duplicates: dict[int, int] = field(default_factory=dict)
+    gaps: list[int] = field(default_factory=list)
+    unexpected: list[int] = field(default_factory=list)
     offset_sum: int = 0
-    #: Where the offset-by-offset comparison started (``committed.start`` unless an earlier
-    #: proof's prefix was reused).
     detail_from: int | None = None
 
     @property
@@ -93,7 +94,7 @@ class PartitionProof:
         }
 
     def proven(self) -> ProvenPrefix:
-        """What this proof, if it passed, lets the next check skip comparing in detail."""
+        """What this proof, if it passed, spares the next check comparing in detail."""
         return ProvenPrefix(
             self.committed.start,
             self.committed.end,
@@ -108,9 +109,8 @@ _PREFIX_KEYS = ("start", "through", "kafka_records", "dead_letters", "offset_sum
 
 @dataclass(frozen=True)
 class ProvenPrefix:
-    """What a passing check proved: in ``[start, through)`` Kafka held ``kafka_records``
-    offsets, ``dead_letters`` of them were dead letters, and the table held each other offset
-    exactly once; ``offset_sum`` is the sum of those offsets."""
+    """What a passing check proved of ``[start, through)``: the table held each offset that was
+    no dead letter exactly once (their sum: ``offset_sum``)."""
 
     start: int
     through: int
@@ -127,7 +127,7 @@ class ProvenPrefix:
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, object]) -> ProvenPrefix | None:
-        """The prefix stored by :meth:`to_metadata` (plain or Dagster values), or None."""
+        """From plain or Dagster metadata values; None when absent or implausible."""
         values = []
         for k in _PREFIX_KEYS:
             raw = metadata.get(f"proven_{k}")
@@ -149,8 +149,7 @@ class TableAggregate:
 
 
 def detail_range(prefix: ProvenPrefix | None, committed: OffsetRange) -> OffsetRange:
-    """The part of ``committed`` to compare offset by offset: all of it, unless an earlier proof
-    covers its start (same start, not beyond its end), in which case what follows that proof."""
+    """What an earlier proof of the same start does not cover, else all of ``committed``."""
     if prefix is None or prefix.start != committed.start:
         return committed
     if not committed.start <= prefix.through <= committed.end:
@@ -159,12 +158,12 @@ def detail_range(prefix: ProvenPrefix | None, committed: OffsetRange) -> OffsetR
 
 
 def prefix_unchanged(prefix: ProvenPrefix, aggregate: TableAggregate) -> bool:
-    """The table still holds the proven prefix's rows: as many, all distinct, same offset sum."""
+    """As many rows as proven, all distinct, same offset sum."""
     return aggregate == TableAggregate(prefix.rows, prefix.rows, prefix.offset_sum)
 
 
 def extend(prefix: ProvenPrefix, proof: PartitionProof) -> PartitionProof:
-    """``proof`` (of the range right after ``prefix``) as a proof of both together."""
+    """A proof of the range right after ``prefix`` as a proof of both together."""
     if proof.committed.start != prefix.through:
         raise ValueError(f"{proof.committed} does not continue the proven {prefix}")
     return replace(
@@ -186,7 +185,6 @@ def compare(
     dead_offsets: Iterable[int],
     table_counts: Mapping[int, int],
 ) -> PartitionProof:
-    """Compare the table's rows per offset with Kafka's offsets minus dead letters."""
     in_kafka = {o for o in kafka_offsets if o in committed}
     dead = {o for o in dead_offsets if o in committed} & in_kafka
     expected = in_kafka - dead
@@ -207,13 +205,13 @@ def compare(
 
 @dataclass(frozen=True, slots=True)
 class HeldRecord:
-    """A record Kafka holds in a sink's committed range on one cluster."""
+    """A record Kafka holds in a sink's committed range of ``tp`` (physical) on ``cluster``."""
 
     cluster: str
-    tp: TopicPartition  # the physical topic-partition on that cluster
+    tp: TopicPartition
     offset: int
     fingerprint: str
-    dead: bool = False  # sent to that cluster's dead-letter topic
+    dead: bool = False
 
     @property
     def where(self) -> str:
@@ -222,10 +220,9 @@ class HeldRecord:
 
 @dataclass(frozen=True, slots=True)
 class IdentityProof:
-    """The partition's :class:`PartitionProof` (counts per identity) and where to look."""
+    """A :class:`PartitionProof` counted per identity; examples as ``cluster:topic[p]@offset``."""
 
     proof: PartitionProof
-    #: Examples of records missing, doubled or unexpected, by ``cluster:topic[p]@offset``.
     examples: tuple[str, ...]
 
 
@@ -235,13 +232,8 @@ def prove_by_identity(
     held: Iterable[HeldRecord],
     table: Mapping[tuple[str, int], int],
 ) -> IdentityProof:
-    """Compare the table's rows with the records committed on every cluster, per identity.
-
-    ``held``: the records Kafka holds in each cluster's committed ranges of ``tp``'s physical
-    partitions; ``table``: rows per ``(row topic, offset)`` inside those ranges (a row topic
-    as :func:`row_topic` writes it). ``committed`` is only reported (the local topic's range on
-    the active cluster).
-    """
+    """``held``: the records in each cluster's committed ranges of ``tp``; ``table``: rows per
+    ``(row topic, offset)`` inside them; ``committed`` is only reported."""
     records = list(held)
     by_where = {(row_topic(r.cluster, r.tp.topic), r.offset): r for r in records}
     per_cluster: dict[str, Counter[str]] = {}
@@ -254,14 +246,9 @@ def prove_by_identity(
         # name a record by its original (its cluster's own topic), not by a copy of it
         if r.fingerprint not in first or (r.tp.topic == tp.topic != first[r.fingerprint].tp.topic):
             first[r.fingerprint] = r
-    expected: Counter[str] = Counter()
-    dead: Counter[str] = Counter()
-    for counts in per_cluster.values():
-        for fp, n in counts.items():
-            expected[fp] = max(expected[fp], n)
-    for counts in dead_per_cluster.values():
-        for fp, n in counts.items():
-            dead[fp] = max(dead[fp], n)
+    # a Counter union keeps each identity's highest count: the most on one cluster
+    expected: Counter[str] = reduce(or_, per_cluster.values(), Counter())
+    dead: Counter[str] = reduce(or_, dead_per_cluster.values(), Counter())
     rows: Counter[str] = Counter()
     unexpected: list[tuple[str, int]] = []
     for (topic, offset), n in sorted(table.items()):

@@ -25,20 +25,6 @@ from eos_pipeline.core.dedup import Phase, SinkState, dedup_token
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
-__all__ = [
-    "DONE",
-    "MARKER_HEADERS",
-    "RUNNING",
-    "JournalEntry",
-    "ReplayPlan",
-    "ReplayRefused",
-    "dead_offsets",
-    "is_marker",
-    "marker_headers",
-    "plan_replay",
-    "replay_token",
-]
-
 #: Journal phases: a replay started and not known to be complete, or complete.
 RUNNING = "RUNNING"
 DONE = "DONE"
@@ -57,7 +43,7 @@ class ReplayLogChanged(LogChanged, ReplayRefused):
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """The replay of one (pipeline, sink, partition), as the keeper keeps it."""
+    """The replay of one (pipeline, sink, partition), kept in the keeper."""
 
     range: OffsetRange
     phase: str
@@ -82,25 +68,21 @@ class JournalEntry:
 
 @dataclass(frozen=True, slots=True)
 class ReplayPlan:
-    """What a replay will do, fixed before it runs (the dry run prints :meth:`describe`)."""
+    """What a replay will do, fixed before it runs: ``position`` stays where it is, ``chunks`` are
+    written one after the other, ``resumes`` finishes an interrupted replay of the range."""
 
     pipeline: str
     sink: str
     tp: TopicPartition
     range: OffsetRange
-    #: The sink's committed position, which the replay leaves where it is.
     position: int
-    #: Pieces read and written one after the other (ClickHouse inserts one block per piece).
     chunks: tuple[OffsetRange, ...]
-    #: A replay of this range was interrupted before; this one finishes it.
     resumes: bool = False
 
     def describe(self) -> list[str]:
         """The plan in the words a user reads before confirming it."""
         what = f"{self.pipeline}/{self.sink} {self.tp} {self.range}"
-        lines = [
-            f"replay {what}: {self.range.width} offsets, position stays at {self.position}",
-        ]
+        lines = [f"replay {what}: {self.range.width} offsets, position stays at {self.position}"]
         if self.resumes:
             lines.append("an interrupted replay of this range is finished (started again)")
         lines.append(
@@ -138,12 +120,8 @@ def plan_replay(
     max_records: int,
     pending: JournalEntry | None = None,
 ) -> ReplayPlan:
-    """Decide whether ``[start, end)`` of ``tp`` may be replayed into ``sink``, and how.
-
-    ``state`` is the sink's stored position (the keeper record, or the Hudi checkpoint as
-    :func:`eos_pipeline.core.positions.checkpoint_state`); ``end`` None means up to it.
-    ``log_start`` is Kafka's first offset still held; ``pending`` the sink's replay journal.
-    """
+    """Whether ``[start, end)`` (None: up to the position) may be replayed, and how; ``state``:
+    the sink's stored position, ``pending``: its replay journal."""
     if state is None:
         raise ReplayRefused(
             f"{tp}: the {sink} sink has written nothing yet: there is nothing to replay, a "
@@ -188,10 +166,8 @@ def plan_replay(
 
 
 def replay_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange, epoch: int) -> str:
-    """The insert token of a replayed chunk: its normal token plus ``~replay-<epoch>``. Never a
-    normal token (pipeline names cannot hold ``~``) and new per attempt (each takes a higher
-    epoch), so an insert after the replay's delete is never dropped as a duplicate.
-    """
+    """Never a normal token (pipeline names cannot hold ``~``) and new per attempt (a higher
+    epoch), so an insert after the replay's delete is never dropped as a duplicate."""
     if epoch < 1:
         raise ValueError(f"epoch must be >= 1, got {epoch}")
     return dedup_token(f"{pipeline}~replay-{epoch}", tp, chunk)
@@ -200,7 +176,7 @@ def replay_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange, epoch: i
 def marker_headers(
     pipeline: str, sink: str, tp: TopicPartition, replayed: OffsetRange
 ) -> list[tuple[str, bytes]]:
-    """Headers of the replay marker of ``replayed`` (a record without key and value)."""
+    """Headers of the replay marker (a record without key and value)."""
     return [
         ("eos.pipeline", pipeline.encode()),
         ("eos.source.topic", tp.topic.encode()),
@@ -218,11 +194,9 @@ def is_marker(headers: Mapping[str, str]) -> bool:
 def dead_offsets(
     entries: Iterable[tuple[int, int, Mapping[str, str]]], pipeline: str, sink: str | None
 ) -> dict[TopicPartition, set[int]]:
-    """Source offsets that are dead letters *for* ``sink`` from the dead-letter log (``entries``:
-    partition, offset, headers). A letter counts for every sink unless it names one (``eos.sink``);
-    a replay marker of ``sink`` withdraws the earlier letters of its range in its partition.
-    ``sink`` None: every letter counts, markers are ignored.
-    """
+    """Source offsets that are dead letters *for* ``sink`` (None: every letter counts) from
+    ``(partition, offset, headers)`` of the dead-letter log; a replay marker of ``sink``
+    withdraws the earlier letters of its range in its partition."""
     by_partition: dict[int, list[tuple[int, Mapping[str, str]]]] = {}
     for part, offset, headers in entries:
         if headers.get("eos.pipeline") == pipeline:

@@ -1,19 +1,10 @@
-"""Declared table schemas, and the validation that keeps them safe to splice into SQL.
+"""Declared table schemas, and the validation that keeps them safe to splice into SQL (pure).
 
-Table and column names and ClickHouse type strings come from pipeline configuration and end up in
-DDL and INSERT statements, where they cannot be passed as query parameters. So every one of them
-is checked here against a strict grammar *before* any SQL is built: identifiers must match
-``^[A-Za-z_][A-Za-z0-9_]{0,127}$`` (then they are backtick-quoted anyway), and type strings must
-parse under a small whitelist grammar (no ``;``, comments, backticks or double quotes; a single
-quote is accepted only around a plain time-zone name such as ``DateTime64(3, 'UTC')``).
-
-Type strings are returned in ClickHouse's own canonical spelling (``Map(String, String)``,
-``Decimal(18, 4)``), so a declared schema can be compared with what ``system.columns`` reports.
-
-A schema also carries how record values are written (:class:`PayloadFormat`: the format and the
-registry behind it), so every place that judges records by the schema (both sinks, Spark's
-Python workers) knows how to read the bytes. Secrets are kept as the name of the environment
-variable that holds them. Pure: no I/O.
+Names and type strings from configuration end up in DDL, where they cannot be query parameters,
+so each is checked against a strict grammar *before* any SQL is built (identifiers are
+backtick-quoted anyway; types parse under a whitelist grammar). Types come back in ClickHouse's
+canonical spelling, to compare with what ``system.columns`` reports. A schema also carries how
+values are written (:class:`PayloadFormat`), so everything judging records reads them alike.
 """
 
 from __future__ import annotations
@@ -84,29 +75,12 @@ IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # Types written without arguments.
 _PLAIN_TYPES = frozenset(
-    {
-        "String",
-        "Bool",
-        "UUID",
-        "Date",
-        "Date32",
-        "IPv4",
-        "IPv6",
-        "JSON",
-        "Float32",
-        "Float64",
-        "BFloat16",
-        *(f"{sign}Int{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)),
-    }
+    {"String", "Bool", "UUID", "Date", "Date32", "IPv4", "IPv6", "JSON", "BFloat16"}
+    | {"Float32", "Float64"}
+    | {f"{sign}Int{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)}
 )
 # Types that take other types as arguments, with their arity (None: one or more).
-_WRAPPERS: dict[str, int | None] = {
-    "Nullable": 1,
-    "LowCardinality": 1,
-    "Array": 1,
-    "Map": 2,
-    "Tuple": None,
-}
+_WRAPPERS: dict[str, int | None] = dict(Nullable=1, LowCardinality=1, Array=1, Map=2, Tuple=None)
 # Types that ClickHouse refuses to wrap in Nullable(...).
 _NOT_NULLABLE = ("Nullable(", "LowCardinality(", "Array(", "Map(", "Tuple(", "JSON")
 
@@ -122,7 +96,6 @@ class SchemaError(ValueError):
 
 
 def validate_identifier(value: object, what: str = "identifier") -> str:
-    """Return ``value`` if it is a safe ClickHouse identifier, else raise naming ``what``."""
     if not isinstance(value, str) or not IDENTIFIER_RE.fullmatch(value):
         raise SchemaError(
             f"invalid {what} {value!r}: must match {IDENTIFIER_RE.pattern} "
@@ -132,12 +105,12 @@ def validate_identifier(value: object, what: str = "identifier") -> str:
 
 
 def quote_identifier(value: object, what: str = "identifier") -> str:
-    """Validate, then backtick-quote, so the name can never be read as SQL syntax."""
+    """Validated and backtick-quoted: never read as SQL syntax."""
     return f"`{validate_identifier(value, what)}`"
 
 
 def validate_type(ch_type: object, what: str = "column type") -> str:
-    """Parse a ClickHouse type string under the whitelist grammar; return its canonical spelling."""
+    """The canonical spelling of a type the whitelist grammar accepts."""
     if not isinstance(ch_type, str) or not ch_type.strip():
         raise SchemaError(f"invalid {what} {ch_type!r}: expected a type such as 'String'")
     if len(ch_type) > _MAX_TYPE_LENGTH:
@@ -314,9 +287,7 @@ def _strip_low_cardinality(ch_type: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SourceColumns:
-    """Names of the columns that record where each row came from in Kafka (fixed types: int32
-    partition, int64 offset, millisecond timestamp; ``timestamp=None`` leaves it out).
-    """
+    """Names of the columns saying where each row came from (``timestamp`` None: none)."""
 
     topic: str = "_topic"
     partition: str = "_partition"
@@ -350,21 +321,18 @@ class SourceColumns:
 
     @property
     def order_by(self) -> tuple[str, str, str]:
-        """Sorting key: rows of one topic-partition sit together, in offset order."""
         return (self.topic, self.partition, self.offset)
 
 
 @dataclass(frozen=True, slots=True)
 class TableSchema:
-    """Payload columns plus the source columns every pipeline table carries."""
+    """Payload columns plus the source columns every pipeline table carries. ``schema_id``: the
+    writer schema the columns come from, raised as the table evolves (None: a written
+    ``schema:``, which never evolves on its own)."""
 
     columns: tuple[Column, ...]
     source: SourceColumns = field(default_factory=SourceColumns)
-    #: How the record values are written (JSON, or Avro/Protobuf/JSON Schema via a registry).
     format: PayloadFormat = JSON_FORMAT
-    #: The registry's id of the writer schema the columns were derived from (a pipeline that
-    #: names a ``registry.subject``), raised as the table evolves; None for a written ``schema:``,
-    #: whose table never evolves on its own.
     schema_id: int | None = None
 
     def __post_init__(self) -> None:
@@ -376,7 +344,8 @@ class TableSchema:
         seen: set[str] = set()
         for col in self.all_columns:
             if col.name in seen:
-                clash = "a source column" if col.name in self._source_names() else "twice"
+                source = col.name in {c.name for c in self.source.columns()}
+                clash = "a source column" if source else "twice"
                 raise SchemaError(f"column {col.name!r} is declared {clash}")
             seen.add(col.name)
 
@@ -387,19 +356,16 @@ class TableSchema:
         source: SourceColumns | None = None,
         payload_format: PayloadFormat = JSON_FORMAT,
     ) -> TableSchema:
-        """Build from ``{"name": "Type"}`` as found in configuration; order is kept."""
+        """From ``{"name": "Type"}`` as configured, in order."""
         return cls(
             tuple(Column(name, ch_type) for name, ch_type in columns.items()),
             source or SourceColumns(),
             payload_format,
         )
 
-    def _source_names(self) -> set[str]:
-        return {c.name for c in self.source.columns()}
-
     @property
     def all_columns(self) -> tuple[Column, ...]:
-        """Source columns first, then payload columns, as the table is created."""
+        """Source columns first, as the table is created."""
         return self.source.columns() + self.columns
 
     @property
@@ -414,5 +380,4 @@ class TableSchema:
 
 
 def validate_identifiers(values: Iterable[object], what: str) -> list[str]:
-    """Validate many names at once (e.g. the keys of a columnar insert)."""
     return [validate_identifier(v, what) for v in values]

@@ -19,12 +19,12 @@ from eos_pipeline.core.failover import (
     SyncHistory,
     Window,
     decode_offset_sync,
-    encode_offset_sync,
     physical_topics,
     record_fingerprint,
     route,
 )
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline_tests.support.offset_syncs import encode_offset_sync
 
 AB = ("A", "B")
 
