@@ -1,13 +1,9 @@
-"""Spark: the session configuration, exact offset-range reads of Kafka, JSON decoding.
+"""Spark: the session configuration, the fencing jar, exact offset-range reads of Kafka.
 
-The session carries the Hudi Spark bundle and Spark's Kafka connector as local jars fetched and
-verified by :mod:`eos_pipeline.adapters.jvm_artifacts` (``spark.jars``, never Ivy resolution at
-start-up, so a session starts the same way offline and never picks up a different jar version).
-
-Kafka is read in batch mode with explicit per-partition start and end offsets: a retry of a run
-asks for the very same positions and, because a committed range of a Kafka log never changes,
-gets the very same records. Each Kafka partition becomes one Spark partition, so the tasks of a
-read are the per-partition participants of the transaction that the Hudi commit then closes.
+Jars are local files fetched and verified by :mod:`eos_pipeline.adapters.jvm_artifacts`
+(``spark.jars``, never Ivy at start-up: a session starts the same way offline). Kafka is read in
+batch mode with explicit per-partition start and end offsets: a retry asks for the very same
+positions and, a committed range of a log never changing, gets the very same records.
 """
 
 from __future__ import annotations
@@ -60,11 +56,8 @@ KAFKA_COLUMNS = tuple(KAFKA_SCHEMA.fieldNames())
 
 # Kafka client settings that would break exactness if a caller could change them.
 _FORCED_CLIENT_OPTIONS = {"isolation.level": "read_committed"}
-# Defaults a caller may override. The broker holds a fetch up to fetch.max.wait.ms (500 ms by
-# default) when it has too little to return, and each task's consumer of a bounded range paid
-# that once: about 0.5 s per Kafka partition read, most of a small read (measured on the Connect
-# server: 4 x 250 records counted in 1.3-1.7 s, in 0.66-0.89 s with 5 ms). The ranges are known
-# to be in the log, so an early empty answer only costs one more fetch.
+# Defaults a caller may override: librdkafka's 500 ms fetch wait was paid once per partition
+# read, most of a small read; the ranges are in the log, so an early answer costs nothing.
 _DEFAULT_CLIENT_OPTIONS = {"fetch.max.wait.ms": str(RANGE_FETCH_WAIT_MS)}
 
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
@@ -83,11 +76,8 @@ class SparkKafkaError(RuntimeError):
 
 
 def default_jars() -> list[str]:
-    """Local paths of the Hudi bundle, the Kafka connector and the fencing strategy.
-
-    The bundles are fetched on first use; the fencing jar is built by ``eos-pipeline fetch``
-    and its absence refuses the run (:func:`fencing_jar`).
-    """
+    """Local paths of the Hudi bundle, the Kafka connector (fetched on first use) and the fencing
+    strategy (built by ``eos-pipeline fetch``)."""
     from eos_pipeline.adapters.jvm_artifacts import ensure_bundle
 
     jars = [p for name in ("hudi", "spark-kafka") for p in ensure_bundle(name)]
@@ -95,19 +85,15 @@ def default_jars() -> list[str]:
     return [str(p) for p in jars] + [str(fencing_jar(h)) for h in hudi[:1]]
 
 
-#: Hudi conflict-resolution strategy (run under Hudi's commit lock with optimistic concurrency
-#: control) that refuses a commit when a checkpoint-carrying commit completed after the one the
-#: write started from, named by :data:`FENCING_EXPECTED_OPTION` (its completion time, "" for a
-#: new table). Hudi's own strategies compare touched files only: two writers that both create
-#: new file groups (a new table, or inserts that fit no small file) never conflict there.
+#: Hudi conflict-resolution strategy refusing a commit when a checkpoint-carrying commit completed
+#: after the one named by :data:`FENCING_EXPECTED_OPTION` ("" for a new table): Hudi's own compare
+#: touched files only, and two writers that both create new file groups never conflict there.
 FENCING_STRATEGY_CLASS = "eos.hudi.CheckpointFencingStrategy"
 FENCING_EXPECTED_OPTION = "hoodie.eos.fencing.expected.completion"
 FENCING_JAR_STEM = "eos-hudi-fencing"
-#: Spark plugin in the same jar: initializes Hudi's metadata payload class on the driver and
-#: every executor before any Hudi work (issue 17, see HudiClassInit.java).
+#: Spark plugin in the same jar: Hudi's payload class initialized before any Hudi work (issue 17).
 HUDI_CLASS_INIT_PLUGIN = "eos.hudi.HudiClassInit"
-#: Its Java source, shipped with the package and compiled by ``eos-pipeline fetch``
-#: (:func:`build_fencing_jar`).
+#: Its Java sources, shipped with the package and compiled by :func:`build_fencing_jar`.
 FENCING_SOURCE = Path(__file__).parent / "java" / "CheckpointFencingStrategy.java"
 
 
@@ -134,11 +120,8 @@ def _fencing_target(hudi_jar: Path, cache_dir: Path | None) -> tuple[Path, list[
 
 
 def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
-    """The fencing strategy built for ``hudi_jar`` by ``eos-pipeline fetch``.
-
-    Without it two writers racing on one table could both commit, so its absence refuses the
-    run instead of degrading it.
-    """
+    """The fencing strategy built for ``hudi_jar``; missing, the run is refused (without it two
+    writers racing on one table could both commit)."""
     target, _ = _fencing_target(hudi_jar, cache_dir)
     if not target.exists():
         raise FencingJarError(
@@ -149,11 +132,8 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
 
 
 def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
-    """Compile the fencing strategy against ``hudi_jar`` (cached by source digest).
-
-    Compiled rather than fetched: it is project code, a few dozen lines, and must match the
-    Hudi bundle in use.
-    """
+    """Compile the fencing strategy against ``hudi_jar`` (cached by source digest): project code
+    that must match the Hudi bundle in use."""
     target, sources = _fencing_target(hudi_jar, cache_dir)
     if target.exists():
         return target
@@ -222,19 +202,15 @@ def spark_conf(
     quick_start: bool = False,
     cds: bool = True,
 ) -> dict[str, str]:
-    """Configuration for the session behind the Dagster ``PySparkResource``.
+    """Configuration for the session behind the Dagster ``PySparkResource``; ``extra`` wins.
 
-    For a ``local[N]`` master the shuffle width is N (Spark's default of 200 tasks per shuffle
-    costs seconds on small incremental batches), the UI is off and the driver binds to loopback.
-    ``quick_start`` keeps the JVM on its fast-starting JIT tier with the serial collector: it
-    halves the first Hudi write of a short-lived session (tests, one-off local runs) and spends
-    less CPU on compiling and collecting, but costs throughput on large batches. ``cds`` maps
-    Spark's class-data archive into the driver when ``eos-pipeline fetch`` built one
-    (:mod:`eos_pipeline.adapters.spark_cds`: a start with 40 % less JVM CPU).
-    Everything in ``extra`` wins over the defaults here.
+    ``local[N]``: shuffles N wide (200 tasks cost seconds on small batches), no UI, loopback.
+    ``quick_start``: the fast-starting JIT tier and serial GC, half the first Hudi write of a
+    short-lived session, less throughput on large batches. ``cds``: Spark's class-data archive
+    (:mod:`eos_pipeline.adapters.spark_cds`) when one was built.
     """
-    # PySpark takes the Python of its workers from the environment, not from the conf, when it
-    # builds a session in this process; the tasks decode with eos_pipeline, so it must be ours.
+    # Tasks decode with eos_pipeline: their Python must be ours, and an in-process session
+    # takes it from the environment, not from the conf.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Hudi sizes objects with JOL, which warns loudly when it cannot attach to its own JVM.
     java_options = ["-Djdk.attach.allowAttachSelf=true", "-Djol.skipHotspotSAAttach=true"]
@@ -249,8 +225,6 @@ def spark_conf(
         "spark.app.name": "eos_pipeline",
         "spark.jars": ",".join(str(j) for j in (default_jars() if jars is None else jars)),
         "spark.sql.session.timeZone": "UTC",
-        # Tasks decode with the core's contract in Python workers (adapters.spark_decode):
-        # they must run this interpreter, which imports eos_pipeline.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.driver.extraJavaOptions": " ".join(java_options),
@@ -288,14 +262,11 @@ def kafka_source_options(
     ranges: Mapping[TopicPartition, OffsetRange],
     source_options: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Options for ``spark.read.format("kafka")`` reading exactly ``ranges`` (none empty).
+    """Options for ``spark.read.format("kafka")`` reading exactly ``ranges`` (none empty);
+    ``client_options`` are Java Kafka client properties, ``kafka.``-prefixed here.
 
-    ``client_options`` are Java Kafka client properties (``security.protocol``,
-    ``sasl.jaas.config``...); the ``kafka.`` prefix Spark wants is added here.
-    ``failOnDataLoss`` stays true: an offset that is no longer in the log (retention, topic
-    recreated), or not in it yet (beyond the end, or inside a still-open transaction), fails the
-    read instead of being skipped silently. Gaps that belong to the log itself (transaction
-    markers, aborted records under read_committed) are not data loss to Spark and read fine.
+    ``failOnDataLoss`` stays true: an offset no longer (or not yet) in the log fails the read
+    instead of being skipped; markers and aborted records are the log's own gaps and read fine.
     """
     if not ranges:
         raise SparkKafkaError("no offset range to read")
@@ -343,14 +314,9 @@ def read_kafka_ranges(
     *,
     source_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """The committed records of exactly ``ranges`` (half-open), columns of :data:`KAFKA_SCHEMA`.
-
-    Lazy, like any DataFrame: every action reads Kafka again, and gets the same records because
-    the ranges are fixed. Empty ranges are left out (they hold no record but still count as
-    read: the caller advances its checkpoint over them). A range ending beyond what the
-    partition holds fails the read (Spark reports it as possible data loss) rather than
-    returning fewer records, which would let a checkpoint jump over unread offsets; take range
-    ends from Kafka's committed end offsets.
+    """The committed records of exactly ``ranges`` (half-open), columns of :data:`KAFKA_SCHEMA`;
+    every action reads the same records again. A range ending past the partition's committed
+    end fails the read rather than return fewer records a checkpoint would jump over.
     """
     wanted = {tp: r for tp, r in ranges.items() if not r.is_empty}
     if not wanted:
@@ -365,11 +331,8 @@ _JAVA_CAUSE = re.compile(r"^\s*Caused by: ([\w.$]+: .+)$", re.MULTILINE)
 
 
 def spark_failure(exc: BaseException) -> str:
-    """One line naming why a Spark job failed: the stage failure and its innermost cause.
-
-    The cause is the last exception of a Python worker's traceback if there is one (a UDF or
-    injected fault), else the root ``Caused by:`` of the Java trace (a Kafka or Hudi error).
-    """
+    """One line naming why a Spark job failed: the stage failure and its innermost cause (a
+    Python worker's last exception, else the Java trace's root ``Caused by:``)."""
     text = str(exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     stage = next((line for line in lines if "Job aborted due to stage failure" in line), "")
