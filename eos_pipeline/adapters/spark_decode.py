@@ -1,14 +1,8 @@
 """Decode Kafka rows in Spark with the core's decoder contract, so both sinks judge alike.
 
-Spark's own JSON reader is lenient where the contract is strict (it turns a number into text
-for a string field, reads ``"12"`` as an integer in some modes, wraps nothing in range checks),
-so the Hudi sink does not use it. Each Spark task runs the core decoder (:mod:`core.decode`) on
-its Arrow batches instead (``mapInArrow``): the bulk Arrow path when it can vouch for a whole
-batch, the per-record reference otherwise. The verdicts and values are then those of the
-ClickHouse sink by construction, and a differential test checks it on a real Spark session.
-
-The executors' Python must import ``eos_pipeline`` (``spark.pyspark.python`` is set to this
-interpreter for local sessions; a remote cluster needs the package installed on its workers).
+Spark's JSON reader is lenient where the contract is strict (numbers read as text, ``"12"`` as
+an integer, no range checks), so each task runs the core decoder (:mod:`core.decode`) on its
+Arrow batches instead (``mapInArrow``). The executors' Python must import ``eos_pipeline``.
 """
 
 from __future__ import annotations
@@ -61,11 +55,8 @@ _SCALARS: dict[str, T.DataType] = {
 
 
 def spark_type(ch_type: str) -> T.DataType:
-    """The Spark type that holds the contract's values for a canonical ClickHouse type.
-
-    ``UInt64`` becomes ``decimal(20,0)`` (Spark has no unsigned longs), strings of every kind
-    become strings, dates and times become ``date`` and ``timestamp`` (UTC microseconds).
-    """
+    """The Spark type that holds the contract's values for a canonical ClickHouse type
+    (``UInt64``: ``decimal(20,0)``, Spark having no unsigned longs)."""
     base, _ = unwrap(ch_type)
     if base in _SCALARS:
         return _SCALARS[base]
@@ -196,15 +187,11 @@ def _decode_batch(
 def tag_json(
     df: DataFrame, schema: TableSchema, *, max_record_bytes: int | None = None
 ) -> DataFrame:
-    """Every Kafka row of ``df`` judged by the contract, in one pass over the data.
-
-    Columns: the Kafka coordinates and timestamp, ``key``/``value`` (bad rows only, for the
-    dead-letter topic), ``error_class``/``error`` (bad rows only) and the payload as a struct.
-    A caller that needs several results persists this frame and splits it with
-    :func:`split_tagged`, so each record is decoded once.
+    """Every Kafka row of ``df`` judged by the contract in one pass: the Kafka columns (``key``
+    and ``value`` of bad rows only), ``error_class``/``error`` and the payload as a struct. Persist
+    it and split it with :func:`split_tagged` to decode each record once.
     """
-    # Every payload field may be null here: bad rows carry no payload (good rows never lack a
-    # required field, the contract saw to that).
+    # Nullable: bad rows carry no payload (the contract sees to good rows' required fields).
     payload = T.StructType([T.StructField(f.name, f.dataType, True) for f in spark_schema(schema)])
     reserved = {*SOURCE_COLUMNS.values(), TIMESTAMP_COLUMN}
     clash = set(payload.fieldNames()) & reserved
