@@ -10,8 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tarfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -33,8 +31,7 @@ class Artifact:
     coords: str  # group:artifact:version[:classifier]
     sha256: str
     size: int
-    #: The file's extension on Maven Central: ``jar``, or ``tar.gz`` for an application archive
-    #: (the schema registry ships as one, unpacked by :func:`unpacked`).
+    #: The file's extension on Maven Central: ``jar``, or ``tar.gz`` for an application archive.
     packaging: str = "jar"
 
     @property
@@ -118,25 +115,6 @@ def ensure_bundle(
         _download(artifact.url(repository), target, artifact)
         paths.append(target)
     return paths
-
-
-def unpacked(archive: Path) -> Path:
-    """The folder a verified ``.tar.gz`` from :func:`ensure_bundle` unpacks to, once: into a
-    temporary folder renamed when complete, so an interrupted unpack is redone.
-    """
-    target = archive.with_name(archive.name.removesuffix(".tar.gz"))
-    if target.is_dir():
-        return target
-    partial = target.with_name(target.name + ".part")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(partial, filter="data")
-    try:
-        partial.rename(target)
-    except OSError:  # another process finished first
-        shutil.rmtree(partial, ignore_errors=True)
-    return target
 
 
 def ensure_all(
