@@ -45,10 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    if dev_tools is not None:
-        dev_tools.add_stack_command(commands)
-    else:  # _run_dev_tool names the fix
-        _dev_tool_stub(commands, "stack", "the local stack")
+    _dev_tool_command(commands, "stack", "the local stack")
     fetch = commands.add_parser(
         "fetch",
         help="download the pinned JVM jars into the local cache, build Spark's class archive",
@@ -58,10 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fetch.add_argument("--cache-dir", type=Path, help=f"default: {default_cache_dir()}")
 
-    if dev_tools is not None:
-        dev_tools.add_demo_command(commands)
-    else:
-        _dev_tool_stub(commands, "demo", "the demo")
+    _dev_tool_command(commands, "demo", "the demo")
     failover = commands.add_parser(
         "failover",
         help="switch a pipeline to another Kafka cluster (MirrorMaker 2 replica) or back",
@@ -128,9 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dev_tool_stub(commands: Any, name: str, what: str) -> None:
-    stub = commands.add_parser(name, help=f"{what} (needs the dev tools of a checkout)")
-    stub.add_argument("args", nargs=argparse.REMAINDER)
+def _dev_tool_command(commands: Any, name: str, what: str) -> None:
+    if dev_tools is not None:
+        getattr(dev_tools, f"add_{name}_command")(commands)
+    else:  # parsed all the same: _run_dev_tool names the fix
+        stub = commands.add_parser(name, help=f"{what} (needs the dev tools of a checkout)")
+        stub.add_argument("args", nargs=argparse.REMAINDER)
 
 
 def _run_replay(args: argparse.Namespace) -> int:
@@ -255,6 +252,32 @@ def _run_dev_tool(args: argparse.Namespace) -> int:
     return dev_tools.run(args)
 
 
+def _run_fetch(args: argparse.Namespace) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eos_pipeline.adapters.spark import build_fencing_jar
+    from eos_pipeline.adapters.spark_cds import ensure_archive
+
+    with ThreadPoolExecutor(1) as pool:  # CPU-bound, beside the network-bound downloads
+        archive = pool.submit(ensure_archive, args.cache_dir, progress=print)
+        for name, jars in ensure_all(args.cache_dir, progress=print).items():
+            print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+            for hudi in (j for j in jars if name == "hudi" and "hudi-spark" in j.name):
+                print(f"fencing: {build_fencing_jar(hudi, args.cache_dir)}")
+        archive.result()  # Spark's JVMs start faster with it; None: they start as before
+    return 0
+
+
+_COMMANDS = {
+    "stack": _run_dev_tool,
+    "demo": _run_dev_tool,
+    "fetch": _run_fetch,
+    "failover": _run_failover,
+    "migrate-config": _run_migrate,
+    "replay": _run_replay,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -262,32 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        if args.command in ("stack", "demo"):
-            return _run_dev_tool(args)
-        if args.command == "fetch":
-            from concurrent.futures import ThreadPoolExecutor
-
-            from eos_pipeline.adapters.spark import build_fencing_jar
-            from eos_pipeline.adapters.spark_cds import ensure_archive
-
-            with ThreadPoolExecutor(1) as pool:  # CPU-bound, beside the network-bound downloads
-                archive = pool.submit(ensure_archive, args.cache_dir, progress=print)
-                for name, jars in ensure_all(args.cache_dir, progress=print).items():
-                    print(f"{name}: {len(jars)} jars in {jars[0].parent}")
-                    for hudi in (j for j in jars if name == "hudi" and "hudi-spark" in j.name):
-                        print(f"fencing: {build_fencing_jar(hudi, args.cache_dir)}")
-                archive.result()  # Spark's JVMs start faster with it; None: they start as before
-            return 0
-        if args.command == "failover":
-            return _run_failover(args)
-        if args.command == "migrate-config":
-            return _run_migrate(args)
-        if args.command == "replay":
-            return _run_replay(args)
+        return _COMMANDS[args.command](args)
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 2  # pragma: no cover - argparse rejects unknown commands before this
 
 
 if __name__ == "__main__":
