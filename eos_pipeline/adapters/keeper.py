@@ -84,10 +84,6 @@ class StateStore(Protocol):
         self, pipeline: str, sink: str, topic: str, cluster: str | None = None
     ) -> dict[int, VersionedRecord]: ...
 
-    def list_partitions(
-        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
-    ) -> list[int]: ...
-
     def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
 
     def write(
@@ -471,14 +467,6 @@ def _take(settings: KeeperSettings) -> KeeperStateStore:
         return store
 
 
-def _drop(settings: KeeperSettings, store: KeeperStateStore) -> None:
-    key = (os.getpid(), settings)
-    with _LOCK:
-        if _STORES.get(key) is store:
-            del _STORES[key]
-    store.close()
-
-
 @contextmanager
 def shared_store(settings: KeeperSettings) -> Iterator[KeeperStateStore]:
     """The process's started store for ``settings``, left open for readers that come back every
@@ -487,7 +475,10 @@ def shared_store(settings: KeeperSettings) -> Iterator[KeeperStateStore]:
     try:
         yield store
     except KeeperError:
-        _drop(settings, store)
+        with _LOCK:
+            if _STORES.get((os.getpid(), settings)) is store:
+                del _STORES[(os.getpid(), settings)]
+        store.close()
         raise
 
 
