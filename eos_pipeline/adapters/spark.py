@@ -152,12 +152,6 @@ def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
     spark_jars = Path(pyspark.__file__).parent / "jars" / "*"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        staged_sources = []
-        for original in sources:
-            source = Path(tmp, "src", "eos", "hudi", original.name)
-            source.parent.mkdir(parents=True, exist_ok=True)
-            source.write_text(original.read_text())
-            staged_sources.append(str(source))
         classes = Path(tmp, "classes")
         done = subprocess.run(
             [
@@ -169,7 +163,7 @@ def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
                 f"{hudi_jar}{os.pathsep}{spark_jars}",
                 "-d",
                 str(classes),
-                *staged_sources,
+                *map(str, sources),
             ],
             capture_output=True,
             text=True,
