@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -62,19 +63,15 @@ def default_cache_dir() -> Path:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _download(url: str, target: Path, artifact: Artifact) -> None:
     partial = target.with_suffix(".part")
     try:
         with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
-            while block := response.read(1 << 20):
-                out.write(block)
+            shutil.copyfileobj(response, out, 1 << 20)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise ArtifactError(
