@@ -4,7 +4,7 @@ A letter keeps the original key and value, with headers naming source topic, par
 offset, pipeline and error; the producer is idempotent and a re-sent letter has the same
 source coordinates, which readers de-duplicate on. A replay also writes *markers* here (no key
 or value; headers naming a sink and range) that withdraw earlier letters of the range for that
-sink; :func:`read_dead_letters` leaves them out.
+sink (:func:`eos_pipeline.core.replay.dead_offsets`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from eos_pipeline.adapters.kafka import (
     read_range,
 )
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.replay import dead_offsets, is_marker, marker_headers
+from eos_pipeline.core.replay import dead_offsets, marker_headers
 
 HEADER_PREFIX = "eos."
 #: Largest key + value a dead letter carries. Kafka refuses records above ``message.max.bytes``
@@ -161,16 +161,6 @@ def _fit(
         omitted.append((f"{HEADER_PREFIX}key.omitted.bytes", str(key_size).encode()))
         key = None
     return key, None, omitted
-
-
-def read_dead_letters(
-    settings: KafkaSettings, topic: str, timeout: float = 30.0
-) -> list[dict[str, str]]:
-    """Headers of every letter in ``topic`` (none if it does not exist), markers excluded; records
-    sent twice (a re-run, two sinks) are all returned, for callers to de-duplicate on
-    ``eos.source.topic/partition/offset``.
-    """
-    return [h for _, _, h in read_dead_letter_log(settings, topic, timeout) if not is_marker(h)]
 
 
 def read_dead_letter_log(

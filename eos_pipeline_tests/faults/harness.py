@@ -32,7 +32,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -47,6 +47,7 @@ from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline_tests.faults.child import RESULT_PREFIX
+from eos_pipeline_tests.support.dead_letters import read_dead_letters
 
 SCHEMA_MAPPING = {"id": "Int64", "name": "String"}
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from eos_dev.stack.secure_config import PIPELINE
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
@@ -45,6 +45,7 @@ from eos_pipeline_tests.secured.conftest import (
     secrets_of,
 )
 from eos_pipeline_tests.sinks.clickhouse_stage import SCHEMA
+from eos_pipeline_tests.support.dead_letters import read_dead_letters
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
-from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     end_offsets,
@@ -37,6 +37,7 @@ from eos_pipeline_tests.sinks.clickhouse_stage import (
     InjectedCrash,
     clickhouse_stage,
 )
+from eos_pipeline_tests.support.dead_letters import read_dead_letters
 from eos_pipeline_tests.support.sink_runs import run_range
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from eos_dev.stack.config import StackConfig
 from eos_dev.stack.processes import find_java
 from eos_dev.stack.services import Stack, free_port, pid_alive
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
@@ -40,6 +40,7 @@ from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.core.schema import Format, PayloadFormat, RegistrySettings, TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline_tests.support.dead_letters import read_dead_letters
 from eos_pipeline_tests.support.framed import (
     ORDER_COLUMNS,
     bad_values,

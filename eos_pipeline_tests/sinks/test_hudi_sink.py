@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import SparkSession
 
 from eos_dev.stack.services import StackConfig
-from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import (
     SMALL_TABLE_OPTIONS,
     checkpoint_history,
@@ -39,6 +39,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hudi import HudiSinkError, HudiTableSpec, HudiTableSync
+from eos_pipeline_tests.support.dead_letters import read_dead_letters
 from eos_pipeline_tests.support.faults import FAULT_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

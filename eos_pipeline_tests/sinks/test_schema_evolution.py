@@ -19,7 +19,7 @@ from clickhouse_connect.driver.client import Client
 from pyspark.sql import SparkSession
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.dlq import DeadLetterWriter, read_dead_letters
+from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
@@ -34,6 +34,7 @@ from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
+from eos_pipeline_tests.support.dead_letters import read_dead_letters
 from eos_pipeline_tests.support.evolution import (
     COLUMNS,
     V1,
