@@ -797,7 +797,8 @@ def read_status(
         for f in flows:
             if not down[f]:
                 try:
-                    before[f] = _replica_ends(fp, f)
+                    remotes = [_remote(fp, f, t) for t in fp.topics]
+                    before[f] = end_offsets_of(fp.settings[f.target], remotes)
                 except KafkaReadError as exc:  # it answered the probe, then stopped
                     down[f] = ((f.target, str(exc)),)
         if before and sample_s > 0:
@@ -817,11 +818,6 @@ def read_status(
 
 def _remote(fp: FailoverPipeline, flow: Flow, topic: str) -> str:
     return fp.clusters.policy.remote_topic(flow.source, topic)
-
-
-def _replica_ends(fp: FailoverPipeline, flow: Flow) -> dict[str, dict[int, int] | KafkaReadError]:
-    remotes = [_remote(fp, flow, t) for t in fp.topics]
-    return end_offsets_of(fp.settings[flow.target], remotes)
 
 
 def _flow(
