@@ -93,7 +93,8 @@ class MirrorReaders:
 
     def __init__(self, probe_timeout: float = PROBE_TIMEOUT) -> None:
         self.probe_timeout = probe_timeout
-        self._clients: dict[tuple[str, str], object] = {}
+        self._consumers: dict[str, Consumer] = {}
+        self._admins: dict[str, AdminClient] = {}
         self._answered: dict[str, str | None] = {}
         self._stack = ExitStack()
 
@@ -113,19 +114,20 @@ class MirrorReaders:
         return self._answered[key]
 
     def get(self, settings: KafkaSettings) -> Consumer:
-        key = ("consumer", _cluster_key(settings))
-        if key not in self._clients:
-            self._clients[key] = self._stack.enter_context(range_consumer(settings))
-        return self._clients[key]  # type: ignore[return-value]
+        key = _cluster_key(settings)
+        if key not in self._consumers:
+            self._consumers[key] = self._stack.enter_context(range_consumer(settings))
+        return self._consumers[key]
 
     def admin(self, settings: KafkaSettings) -> AdminClient:
-        key = ("admin", _cluster_key(settings))
-        if key not in self._clients:
-            self._clients[key] = admin_client(settings)
-        return self._clients[key]  # type: ignore[return-value]
+        key = _cluster_key(settings)
+        if key not in self._admins:
+            self._admins[key] = admin_client(settings)
+        return self._admins[key]
 
     def close(self) -> None:
-        self._clients.clear()
+        self._consumers.clear()
+        self._admins.clear()
         self._stack.close()
 
     def __enter__(self) -> MirrorReaders:
