@@ -221,7 +221,7 @@ def _legacy_run_plan(self: Any, plan: Any) -> Any:
     persisted, one job to count them, a sort plus one job per partition to collect the bad
     rows, JSON parsed again by the write, Hudi's pre-write de-duplication on."""
     import eos_pipeline.sinks.hudi as hudi_sink
-    from eos_pipeline.adapters.spark import decode_json, read_kafka_ranges
+    from eos_pipeline.adapters.spark import read_kafka_ranges, split_tagged, tag_json
     from eos_pipeline.core.offsets import TopicPartition
     from eos_pipeline.sinks.hudi import HudiReport
 
@@ -235,7 +235,7 @@ def _legacy_run_plan(self: Any, plan: Any) -> Any:
         report.records_read = {tp: 0 for tp in plan.ranges}
         for row in raw.groupBy("partition").count().collect():
             report.records_read[TopicPartition(spec.topic, row["partition"])] = row["count"]
-        good, bad = decode_json(raw, spec.schema)
+        good, bad = split_tagged(tag_json(raw, spec.schema), spec.schema)
         list(bad.orderBy("partition", "offset").toLocalIterator())
         report.dead_letters = {tp: 0 for tp in plan.ranges}
         report.rows_written = dict(report.records_read)

@@ -4,17 +4,26 @@ A letter keeps the original key and value, with headers naming source topic, par
 offset, pipeline and error; the producer is idempotent and a re-sent letter has the same
 source coordinates, which readers de-duplicate on. A replay also writes *markers* here (no key
 or value; headers naming a sink and range) that withdraw earlier letters of the range for that
-sink; :func:`dead_letter_offsets` honours them and never counts one as a letter.
+sink (:func:`eos_pipeline.core.replay.dead_offsets`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
+from eos_pipeline.adapters.kafka import (
+    KafkaReadError,
+    KafkaSettings,
+    create_topic,
+    end_offsets,
+    idempotent_producer,
+    range_consumer,
+    read_range,
+)
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.replay import dead_offsets, marker_headers
 
@@ -47,7 +56,7 @@ class DeadLetterWriter:
         self.pipeline = pipeline
         #: Named in an ``eos.sink`` header when set (a replay's letters count for its sink only).
         self.sink = sink
-        self._producer = None
+        self._producer: Producer | None = None
 
     def ensure_topic(self, partitions: int = 1) -> None:
         """Create the topic if missing, with the broker's default replication factor (a replicated
@@ -65,17 +74,7 @@ class DeadLetterWriter:
         self, source: TopicPartition, letters: Sequence[DeadLetter], timeout: float = 60.0
     ) -> int:
         """Write ``letters`` and wait until every one is acknowledged; return how many."""
-        if not letters:
-            return 0
-        if self._producer is None:
-            self.ensure_topic()  # idempotent; the broker may not auto-create topics
-            self._producer = idempotent_producer(self.settings)
-        failures: list[str] = []
-
-        def on_delivery(err, _msg) -> None:  # type: ignore[no-untyped-def]
-            if err is not None:
-                failures.append(err.str())
-
+        records = []
         for letter in letters:
             key, value, omitted = _fit(letter.key, letter.value)
             headers = [
@@ -89,19 +88,8 @@ class DeadLetterWriter:
             ]
             if self.sink is not None:
                 headers.append((f"{HEADER_PREFIX}sink", self.sink.encode()))
-            while True:
-                try:
-                    self._producer.produce(
-                        self.topic,
-                        key=key,
-                        value=value,
-                        headers=headers,
-                        on_delivery=on_delivery,
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.1)
-        remaining = self._producer.flush(timeout)
+            records.append({"key": key, "value": value, "headers": headers})
+        remaining, failures = self._produce(records, timeout)
         if remaining or failures:
             hint = (
                 f"; the Kafka principal needs WRITE on topic {self.topic!r} (an ACL), and the "
@@ -121,30 +109,43 @@ class DeadLetterWriter:
         """Write a replay marker of ``replayed`` to every partition (order exists only within one:
         each earlier letter there is withdrawn for ``sink``); return how many.
         """
-        from eos_pipeline.adapters.kafka import end_offsets
-
-        if self._producer is None:
-            self.ensure_topic()
-            self._producer = idempotent_producer(self.settings)
+        self._ready()  # the topic exists before its partitions are listed
         headers = marker_headers(self.pipeline, sink, source, replayed)
         partitions = sorted(end_offsets(self.settings, self.topic))
-        failures: list[str] = []
-
-        def on_delivery(err, _msg) -> None:  # type: ignore[no-untyped-def]
-            if err is not None:
-                failures.append(err.str())
-
-        for partition in partitions:
-            self._producer.produce(
-                self.topic, partition=partition, headers=headers, on_delivery=on_delivery
-            )
-        remaining = self._producer.flush(timeout)
+        records = [{"partition": p, "headers": headers} for p in partitions]
+        remaining, failures = self._produce(records, timeout)
         if remaining or failures:
             raise RuntimeError(
                 f"dead-letter topic {self.topic!r}: replay marker not acknowledged "
                 f"({remaining} pending, errors: {failures[:3]}); nothing else was done"
             )
         return len(partitions)
+
+    def _produce(self, records: list[dict[str, Any]], timeout: float) -> tuple[int, list[str]]:
+        """Send ``records`` and flush: how many are still unacknowledged, and the errors."""
+        if not records:
+            return 0, []
+        producer = self._ready()
+        failures: list[str] = []
+
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                failures.append(err.str())
+
+        for record in records:
+            while True:
+                try:
+                    producer.produce(self.topic, on_delivery=on_delivery, **record)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        return producer.flush(timeout), failures
+
+    def _ready(self) -> Producer:
+        if self._producer is None:
+            self.ensure_topic()  # idempotent; the broker may not auto-create topics
+            self._producer = idempotent_producer(self.settings)
+        return self._producer
 
 
 def _fit(
@@ -166,36 +167,20 @@ def read_dead_letter_log(
     settings: KafkaSettings, topic: str, timeout: float = 30.0
 ) -> list[tuple[int, int, dict[str, str]]]:
     """``(partition, offset, headers)`` of every record in ``topic``, markers included."""
-    import time
-
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
-
-    from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
-
     try:
         ends = end_offsets(settings, topic)
     except KafkaReadError:
         return []
-    remaining = sum(ends.values())
     out: list[tuple[int, int, dict[str, str]]] = []
-    consumer = Consumer(
-        settings.config(**{"group.id": "eos-dead-letter-reader", "enable.auto.commit": False})
-    )
-    try:
-        consumer.assign([KafkaTopicPartition(topic, p, 0) for p in ends])
-        deadline = time.monotonic() + timeout
-        while remaining > 0:
-            if time.monotonic() > deadline:
-                raise KafkaReadError(f"reading dead-letter topic {topic!r} timed out")
-            for msg in consumer.consume(min(1000, remaining), timeout=1.0):
-                if msg.error():
-                    continue
-                remaining -= 1
-                headers = {k: v.decode() for k, v in msg.headers() or []}
-                out.append((msg.partition(), msg.offset(), headers))
-    finally:
-        consumer.close()
+    with range_consumer(settings, [topic]) as consumer:
+        for partition, end in sorted(ends.items()):
+            tp = TopicPartition(topic, partition)
+            batch = read_range(
+                settings, tp, OffsetRange(0, end), timeout=timeout, consumer=consumer
+            )
+            for i, offset in enumerate(batch.offsets):
+                headers = {k: v.decode() for k, v in batch.headers.get(i, ())}
+                out.append((partition, offset, headers))
     return out
 
 

@@ -1,28 +1,15 @@
-"""Failover's I/O: the core's plan (:mod:`eos_pipeline.core.failover`) against ZooKeeper and Kafka.
+"""Failover's I/O: the core's plan (:mod:`eos_pipeline.core.failover`) run against ZooKeeper and
+Kafka.
 
-:func:`switch` checks all it can before the first write (alias, replicated flows, a switch or
-a write in flight, each bounded window's copy really there, the Hudi table able to move:
-:func:`check_hudi_table`, read through hudi-rs without a JVM), then runs the four steps; a
-rerun after a crash anywhere ends as an uninterrupted switch would. Keeper layout:
-``<root>/<pipeline>/@failover`` (active cluster), ``.../<sink>/@<cluster>/<topic>/<partition>``
-(positions), ``.../@syncs/<source>.<target>`` (:class:`SyncArchive`).
+:func:`switch` checks everything it can before its first write (replicated flows, no switch in
+flight, each bounded mark's copy present, the Hudi table able to move), so a refused switch changes
+nothing and a rerun after a crash ends as an uninterrupted switch would. Keeper layout:
+``<root>/<pipeline>/@failover`` (active cluster), ``.../@syncs/<source>.<target>``
+(:class:`SyncArchive`).
 
-The archive exists because MM2 keeps a flow's syncs in a compacted topic on the flow's source,
-unreadable when that cluster is down: every run on the active cluster and every switch that can
-read the topic fold new syncs into it (:func:`record_syncs`, trimmed to :data:`KEEP` per
-partition). A switch that cannot read the topic uses the copy: as safe, maybe a longer re-read.
-
-:func:`read_status` (reads only) gathers what ``eos-pipeline failover status`` shows per flow
-and partition: the source's end, the replica's end sampled twice, MM2's latest sync and its
-age, the replica's last record's original by fingerprint; a cluster that does not answer a
-brief probe is reported unreachable.
-
-
-MM2 reads: flow ``S->T``'s syncs are in ``mm2-offset-syncs.<T>.internal`` on S (by default; on T
-as ``mm2-offset-syncs.<S>.internal`` with ``location=target``), one compacted partition, so
-:func:`read_offset_syncs` folds what is there into a :class:`SyncHistory` and continues where it
-stopped; :func:`find_resume_point` reads a window with all MM2 copies (key, value, timestamp,
-headers) and finds the exact position after the match.
+MM2 keeps a flow's offset syncs in a compacted topic on the flow's source, unreadable while that
+cluster is down: hence the archive, refreshed by every run on the active cluster
+(:func:`record_syncs`) and read by a switch that cannot reach the topic.
 """
 
 from __future__ import annotations
@@ -30,19 +17,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import Consumer, IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.kafka import (
-    RANGE_FETCH_WAIT_MS,
     KafkaReadError,
     KafkaSettings,
     TopicMissingError,
@@ -50,6 +35,8 @@ from eos_pipeline.adapters.kafka import (
     end_offsets_of,
     ends_and_starts,
     partition_count,
+    range_consumer,
+    read_range,
 )
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.dedup import Phase
@@ -67,8 +54,6 @@ from eos_pipeline.core.failover import (
     ReplicaFacts,
     ReplicationPolicy,
     ResumeError,
-    ResumePoint,
-    Route,
     SwitchRefused,
     SyncHistory,
     Window,
@@ -84,13 +69,13 @@ from eos_pipeline.core.failover import (
     stored_position,
 )
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
-from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)
 
 SYNCS_PARTITION = 0  # MM2 writes every sync of a flow to partition 0 of its syncs topic
-#: How long one sequence of reads (a switch, a status) waits for a cluster's first answer before
-#: it counts that cluster as down for the rest of the sequence (:meth:`MirrorReaders.unreachable`).
+#: How long a sequence of reads (a switch, a status) waits for a cluster's first answer before
+#: it counts that cluster as down for the rest of the sequence.
 PROBE_TIMEOUT = 3.0
 
 
@@ -98,46 +83,24 @@ class MirrorReadError(KafkaReadError):
     """The offset syncs or a re-read window could not be read as asked."""
 
 
-def _consumer(settings: KafkaSettings) -> Consumer:
-    return Consumer(
-        settings.config(
-            **{
-                # Assignment only, nothing is committed under this group.
-                "group.id": "eos-pipeline-mirror-reader",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "error",
-                "enable.partition.eof": True,
-                # A fetch waiting for new data holds up the requests queued behind it on the
-                # connection (metadata, watermarks) for up to this long: a reused consumer
-                # (MirrorReaders) paid 0.35 s per lookup with the default 500 ms.
-                "fetch.wait.max.ms": RANGE_FETCH_WAIT_MS,
-            }
-        )
-    )
-
-
 def _cluster_key(settings: KafkaSettings) -> str:
     return repr(sorted(settings.config().items()))
 
 
 class MirrorReaders:
-    """One reading consumer per cluster for a sequence of reads (a switch), closed together: a fresh
-    consumer's bootstrap and metadata were two thirds of a profiled failback. Each read assigns
-    its own partition to :meth:`get`'s consumer.
-    """
+    """One consumer and admin client per cluster for a sequence of reads, closed together: a fresh
+    consumer's bootstrap was two thirds of a profiled failback."""
 
     def __init__(self, probe_timeout: float = PROBE_TIMEOUT) -> None:
         self.probe_timeout = probe_timeout
-        self._open: dict[str, Consumer] = {}
+        self._consumers: dict[str, Consumer] = {}
         self._admins: dict[str, AdminClient] = {}
         self._answered: dict[str, str | None] = {}
+        self._stack = ExitStack()
 
     def unreachable(self, settings: KafkaSettings) -> str | None:
-        """Why the cluster gave no answer to one metadata request within ``probe_timeout`` (None: it
-        answered), asked once per cluster per sequence: a dead cluster costs one short wait.
-        """
+        """Why the cluster did not answer one metadata request (None: it did), asked once per
+        cluster: a dead cluster costs one short wait per sequence."""
         key = _cluster_key(settings)
         if key not in self._answered:
             try:
@@ -152,21 +115,20 @@ class MirrorReaders:
 
     def get(self, settings: KafkaSettings) -> Consumer:
         key = _cluster_key(settings)
-        if key not in self._open:
-            self._open[key] = _consumer(settings)
-        return self._open[key]
+        if key not in self._consumers:
+            self._consumers[key] = self._stack.enter_context(range_consumer(settings))
+        return self._consumers[key]
 
     def admin(self, settings: KafkaSettings) -> AdminClient:
-        """An admin client of the cluster, for the lookups of the same sequence."""
         key = _cluster_key(settings)
         if key not in self._admins:
             self._admins[key] = admin_client(settings)
         return self._admins[key]
 
     def close(self) -> None:
-        while self._open:
-            self._open.popitem()[1].close()
+        self._consumers.clear()
         self._admins.clear()
+        self._stack.close()
 
     def __enter__(self) -> MirrorReaders:
         return self
@@ -175,17 +137,11 @@ class MirrorReaders:
         self.close()
 
 
-@contextmanager
-def _borrowed(settings: KafkaSettings, consumer: Consumer | None) -> Iterator[Consumer]:
+def _borrowed(
+    settings: KafkaSettings, consumer: Consumer | None
+) -> AbstractContextManager[Consumer]:
     """``consumer`` left open, or a consumer of this call only."""
-    if consumer is not None:
-        yield consumer
-        return
-    owned = _consumer(settings)
-    try:
-        yield owned
-    finally:
-        owned.close()
+    return nullcontext(consumer) if consumer is not None else range_consumer(settings)
 
 
 def _watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
@@ -199,44 +155,26 @@ def _watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) 
 
 
 def _consume(
-    consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float
-) -> list[Any]:
-    """Every message of ``[start, end)`` (``end`` at most the last stable offset)."""
-    messages: list[Any] = []
-    if start >= end:
-        return messages
-    consumer.assign([KafkaTopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + timeout
-    position = start
-    while position < end:
-        if time.monotonic() > deadline:
-            raise MirrorReadError(
-                f"{topic}[{partition}]: reading [{start}, {end}) stalled at {position} after "
-                f"{timeout:.0f}s"
-            )
-        for msg in consumer.consume(num_messages=min(10_000, end - position), timeout=0.5):
-            if msg.topic() != topic or msg.partition() != partition:
-                continue  # left queued by an earlier read of a reused consumer
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    position = max(position, msg.offset())
-                    continue
-                raise MirrorReadError(f"{topic}[{partition}]: {err.str()}")
-            if msg.offset() < position:
-                continue  # the same: an earlier read of this partition
-            if msg.offset() >= end:
-                position = end
-                break
-            messages.append(msg)
-            position = msg.offset() + 1
-        if position < end:
-            # Markers and compacted records leave holes the messages alone cannot show.
-            position = max(
-                position, consumer.position([KafkaTopicPartition(topic, partition)])[0].offset
-            )
-    consumer.unassign()  # no fetch left running for a reused consumer
-    return messages
+    settings: KafkaSettings,
+    consumer: Consumer,
+    tp: TopicPartition,
+    start: int,
+    end: int,
+    timeout: float,
+) -> list[MirroredRecord]:
+    """Every record of ``[start, end)`` (``end`` at most the last stable offset)."""
+    try:
+        batch = read_range(
+            settings, tp, OffsetRange(start, max(start, end)), timeout=timeout, consumer=consumer
+        )
+    except KafkaReadError as exc:  # a MirrorReadError lets a switch fall back on the archive
+        raise MirrorReadError(str(exc)) from exc
+    return [
+        MirroredRecord(
+            offset, batch.keys[i], batch.values[i], batch.timestamps_ms[i], batch.headers.get(i, ())
+        )
+        for i, offset in enumerate(batch.offsets)
+    ]
 
 
 def read_offset_syncs(
@@ -250,11 +188,8 @@ def read_offset_syncs(
     consumer: Consumer | None = None,
     written_at: dict[TopicPartition, int] | None = None,
 ) -> SyncHistory:
-    """Fold the syncs of ``flow`` written since ``history.source_position`` into ``history`` (new
-    if None) and return it, now at the topic's end; ``written_at`` gets when MM2 wrote each
-    partition's latest sync (ms). ``settings`` reach the cluster holding the syncs (by default
-    the flow's source: while it is down, only what an earlier call kept).
-    """
+    """Fold the syncs written since ``history.source_position`` into ``history`` (new if None), now
+    at the topic's end; ``written_at`` gets when MM2 wrote each partition's latest sync (ms)."""
     history = history if history is not None else SyncHistory(flow)
     if history.flow != flow:
         raise MirrorReadError(f"a history of flow {history.flow} cannot take syncs of {flow}")
@@ -268,19 +203,15 @@ def read_offset_syncs(
                 f"{settings.bootstrap_servers}: MM2 has not replicated anything on this flow yet, "
                 f"or its offset-syncs.topic.location is not {location!r}"
             ) from None
+        tp = TopicPartition(topic, SYNCS_PARTITION)
         start = max(history.source_position, low)
-        for msg in _consume(consumer, topic, SYNCS_PARTITION, start, high, timeout):
-            sync = decode_offset_sync(msg.key(), msg.value())
+        for record in _consume(settings, consumer, tp, start, high, timeout):
+            sync = decode_offset_sync(record.key, record.value)
             history.add(sync)
             if written_at is not None:
-                written_at[sync.tp] = msg.timestamp()[1]
+                written_at[sync.tp] = record.timestamp_ms
         history.source_position = max(history.source_position, high)
     return history
-
-
-def _record(msg: Any) -> MirroredRecord:
-    headers = tuple((name, value) for name, value in (msg.headers() or ()))
-    return MirroredRecord(msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], headers)
 
 
 def read_window(
@@ -293,31 +224,31 @@ def read_window(
     admin: AdminClient | None = None,
 ) -> list[MirroredRecord]:
     """The committed records of ``tp`` in ``window`` (an open one to the stable end), from no
-    earlier than the partition's first offset: what retention removed
-    :func:`~eos_pipeline.core.failover.resume_after` reports as not found.
-    """
+    earlier than the partition's first offset (what retention removed is reported not found)."""
     with _borrowed(settings, consumer) as consumer:
         low, _ = _watermarks(consumer, tp.topic, tp.partition, timeout)
         stable = _stable_end(settings, tp, timeout, admin)
         end = stable if window.end is None else min(window.end, stable)
-        messages = _consume(consumer, tp.topic, tp.partition, max(window.start, low), end, timeout)
-    return [_record(m) for m in messages]
+        return _consume(settings, consumer, tp, max(window.start, low), end, timeout)
 
 
-def _stable_end(
-    settings: KafkaSettings, tp: TopicPartition, timeout: float, admin: AdminClient | None = None
-) -> int:
-    """The last stable offset, through a client of its own (``admin``, dropped with its
-    :class:`MirrorReaders`): a cached one would keep reconnecting to a cluster that went away.
-    """
-    admin = admin if admin is not None else admin_client(settings)
+def _list_offset(admin: AdminClient, tp: TopicPartition, spec: OffsetSpec, timeout: float) -> int:
     future = admin.list_offsets(
-        {KafkaTopicPartition(tp.topic, tp.partition): OffsetSpec.latest()},
+        {KafkaTopicPartition(tp.topic, tp.partition): spec},
         isolation_level=IsolationLevel.READ_COMMITTED,
         request_timeout=timeout,
     )
     [result] = future.values()
     return int(result.result().offset)
+
+
+def _stable_end(
+    settings: KafkaSettings, tp: TopicPartition, timeout: float, admin: AdminClient | None = None
+) -> int:
+    """The last stable offset, through a client of the sequence (``admin``): a cached one would
+    keep reconnecting to a cluster that went away."""
+    admin = admin if admin is not None else admin_client(settings)
+    return _list_offset(admin, tp, OffsetSpec.latest(), timeout)
 
 
 def first_offset(
@@ -330,50 +261,6 @@ def first_offset(
     """The partition's first offset still held (the floor of a translation onto it)."""
     with _borrowed(settings, consumer) as consumer:
         return _watermarks(consumer, tp.topic, tp.partition, timeout)[0]
-
-
-def timestamps_kept(
-    settings: KafkaSettings, topic: str, timeout: float = 10.0, admin: AdminClient | None = None
-) -> bool:
-    """Whether ``topic`` keeps producers' (and MM2's) timestamps: ``LogAppendTime`` restamps copies.
-    A topic whose config cannot be read counts as not (the offset syncs alone bound then).
-    """
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    admin = admin if admin is not None else admin_client(settings)
-    try:
-        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
-    except Exception as exc:  # any failure: do not rely on timestamps
-        log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
-        return False
-    entry = entries.get("message.timestamp.type")
-    return entry is not None and entry.value == "CreateTime"
-
-
-def offset_for_time(
-    settings: KafkaSettings,
-    tp: TopicPartition,
-    timestamp_ms: int,
-    timeout: float = 10.0,
-    admin: AdminClient | None = None,
-) -> int | None:
-    """The earliest offset of ``tp`` at or after ``timestamp_ms``; None when there is none (-1) or
-    the lookup fails. Transaction markers count (stamped at commit), so on MM2's transactional
-    replicas it may be a marker's before the record: still never after it.
-    """
-    admin = admin if admin is not None else admin_client(settings)
-    spec = {KafkaTopicPartition(tp.topic, tp.partition): OffsetSpec.for_timestamp(timestamp_ms)}
-    try:
-        future = admin.list_offsets(
-            spec, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
-        )
-        [result] = future.values()
-        offset = int(result.result().offset)
-    except Exception as exc:  # the syncs still bound the window
-        log.warning(
-            "%s: no offset for time %d (%s); the offset syncs alone bound", tp, timestamp_ms, exc
-        )
-        return None
-    return offset if offset >= 0 else None
 
 
 class TimeFloors:
@@ -391,34 +278,38 @@ class TimeFloors:
     def __call__(self, tp: TopicPartition, mark: Mark) -> int | None:
         if mark.timestamp_ms is None:
             return None
+        if self.admin is None:
+            self.admin = admin_client(self.settings)
         if tp.topic not in self._kept:
-            self._kept[tp.topic] = timestamps_kept(
-                self.settings, tp.topic, self.timeout, self.admin
-            )
+            self._kept[tp.topic] = self._timestamps_kept(tp.topic)
         if not self._kept[tp.topic]:
             return None
-        return offset_for_time(self.settings, tp, mark.timestamp_ms, self.timeout, self.admin)
+        try:
+            offset = _list_offset(
+                self.admin, tp, OffsetSpec.for_timestamp(mark.timestamp_ms), self.timeout
+            )
+        except Exception as exc:  # the syncs still bound the window
+            log.warning(
+                "%s: no offset for time %d (%s); the offset syncs alone bound",
+                tp,
+                mark.timestamp_ms,
+                exc,
+            )
+            return None
+        # -1: none so late. Markers count (stamped at commit): maybe before the record, not after.
+        return offset if offset >= 0 else None
 
-
-def find_resume_point(
-    target: KafkaSettings,
-    route: Route,
-    history: SyncHistory,
-    partition: int,
-    last_offset: int,
-    fingerprint: str,
-    *,
-    timeout: float = 60.0,
-) -> ResumePoint:
-    """Exact next position on ``route.target`` after the last record the sink wrote
-    (``last_offset``, ``fingerprint``, read from ``route.source``), or the core's
-    :class:`~eos_pipeline.core.failover.ResumeError`; ``target`` reaches the cluster switched to.
-    """
-    tp = TopicPartition(route.target.topic, partition)
-    floor = first_offset(target, tp, timeout)
-    window = route.window(history, partition, last_offset, floor)
-    records = read_window(target, tp, window, timeout=timeout)
-    return resume_after(TopicPartition(route.target.topic, partition), fingerprint, records, window)
+    def _timestamps_kept(self, topic: str) -> bool:
+        """``LogAppendTime`` restamps MM2's copies; a config that cannot be read counts as that."""
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        assert self.admin is not None
+        try:
+            entries = self.admin.describe_configs([resource], request_timeout=self.timeout)
+            entry = entries[resource].result().get("message.timestamp.type")
+        except Exception as exc:  # any failure: do not rely on timestamps
+            log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
+            return False
+        return entry is not None and entry.value == "CreateTime"
 
 
 #: Called with the name of each step boundary of the switch (the fault suite kills there).
@@ -501,14 +392,11 @@ class SwitchReport:
     target: str
     steps: tuple[str, ...]
     moves: list[Move] = field(default_factory=list)
-    #: Per target partition (``cluster:topic[partition]``): records the check read in the
-    #: mark's window (from the re-read start to the window's end, the next offset sync) and how
-    #: many of them are the *re-read*: from the start through the copy, already written, which
-    #: the sink skips (the docs' bound, ``offset.lag.max`` + 1). The rest lie after the copy:
-    #: read by the check only, the sink writes them (:meth:`reread`, :meth:`past_copy`).
+    #: Per target partition (``cluster:topic[partition]``, Hudi's prefixed ``hudi``): records the
+    #: check read in the mark's window, and how many of them precede the copy (re-read, skipped).
     checked: dict[str, tuple[int, int]] = field(default_factory=dict)
-    #: Per moved position with a mark (same keys, Hudi's too): where its re-read starts, which
-    #: bound set that (``"timestamp"`` or ``"syncs"``) and where the syncs alone would start it.
+    #: Per moved position with a mark (same keys): where its re-read starts and which bound
+    #: (``"timestamp"`` or ``"syncs"``) set that.
     starts: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -536,13 +424,9 @@ def _positions(
 
 
 def _histories(
-    store: KeeperStateStore,
-    fp: FailoverPipeline,
-    flows: set[Flow],
-    readers: MirrorReaders | None = None,
+    store: KeeperStateStore, fp: FailoverPipeline, flows: set[Flow], readers: MirrorReaders
 ) -> dict[Flow, SyncHistory]:
     """Each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable."""
-
     return {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
 
 
@@ -553,15 +437,14 @@ def _plan_moves(
     target: str,
     readers: MirrorReaders,
 ) -> list[tuple[str, Move]]:
-    flows = {
-        route(p, target, fp.clusters.aliases, fp.clusters.policy).flow for _, p, _, _ in positions
-    }
+    aliases, policy = fp.clusters.aliases, fp.clusters.policy
+    flows = {route(p, target, aliases, policy).flow for _, p, _, _ in positions}
     histories = _histories(store, fp, flows & set(fp.clusters.flows), readers)
     time_floor = TimeFloors(fp.settings[target], admin=readers.admin(fp.settings[target]))
     on_target = readers.get(fp.settings[target])
     moves = []
     for sink, physical, partition, record in positions:
-        r = route(physical, target, fp.clusters.aliases, fp.clusters.policy)
+        r = route(physical, target, aliases, policy)
         history = histories.get(r.flow, SyncHistory(r.flow))
         tp = TopicPartition(r.target.topic, partition)
         try:
@@ -578,18 +461,24 @@ def _plan_moves(
     return moves
 
 
-def describe_start(m: Move) -> dict[str, object]:
-    """Where a moved position's re-read starts and what set it (the switch's report)."""
-    return {"start": m.position, "bound": m.bound, "syncs_start": m.syncs_position}
-
-
 def _check_marks(
-    fp: FailoverPipeline, moves: list[tuple[str, Move]], readers: MirrorReaders
-) -> dict[str, tuple[int, int]]:
+    fp: FailoverPipeline,
+    moves: list[Move],
+    readers: MirrorReaders,
+    report: SwitchReport,
+    prefix: str = "",
+) -> None:
     """Find each bounded mark's copy now, so that a missing one refuses the switch up front."""
-    checked = {}
-    for _, m in moves:
-        if m.mark is None or m.mark.window_end is None:
+    for m in moves:
+        if m.mark is None:
+            continue
+        key = f"{prefix}{m.route.target}[{m.partition}]"
+        report.starts[key] = {
+            "start": m.position,
+            "bound": m.bound,
+            "syncs_start": m.syncs_position,
+        }
+        if m.mark.window_end is None:
             continue
         tp = TopicPartition(m.route.target.topic, m.partition)
         window = Window(m.position, m.mark.window_end)
@@ -598,8 +487,42 @@ def _check_marks(
             settings, tp, window, consumer=readers.get(settings), admin=readers.admin(settings)
         )
         point = resume_after(tp, m.mark.fingerprint, records, window)
-        checked[f"{m.route.target}[{m.partition}]"] = (len(records), point.skipped)
-    return checked
+        report.checked[key] = (len(records), point.skipped)
+
+
+def _check_hudi_table(
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    target: str,
+    readers: MirrorReaders,
+    report: SwitchReport,
+) -> None:
+    """Refuse (``SwitchRefused``, core errors) if the Hudi table's position cannot move to
+    ``target``; the table moves on its own at its next run."""
+    assert fp.hudi_table is not None
+    commit = hudi_timeline.latest_commit(fp.hudi_table)
+    if commit is None:
+        return
+    stored = stored_position(commit.cluster_position, commit.checkpoint, fp.initial)
+    if stored.cluster == target:
+        return
+    topics = fp.topics[:1]  # one Hudi table follows the pipeline's first topic
+    flows = flows_needed(stored, target, fp.clusters, topics) & set(fp.clusters.flows)
+    histories = _histories(store, fp, flows, readers)
+    settings = fp.settings[target]
+
+    def floor(tp: TopicPartition) -> int:
+        try:
+            return first_offset(settings, tp, consumer=readers.get(settings))
+        except Exception as exc:  # the replica topic may not exist yet
+            raise SwitchRefused(
+                f"Hudi table {fp.hudi_table}: {target}:{tp} cannot be read ({exc}); is "
+                f"MirrorMaker 2 replicating to {target!r}?"
+            ) from None
+
+    time_floor = TimeFloors(settings, admin=readers.admin(settings))
+    _, moves = carry_over(stored, target, fp.clusters, topics, histories, floor, time_floor)
+    _check_marks(fp, moves, readers, report, prefix="hudi ")
 
 
 def switch(
@@ -634,16 +557,9 @@ def _switch(
     source = plan.source
     positions = _positions(store, fp, source)
     moves = _plan_moves(store, fp, positions, target, readers)  # refuses before any write
-    report.checked = _check_marks(fp, moves, readers)
-    report.starts = {
-        f"{m.route.target}[{m.partition}]": describe_start(m) for _, m in moves if m.mark
-    }
+    _check_marks(fp, [m for _, m in moves], readers, report)
     if fp.hudi_table is not None:
-        report.checked.update(
-            check_hudi_table(
-                fp, fp.hudi_table, target, store, starts=report.starts, readers=readers
-            )
-        )
+        _check_hudi_table(store, fp, target, readers, report)
     if "begin" in plan.steps:
         version = states.write(fp.name, state.begun(target), version)
         state = state.begun(target)
@@ -744,47 +660,40 @@ def refresh(
     timeout: float | None = None,
     readers: MirrorReaders | None = None,
 ) -> SyncHistory:
-    """The flow's syncs: the stored copy plus what the topic holds since, stored again. With a copy,
-    the syncs' cluster gets one short probe first and, down, the copy alone is returned with a
-    warning; without one the read's error is raised. ``readers`` probe each cluster once for a
-    whole switch.
-    """
+    """The flow's syncs: the stored copy plus what the topic holds since, stored again. With a
+    copy, a syncs' cluster that does not answer a short probe leaves the copy alone (a warning);
+    without one the read's error is raised."""
     if readers is None:
         with MirrorReaders() as own:
             return refresh(store, fp, flow, timeout=timeout, readers=own)
     archive = SyncArchive(store, fp.name)
     stored = archive.load(flow)
     holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
-    wait = timeout if timeout is not None else (SHORT_TIMEOUT if stored is not None else 30.0)
+    settings = fp.settings[holder]
     before = None if stored is None else (stored.source_position, len(stored))
-    consumer = readers.get(fp.settings[holder])
-    down = None if stored is None else readers.unreachable(fp.settings[holder])
-    if stored is not None and down is not None:
-        _warn_stored(fp, flow, holder, down, stored)
-        return stored
-    try:
-        history = read_offset_syncs(
-            fp.settings[holder],
-            flow,
-            stored,
-            location=fp.offset_syncs_location,
-            policy=fp.clusters.policy,
-            timeout=wait,
-            consumer=consumer,
-        )
-    except (KafkaException, MirrorReadError) as exc:
-        if stored is None:
-            raise
-        _warn_stored(fp, flow, holder, exc, stored)
-        return stored
-    if (history.source_position, len(history)) != before:
-        archive.save(history)
-    return history
-
-
-def _warn_stored(
-    fp: FailoverPipeline, flow: Flow, holder: str, cause: object, stored: SyncHistory
-) -> None:
+    cause: object = None if stored is None else readers.unreachable(settings)
+    if cause is None:
+        try:
+            history = read_offset_syncs(
+                settings,
+                flow,
+                stored,
+                location=fp.offset_syncs_location,
+                policy=fp.clusters.policy,
+                timeout=timeout
+                if timeout is not None
+                else (SHORT_TIMEOUT if stored is not None else 30.0),
+                consumer=readers.get(settings),
+            )
+        except (KafkaException, MirrorReadError) as exc:
+            if stored is None:
+                raise
+            cause = exc
+        else:
+            if (history.source_position, len(history)) != before:
+                archive.save(history)
+            return history
+    assert stored is not None
     log.warning(
         "%s: offset syncs of %s unreadable on %s (%s); using the %d stored syncs up to "
         "position %d of the syncs topic",
@@ -795,6 +704,7 @@ def _warn_stored(
         len(stored),
         stored.source_position,
     )
+    return stored
 
 
 def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> int:
@@ -813,58 +723,6 @@ def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> 
             # never a reason to stop the sink: the copy is refreshed again on the next run
             log.info("%s: offset syncs of %s not kept this time (%s)", fp.name, flow, exc)
     return stored
-
-
-# ------------------------------------------------------------------- the switch and a Hudi table
-
-
-def check_hudi_table(
-    fp: FailoverPipeline,
-    table_path: str,
-    target: str,
-    store: KeeperStateStore,
-    *,
-    starts: dict[str, dict[str, object]] | None = None,
-    readers: MirrorReaders | None = None,
-) -> dict[str, tuple[int, int]]:
-    """Refuse (``SwitchRefused``, core errors) if the table's position cannot move to
-    ``target``; per moved partition, records read to check its mark and how many precede it.
-    ``starts`` gets where each marked partition's re-read will start, and by which bound."""
-    commit = hudi_timeline.latest_commit(table_path)
-    if commit is None:
-        return {}
-    stored = stored_position(commit.cluster_position, commit.checkpoint, fp.initial)
-    if stored.cluster == target:
-        return {}
-    topics = fp.topics[:1]  # one Hudi table follows the pipeline's first topic
-    flows = flows_needed(stored, target, fp.clusters, topics) & set(fp.clusters.flows)
-    histories = _histories(store, fp, flows, readers)
-    on_target = None if readers is None else readers.get(fp.settings[target])
-    admin = None if readers is None else readers.admin(fp.settings[target])
-
-    def floor(tp: TopicPartition) -> int:
-        try:
-            return first_offset(fp.settings[target], tp, consumer=on_target)
-        except Exception as exc:  # the replica topic may not exist yet
-            raise SwitchRefused(
-                f"Hudi table {table_path}: {target}:{tp} cannot be read ({exc}); is MirrorMaker "
-                f"2 replicating to {target!r}?"
-            ) from None
-
-    time_floor = TimeFloors(fp.settings[target], admin=admin)
-    _, moves = carry_over(stored, target, fp.clusters, topics, histories, floor, time_floor)
-    checked = {}
-    for m in moves:
-        if m.mark is not None and starts is not None:
-            starts[f"hudi {m.route.target}[{m.partition}]"] = describe_start(m)
-        if m.mark is None or m.mark.window_end is None:
-            continue
-        tp = TopicPartition(m.route.target.topic, m.partition)
-        window = Window(m.position, m.mark.window_end)
-        records = read_window(fp.settings[target], tp, window, consumer=on_target, admin=admin)
-        point = resume_after(tp, m.mark.fingerprint, records, window)
-        checked[f"hudi {m.route.target}[{m.partition}]"] = (len(records), point.skipped)
-    return checked
 
 
 #: The replica's last record is looked for among its last this many offsets (markers between).
@@ -941,7 +799,8 @@ def read_status(
         for f in flows:
             if not down[f]:
                 try:
-                    before[f] = _replica_ends(fp, f)
+                    remotes = [_remote(fp, f, t) for t in fp.topics]
+                    before[f] = end_offsets_of(fp.settings[f.target], remotes)
                 except KafkaReadError as exc:  # it answered the probe, then stopped
                     down[f] = ((f.target, str(exc)),)
         if before and sample_s > 0:
@@ -961,11 +820,6 @@ def read_status(
 
 def _remote(fp: FailoverPipeline, flow: Flow, topic: str) -> str:
     return fp.clusters.policy.remote_topic(flow.source, topic)
-
-
-def _replica_ends(fp: FailoverPipeline, flow: Flow) -> dict[str, dict[int, int] | KafkaReadError]:
-    remotes = [_remote(fp, flow, t) for t in fp.topics]
-    return end_offsets_of(fp.settings[flow.target], remotes)
 
 
 def _flow(
@@ -994,26 +848,19 @@ def _flow(
                     missing.append(f"{topic}[{p}]")
                 continue
             earlier = before.get(remote)
-            moved = isinstance(earlier, dict) and got[p] > earlier.get(p, got[p])
             tp = TopicPartition(topic, p)
-            rtp = TopicPartition(remote, p)
+            r_low = low[p] if isinstance(low, dict) else 0
             facts = _facts(
-                source,
-                target,
-                tp,
-                rtp,
-                history,
-                (t_starts[p], t_ends[p]),
-                (low[p] if isinstance(low, dict) else 0, got[p]),
-                readers,
+                fp, flow, tp, history, (t_starts[p], t_ends[p]), (r_low, got[p]), readers
             )
             sync = history.syncs(tp)
-            age = None if tp not in written_at else max(0.0, (now_ms - written_at[tp]) / 1000)
             facts = replace(
                 facts,
                 last_sync=(sync[-1].upstream, sync[-1].downstream) if sync else None,
-                sync_age_s=age,
-                remote_moved=moved,
+                sync_age_s=None
+                if tp not in written_at
+                else max(0.0, (now_ms - written_at[tp]) / 1000),
+                remote_moved=isinstance(earlier, dict) and got[p] > earlier.get(p, got[p]),
             )
             parts.append(partition_replication(facts, fresh_s))
     return FlowReplication(flow, tuple(parts), missing=tuple(missing), absent=tuple(absent))
@@ -1041,10 +888,9 @@ def _syncs(
 
 
 def _facts(
-    source: KafkaSettings,
-    target: KafkaSettings,
+    fp: FailoverPipeline,
+    flow: Flow,
     tp: TopicPartition,
-    rtp: TopicPartition,
     history: SyncHistory,
     source_range: tuple[int, int],
     remote_range: tuple[int, int],
@@ -1052,29 +898,28 @@ def _facts(
 ) -> ReplicaFacts:
     """The ends, the syncs' bound and, when it can be found, the exact copied position."""
     (s_low, s_end), (r_low, r_end) = source_range, remote_range
+
+    def read(cluster: str, tp: TopicPartition, start: int, end: int) -> list[MirroredRecord]:
+        settings = fp.settings[cluster]
+        consumer, admin = readers.get(settings), readers.admin(settings)
+        return read_window(
+            settings, tp, Window(start, end), timeout=10.0, consumer=consumer, admin=admin
+        )
+
     synced_to = history.inverse(tp, r_end, floor=s_low).position
     copied_to = s_low if r_end == r_low else None  # an empty replica: nothing copied yet
-    tail = _read(target, rtp, Window(max(r_low, r_end - _TAIL), r_end), readers)
+    rtp = TopicPartition(_remote(fp, flow, tp.topic), tp.partition)
+    tail = read(flow.target, rtp, max(r_low, r_end - _TAIL), r_end)
     if tail:
-        last = tail[-1]
-        window = history.origin_window(tp, last.offset, floor=s_low)
+        window = history.origin_window(tp, tail[-1].offset, floor=s_low)
         end = min(s_end, window.end if window.end is not None else s_end)
         if end - window.start <= _MAX_READ:
-            records = _read(source, tp, Window(window.start, end), readers)
+            records = read(flow.source, tp, window.start, end)
             try:
-                copied_to = resume_after(tp, last.fingerprint, records, window).position
+                copied_to = resume_after(tp, tail[-1].fingerprint, records, window).position
             except ResumeError:
                 copied_to = None  # not where the syncs say: the bound stands in
     uncopied = None
     if copied_to is not None and 0 < s_end - copied_to <= _MAX_READ:
-        uncopied = len(_read(source, tp, Window(copied_to, s_end), readers))
+        uncopied = len(read(flow.source, tp, copied_to, s_end))
     return ReplicaFacts(tp.topic, tp.partition, s_end, r_end, synced_to, copied_to, uncopied)
-
-
-def _read(
-    settings: KafkaSettings, tp: TopicPartition, window: Window, readers: MirrorReaders
-) -> list[MirroredRecord]:
-    return read_window(
-        settings, tp, window, timeout=10.0, consumer=readers.get(settings),
-        admin=readers.admin(settings),
-    )  # fmt: skip

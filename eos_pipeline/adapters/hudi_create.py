@@ -1,22 +1,11 @@
 """One creator per new Hudi table: a lock held while a new table gets its first commit.
 
-Hudi creates a table (``.hoodie/`` and ``hoodie.properties``) inside the first write, before it
-takes its commit lock. Two writers that reach a new table at the same moment therefore both
-write ``hoodie.properties``; on a local file system Hadoop's checksummed file system also writes
-``.hoodie.properties.crc``, and the two writes interleave into a properties file whose checksum
-no longer matches. Every later read of that table then fails with "Could not load properties":
-a stuck pipeline (seen in CI with two Spark Connect sessions racing on one server).
-
-So the first commit of a table is taken under a lock that every writer of the table shares:
-
-- the keeper Hudi's own commit lock uses, when the table's options name
-  ``ZookeeperBasedLockProvider`` (what object stores need): a kazoo lock recipe on a node beside
-  Curator's commit lock;
-- otherwise, for a table on the local file system (the local stack, tests, a single host):
-  an advisory ``flock`` on a file in the table's directory, which the kernel drops when the
-  holder dies, so a killed creator never blocks the next one;
-- for any other file system with its own lock provider nothing is added: the creation is left
-  to Hudi (object stores and HDFS keep no ``.crc`` files).
+Hudi writes ``hoodie.properties`` inside the first write, before its commit lock; two writers
+racing on a new local table interleave it with Hadoop's ``.crc`` file and the table can never be
+read again ("Could not load properties"; seen in CI). So the first commit is taken under a lock
+every writer of the table shares: a kazoo lock beside Hudi's own when its lock provider is
+ZooKeeper's, else a ``flock`` in the table's local directory (dropped by the kernel when its
+holder dies); other file systems keep no ``.crc`` and get nothing.
 """
 
 from __future__ import annotations
@@ -150,13 +139,3 @@ def _zookeeper_lock(hosts: str, node: str, *, wait_s: float) -> Iterator[None]:
     finally:
         client.stop()
         client.close()
-
-
-__all__ = [
-    "DEFAULT_WAIT_S",
-    "LOCAL_LOCK_NAME",
-    "TableCreationLockError",
-    "local_table_dir",
-    "table_creation_lock",
-    "zookeeper_lock_node",
-]

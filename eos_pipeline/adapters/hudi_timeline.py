@@ -1,22 +1,11 @@
-"""A Hudi table's checkpoint and commit history, read without a JVM (hudi-rs).
+"""A Hudi table's checkpoint and commit history, read without a JVM (hudi-rs), for the thin
+clients (a Spark Connect run, a sensor tick, the CLI) that have none.
 
-The Kafka position of a Hudi table lives in the extra metadata of its latest completed commit
-(see :mod:`eos_pipeline.adapters.hudi`). Reading it through Hudi's Java API needs a Spark JVM in
-the reading process, which a thin client of a Spark Connect server, a sensor tick or a CLI does
-not have. hudi-rs (PyPI ``hudi``) reads the same timeline natively: which instants completed,
-and each one's commit metadata, Avro (table version 8+) or JSON (version 6) alike.
-
-What hudi-rs 0.5 does not hand to Python is an instant's *completion* time, which this project
-needs twice: the newest commit is the one that completed last (under optimistic concurrency a
-later-requested commit can complete first), and the checkpoint fence compares completion times.
-It is taken from the timeline listing, exactly as Hudi's Java timeline does: table version 8+
-names a completed instant ``<requested>_<completed>.<action>`` in ``.hoodie/timeline``; version 6
-keeps ``<requested>.<action>`` in ``.hoodie``, and its completion time is the file's modification
-time in the timeline's time zone. The listing is made after hudi-rs loaded the instants, so every
-instant it returned is in the listing (files of completed instants are never renamed).
-
-Answers equal those of the Java API (the tests compare both on tables written by this project and
-by HoodieStreamer); requested and inflight instants are never read.
+hudi-rs 0.5 does not give an instant's *completion* time, which the newest commit (the last to
+complete under optimistic concurrency) and the checkpoint fence need; it is taken from the
+timeline listing as Hudi's Java timeline does: ``<requested>_<completed>.<action>`` in
+``.hoodie/timeline`` (table version 8+), the file's modification time in ``.hoodie`` (version 6).
+The tests compare every answer with the Java API's.
 """
 
 from __future__ import annotations
@@ -44,8 +33,7 @@ log = logging.getLogger(__name__)
 #: Actions of Hudi's commits timeline that can complete (compaction completes as ``commit``,
 #: clustering as ``replacecommit``).
 COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")
-#: Reading while a writer completes an instant can meet a file being written; one of a few
-#: quick re-reads sees it whole.
+#: A read meeting a file being completed sees it whole on a quick re-read.
 _ATTEMPTS = 3
 _RETRY_PAUSE = 0.1
 
@@ -69,20 +57,16 @@ class CommitInfo:
     @property
     def topic_id(self) -> str | None:
         """Kafka's id of the topic the checkpoint is for; None if the writer did not record it."""
-        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
-            value = self.extra_metadata.get(key + TOPIC_ID_SUFFIX)
-            if value:
-                return value
-        return None
+        return self._beside_checkpoint(TOPIC_ID_SUFFIX)
 
     @property
     def cluster_position(self) -> str | None:
         """The cluster position a clustered pipeline stored (JSON); None for other tables."""
-        for key in (CHECKPOINT_KEY_V2, CHECKPOINT_KEY_V1):
-            value = self.extra_metadata.get(key + CLUSTER_POSITION_SUFFIX)
-            if value:
-                return value
-        return None
+        return self._beside_checkpoint(CLUSTER_POSITION_SUFFIX)
+
+    def _beside_checkpoint(self, suffix: str) -> str | None:
+        keys = (CHECKPOINT_KEY_V2 + suffix, CHECKPOINT_KEY_V1 + suffix)
+        return next((self.extra_metadata[k] for k in keys if self.extra_metadata.get(k)), None)
 
 
 @dataclass(frozen=True)
@@ -203,18 +187,12 @@ def extra_metadata(timeline: Any, instant: Instant, table_path: str = "") -> dic
 
 
 def _commit_info(timeline: Any, instant: Instant, table_path: str) -> CommitInfo | None:
-
     metadata = extra_metadata(timeline, instant, table_path)
-    found: Checkpoint | None = checkpoint_from_metadata(metadata)
+    found = checkpoint_from_metadata(metadata)
     if found is None:
         return None
-    return CommitInfo(
-        instant_time=instant.instant_time,
-        completion_time=instant.completion_time,
-        action=instant.action,
-        checkpoint=found,
-        extra_metadata=metadata,
-    )
+    i = instant
+    return CommitInfo(i.instant_time, i.completion_time, i.action, found, metadata)
 
 
 def completed_commits(
@@ -235,18 +213,12 @@ def checkpoint_history(
 
 
 def latest_commit(table_path: str, options: Mapping[str, str] | None = None) -> CommitInfo | None:
-    """The newest completed commit carrying a Kafka checkpoint, or None.
-
-    Commits without one (Merge-on-Read compactions, clustering) are passed over, as
-    HoodieStreamer does: they move files, not the source position. Only the metadata of the
-    commits down to the first one with a checkpoint is read.
-    """
+    """The newest completed commit carrying a Kafka checkpoint, or None. Commits without one
+    (compaction, clustering) move files, not the source position: passed over, as HoodieStreamer
+    does."""
     timeline, instants = completed_instants(table_path, options)
-    for instant in instants:
-        commit = _commit_info(timeline, instant, table_path)
-        if commit is not None:
-            return commit
-    return None
+    found = (_commit_info(timeline, i, table_path) for i in instants)
+    return next((c for c in found if c is not None), None)
 
 
 def latest_checkpoint(
@@ -255,17 +227,3 @@ def latest_checkpoint(
     """Next offset per topic-partition after the latest completed commit; None for a new table."""
     commit = latest_commit(table_path, options)
     return commit.checkpoint if commit else None
-
-
-__all__ = [
-    "COMMIT_ACTIONS",
-    "HudiTimelineError",
-    "Instant",
-    "checkpoint_history",
-    "completed_commits",
-    "completed_instants",
-    "extra_metadata",
-    "latest_checkpoint",
-    "latest_commit",
-    "table_exists",
-]

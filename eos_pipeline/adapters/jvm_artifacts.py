@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import shutil
-import tarfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -33,8 +32,7 @@ class Artifact:
     coords: str  # group:artifact:version[:classifier]
     sha256: str
     size: int
-    #: The file's extension on Maven Central: ``jar``, or ``tar.gz`` for an application archive
-    #: (the schema registry ships as one, unpacked by :func:`unpacked`).
+    #: The file's extension on Maven Central: ``jar``, or ``tar.gz`` for an application archive.
     packaging: str = "jar"
 
     @property
@@ -65,19 +63,15 @@ def default_cache_dir() -> Path:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _download(url: str, target: Path, artifact: Artifact) -> None:
     partial = target.with_suffix(".part")
     try:
         with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
-            while block := response.read(1 << 20):
-                out.write(block)
+            shutil.copyfileobj(response, out, 1 << 20)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise ArtifactError(
@@ -118,25 +112,6 @@ def ensure_bundle(
         _download(artifact.url(repository), target, artifact)
         paths.append(target)
     return paths
-
-
-def unpacked(archive: Path) -> Path:
-    """The folder a verified ``.tar.gz`` from :func:`ensure_bundle` unpacks to, once: into a
-    temporary folder renamed when complete, so an interrupted unpack is redone.
-    """
-    target = archive.with_name(archive.name.removesuffix(".tar.gz"))
-    if target.is_dir():
-        return target
-    partial = target.with_name(target.name + ".part")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(partial, filter="data")
-    try:
-        partial.rename(target)
-    except OSError:  # another process finished first
-        shutil.rmtree(partial, ignore_errors=True)
-    return target
 
 
 def ensure_all(

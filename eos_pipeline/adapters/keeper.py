@@ -1,25 +1,11 @@
-"""The keeper state store: sink positions in ZooKeeper (or ClickHouse Keeper) through kazoo, fenced
-by epochs; the lease rules are pure, in :mod:`eos_pipeline.core.keeper`.
+"""The keeper state store: sink positions in ZooKeeper (or ClickHouse Keeper) through kazoo,
+fenced by epochs; the lease rules are pure, in :mod:`eos_pipeline.core.keeper`.
 
-Layout: one persistent znode per (pipeline, sink, topic, partition),
-``<root>/<pipeline>/<sink>/<topic>/<partition>`` (root ``/eos_pipeline``; a chroot in the hosts
-string is created when missing). A replay in flight is journaled at
-``<root>/<pipeline>/@replay/<sink>/<topic>/<partition>`` (:class:`ReplayJournal`; ``RUNNING``:
-rows may be deleted and not yet re-inserted).
-
-Fencing: epoch and state share one znode, so one ``set(path, data, version=v)`` checks and moves
-both. :meth:`KeeperStateStore.acquire` bumps the epoch by CAS; every write is a CAS on the
-lease's last version, so after a newer acquire a zombie's write gets ``BadVersion``, and the
-re-read raises :class:`FencedError`. Lost answers (connection loss, expiry, timeout, a retried
-write that had landed) are settled by re-reading: our content under our epoch and lease id ->
-landed; the version we sent -> resend; a newer epoch -> :class:`FencedError`; else
-:class:`ConflictError`, nothing overwritten.
-
-Sessions: znodes are persistent and leases are epochs, so an expired session loses nothing.
-Reads retry across connection loss; every call is bounded by ``operation_timeout_s``
-(:class:`KeeperUnavailableError`). A store is for one thread at a time; readers that come back
-every few seconds share one store per process (:func:`shared_store`; rebuilt after close, fork
-or a keeper error).
+One persistent znode per ``<root>/<pipeline>/<sink>/<topic>/<partition>`` holds epoch and state,
+so one ``set(path, data, version=v)`` checks and moves both: after a newer acquire, a zombie's
+write fails its compare-and-set. A lost answer (connection loss, expiry, a retried write that had
+landed) is settled by re-reading (:func:`~eos_pipeline.core.keeper.write_outcome`), never by
+overwriting. Znodes outlive sessions, so an expired session loses nothing.
 """
 
 from __future__ import annotations
@@ -98,10 +84,6 @@ class StateStore(Protocol):
         self, pipeline: str, sink: str, topic: str, cluster: str | None = None
     ) -> dict[int, VersionedRecord]: ...
 
-    def list_partitions(
-        self, pipeline: str, sink: str, topic: str, cluster: str | None = None
-    ) -> list[int]: ...
-
     def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease: ...
 
     def write(
@@ -119,10 +101,9 @@ class StateStore(Protocol):
 
 @dataclass(frozen=True)
 class KeeperSettings:
-    """How to reach the keeper; ``hosts`` may end in a chroot (``h1:2181,h2:2181/chroot``).
-    ``auth=(user, password)`` logs in with digest auth and gives every znode created a digest ACL
-    for that user (plus read for anyone if ``world_readable``); the password is never shown.
-    """
+    """How to reach the keeper; ``hosts`` may end in a chroot (``h1:2181,h2:2181/chroot``, created
+    when missing). ``auth`` logs in with digest auth and gives every znode it creates a digest ACL
+    (plus read for anyone if ``world_readable``); the password is never shown."""
 
     hosts: str
     root: str = DEFAULT_ROOT
@@ -180,9 +161,8 @@ _OUTCOME_UNKNOWN = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
 
 
 class KeeperStateStore:
-    """The :class:`StateStore` on ZooKeeper (or ClickHouse Keeper) through kazoo; a context manager.
-    ``client_factory`` builds the kazoo client (tests pass one that injects faults).
-    """
+    """The :class:`StateStore` on kazoo, for one thread at a time; ``client_factory`` builds the
+    kazoo client (tests pass one that injects faults)."""
 
     def __init__(
         self,
@@ -211,8 +191,6 @@ class KeeperStateStore:
             deadline=settings.operation_timeout_s,
             ignore_expire=True,
         )
-
-    # ------------------------------------------------------------------------------ lifecycle
 
     @property
     def client(self) -> KazooClient:
@@ -287,8 +265,6 @@ class KeeperStateStore:
         else:
             log.info("keeper connected to %s", self.settings.hosts)
 
-    # ------------------------------------------------------------------------------ plumbing
-
     def path(self, key: KeeperKey) -> str:
         return key.path(self.settings.root)
 
@@ -333,9 +309,7 @@ class KeeperStateStore:
         self, path: str, intended: KeeperRecord, expected_version: int | None
     ) -> tuple[VersionedRecord | None, VersionedRecord | None]:
         """CAS ``intended`` at ``path`` (create when ``expected_version`` is None): ``(stored,
-        None)`` when stored (a lost-response write found on re-read too), ``(None, current)`` when
-        someone else changed the znode first.
-        """
+        None)`` when it landed, ``(None, current)`` when someone else changed the znode first."""
         data = intended.encode()
         attempts = self.settings.max_write_attempts
         for attempt in range(1, attempts + 1):
@@ -368,8 +342,6 @@ class KeeperStateStore:
             f"cannot write {path}: no definite answer from ZooKeeper at {self.settings.hosts} "
             f"after {attempts} attempts; the stored state is still consistent, retry later"
         )
-
-    # ------------------------------------------------------------------------------ API
 
     def read(self, key: KeeperKey) -> VersionedRecord | None:
         """The stored record and its znode version, or None when the partition was never taken."""
@@ -414,10 +386,9 @@ class KeeperStateStore:
         }
 
     def acquire(self, key: KeeperKey, *, writer: str | None = None) -> Lease:
-        """Take the partition: bump its epoch by CAS, fencing every earlier lease. The newest
-        acquirer wins: bumped first by another, this one bumps again, giving up
-        (:class:`ConflictError`) only after ``operation_timeout_s`` of contention (a scheduling
-        bug). The stored state is kept, as ``lease.record``.
+        """Take the partition: bump its epoch by CAS, fencing every earlier lease (the stored
+        state is kept, as ``lease.record``). The newest acquirer wins; only
+        ``operation_timeout_s`` of contention (a scheduling bug) gives up: :class:`ConflictError`.
         """
         writer = writer or default_writer_id()
         lease_id = new_lease_id()
@@ -496,22 +467,18 @@ def _take(settings: KeeperSettings) -> KeeperStateStore:
         return store
 
 
-def _drop(settings: KeeperSettings, store: KeeperStateStore) -> None:
-    key = (os.getpid(), settings)
-    with _LOCK:
-        if _STORES.get(key) is store:
-            del _STORES[key]
-    store.close()
-
-
 @contextmanager
 def shared_store(settings: KeeperSettings) -> Iterator[KeeperStateStore]:
-    """The process's started store for ``settings``, left open for the next reader."""
+    """The process's started store for ``settings``, left open for readers that come back every
+    few seconds (rebuilt after a close, a fork or a keeper error)."""
     store = _take(settings)
     try:
         yield store
     except KeeperError:
-        _drop(settings, store)
+        with _LOCK:
+            if _STORES.get((os.getpid(), settings)) is store:
+                del _STORES[(os.getpid(), settings)]
+        store.close()
         raise
 
 
@@ -525,7 +492,8 @@ def close_shared_stores() -> None:
 
 
 class ReplayJournal:
-    """Read and move the replay journal of one pipeline's sink."""
+    """The journal of a sink's replays in flight, ``<root>/<pipeline>/@replay/<sink>/<topic>/<p>``
+    (``RUNNING``: rows may be deleted and not yet re-inserted)."""
 
     def __init__(self, store: KeeperStateStore, pipeline: str, sink: str) -> None:
         self.store = store

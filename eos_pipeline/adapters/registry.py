@@ -29,17 +29,6 @@ from eos_pipeline.core.decode import (
 from eos_pipeline.core.evolution import writer_columns
 from eos_pipeline.core.schema import Column, RegistrySettings, SchemaError, Secret, TableSchema
 
-__all__ = [
-    "RegistryAccessError",
-    "RegistrySchemas",
-    "RegistryUnavailableError",
-    "SubjectSchema",
-    "client_config",
-    "decode_values",
-    "schemas_for",
-    "subject_schema",
-]
-
 #: The registry's error codes for "no schema with this id": 40403 (Confluent's API, Apicurio's
 #: too) and 40400 (confluent-kafka's ``mock://`` registry).
 SCHEMA_NOT_FOUND = frozenset({40403, 40400})

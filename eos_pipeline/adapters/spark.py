@@ -1,13 +1,15 @@
-"""Spark: the session configuration, exact offset-range reads of Kafka, JSON decoding.
+"""Spark: the session configuration, the fencing jar, exact offset-range reads of Kafka and their
+decoding by the core's contract.
 
-The session carries the Hudi Spark bundle and Spark's Kafka connector as local jars fetched and
-verified by :mod:`eos_pipeline.adapters.jvm_artifacts` (``spark.jars``, never Ivy resolution at
-start-up, so a session starts the same way offline and never picks up a different jar version).
+Jars are local files fetched and verified by :mod:`eos_pipeline.adapters.jvm_artifacts`
+(``spark.jars``, never Ivy at start-up: a session starts the same way offline). Kafka is read in
+batch mode with explicit per-partition start and end offsets: a retry asks for the very same
+positions and, a committed range of a log never changing, gets the very same records.
 
-Kafka is read in batch mode with explicit per-partition start and end offsets: a retry of a run
-asks for the very same positions and, because a committed range of a Kafka log never changes,
-gets the very same records. Each Kafka partition becomes one Spark partition, so the tasks of a
-read are the per-partition participants of the transaction that the Hudi commit then closes.
+Spark's JSON reader is lenient where the contract is strict (numbers read as text, ``"12"`` as
+an integer, no range checks), so each task runs the core decoder (:mod:`core.decode`) on its
+Arrow batches instead (``mapInArrow``): both sinks judge alike. The executors' Python must
+import ``eos_pipeline``.
 """
 
 from __future__ import annotations
@@ -22,26 +24,24 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_type
 
 from eos_pipeline.adapters.jvm_artifacts import ArtifactError
 from eos_pipeline.adapters.kafka import RANGE_FETCH_WAIT_MS
-from eos_pipeline.adapters.spark_decode import (
-    ERROR_CLASS_COLUMN,
-    ERROR_COLUMN,
-    SOURCE_COLUMNS,
-    TIMESTAMP_COLUMN,
-    decode_json,
-    spark_schema,
-    spark_type,
-    split_tagged,
-    tag_json,
-)
+from eos_pipeline.adapters.registry import decode_values
+from eos_pipeline.core import decode as core_decode
+from eos_pipeline.core.contract import ErrorClass, compile_contract, oversized, unwrap
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import SchemaError, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,8 @@ KAFKA_COLUMNS = tuple(KAFKA_SCHEMA.fieldNames())
 
 # Kafka client settings that would break exactness if a caller could change them.
 _FORCED_CLIENT_OPTIONS = {"isolation.level": "read_committed"}
-# Defaults a caller may override. The broker holds a fetch up to fetch.max.wait.ms (500 ms by
-# default) when it has too little to return, and each task's consumer of a bounded range paid
-# that once: about 0.5 s per Kafka partition read, most of a small read (measured on the Connect
-# server: 4 x 250 records counted in 1.3-1.7 s, in 0.66-0.89 s with 5 ms). The ranges are known
-# to be in the log, so an early empty answer only costs one more fetch.
+# Defaults a caller may override: librdkafka's 500 ms fetch wait was paid once per partition
+# read, most of a small read; the ranges are in the log, so an early answer costs nothing.
 _DEFAULT_CLIENT_OPTIONS = {"fetch.max.wait.ms": str(RANGE_FETCH_WAIT_MS)}
 
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
@@ -83,11 +80,8 @@ class SparkKafkaError(RuntimeError):
 
 
 def default_jars() -> list[str]:
-    """Local paths of the Hudi bundle, the Kafka connector and the fencing strategy.
-
-    The bundles are fetched on first use; the fencing jar is built by ``eos-pipeline fetch``
-    and its absence refuses the run (:func:`fencing_jar`).
-    """
+    """Local paths of the Hudi bundle, the Kafka connector (fetched on first use) and the fencing
+    strategy (built by ``eos-pipeline fetch``)."""
     from eos_pipeline.adapters.jvm_artifacts import ensure_bundle
 
     jars = [p for name in ("hudi", "spark-kafka") for p in ensure_bundle(name)]
@@ -95,19 +89,15 @@ def default_jars() -> list[str]:
     return [str(p) for p in jars] + [str(fencing_jar(h)) for h in hudi[:1]]
 
 
-#: Hudi conflict-resolution strategy (run under Hudi's commit lock with optimistic concurrency
-#: control) that refuses a commit when a checkpoint-carrying commit completed after the one the
-#: write started from, named by :data:`FENCING_EXPECTED_OPTION` (its completion time, "" for a
-#: new table). Hudi's own strategies compare touched files only: two writers that both create
-#: new file groups (a new table, or inserts that fit no small file) never conflict there.
+#: Hudi conflict-resolution strategy refusing a commit when a checkpoint-carrying commit completed
+#: after the one named by :data:`FENCING_EXPECTED_OPTION` ("" for a new table): Hudi's own compare
+#: touched files only, and two writers that both create new file groups never conflict there.
 FENCING_STRATEGY_CLASS = "eos.hudi.CheckpointFencingStrategy"
 FENCING_EXPECTED_OPTION = "hoodie.eos.fencing.expected.completion"
 FENCING_JAR_STEM = "eos-hudi-fencing"
-#: Spark plugin in the same jar: initializes Hudi's metadata payload class on the driver and
-#: every executor before any Hudi work (issue 17, see HudiClassInit.java).
+#: Spark plugin in the same jar: Hudi's payload class initialized before any Hudi work (issue 17).
 HUDI_CLASS_INIT_PLUGIN = "eos.hudi.HudiClassInit"
-#: Its Java source, shipped with the package and compiled by ``eos-pipeline fetch``
-#: (:func:`build_fencing_jar`).
+#: Its Java sources, shipped with the package and compiled by :func:`build_fencing_jar`.
 FENCING_SOURCE = Path(__file__).parent / "java" / "CheckpointFencingStrategy.java"
 
 
@@ -134,11 +124,8 @@ def _fencing_target(hudi_jar: Path, cache_dir: Path | None) -> tuple[Path, list[
 
 
 def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
-    """The fencing strategy built for ``hudi_jar`` by ``eos-pipeline fetch``.
-
-    Without it two writers racing on one table could both commit, so its absence refuses the
-    run instead of degrading it.
-    """
+    """The fencing strategy built for ``hudi_jar``; missing, the run is refused (without it two
+    writers racing on one table could both commit)."""
     target, _ = _fencing_target(hudi_jar, cache_dir)
     if not target.exists():
         raise FencingJarError(
@@ -149,11 +136,8 @@ def fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
 
 
 def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
-    """Compile the fencing strategy against ``hudi_jar`` (cached by source digest).
-
-    Compiled rather than fetched: it is project code, a few dozen lines, and must match the
-    Hudi bundle in use.
-    """
+    """Compile the fencing strategy against ``hudi_jar`` (cached by source digest): project code
+    that must match the Hudi bundle in use."""
     target, sources = _fencing_target(hudi_jar, cache_dir)
     if target.exists():
         return target
@@ -168,12 +152,6 @@ def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
     spark_jars = Path(pyspark.__file__).parent / "jars" / "*"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        staged_sources = []
-        for original in sources:
-            source = Path(tmp, "src", "eos", "hudi", original.name)
-            source.parent.mkdir(parents=True, exist_ok=True)
-            source.write_text(original.read_text())
-            staged_sources.append(str(source))
         classes = Path(tmp, "classes")
         done = subprocess.run(
             [
@@ -185,7 +163,7 @@ def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
                 f"{hudi_jar}{os.pathsep}{spark_jars}",
                 "-d",
                 str(classes),
-                *staged_sources,
+                *map(str, sources),
             ],
             capture_output=True,
             text=True,
@@ -222,19 +200,15 @@ def spark_conf(
     quick_start: bool = False,
     cds: bool = True,
 ) -> dict[str, str]:
-    """Configuration for the session behind the Dagster ``PySparkResource``.
+    """Configuration for the session behind the Dagster ``PySparkResource``; ``extra`` wins.
 
-    For a ``local[N]`` master the shuffle width is N (Spark's default of 200 tasks per shuffle
-    costs seconds on small incremental batches), the UI is off and the driver binds to loopback.
-    ``quick_start`` keeps the JVM on its fast-starting JIT tier with the serial collector: it
-    halves the first Hudi write of a short-lived session (tests, one-off local runs) and spends
-    less CPU on compiling and collecting, but costs throughput on large batches. ``cds`` maps
-    Spark's class-data archive into the driver when ``eos-pipeline fetch`` built one
-    (:mod:`eos_pipeline.adapters.spark_cds`: a start with 40 % less JVM CPU).
-    Everything in ``extra`` wins over the defaults here.
+    ``local[N]``: shuffles N wide (200 tasks cost seconds on small batches), no UI, loopback.
+    ``quick_start``: the fast-starting JIT tier and serial GC, half the first Hudi write of a
+    short-lived session, less throughput on large batches. ``cds``: Spark's class-data archive
+    (:mod:`eos_pipeline.adapters.spark_cds`) when one was built.
     """
-    # PySpark takes the Python of its workers from the environment, not from the conf, when it
-    # builds a session in this process; the tasks decode with eos_pipeline, so it must be ours.
+    # Tasks decode with eos_pipeline: their Python must be ours, and an in-process session
+    # takes it from the environment, not from the conf.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Hudi sizes objects with JOL, which warns loudly when it cannot attach to its own JVM.
     java_options = ["-Djdk.attach.allowAttachSelf=true", "-Djol.skipHotspotSAAttach=true"]
@@ -249,8 +223,6 @@ def spark_conf(
         "spark.app.name": "eos_pipeline",
         "spark.jars": ",".join(str(j) for j in (default_jars() if jars is None else jars)),
         "spark.sql.session.timeZone": "UTC",
-        # Tasks decode with the core's contract in Python workers (adapters.spark_decode):
-        # they must run this interpreter, which imports eos_pipeline.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.driver.extraJavaOptions": " ".join(java_options),
@@ -288,14 +260,11 @@ def kafka_source_options(
     ranges: Mapping[TopicPartition, OffsetRange],
     source_options: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Options for ``spark.read.format("kafka")`` reading exactly ``ranges`` (none empty).
+    """Options for ``spark.read.format("kafka")`` reading exactly ``ranges`` (none empty);
+    ``client_options`` are Java Kafka client properties, ``kafka.``-prefixed here.
 
-    ``client_options`` are Java Kafka client properties (``security.protocol``,
-    ``sasl.jaas.config``...); the ``kafka.`` prefix Spark wants is added here.
-    ``failOnDataLoss`` stays true: an offset that is no longer in the log (retention, topic
-    recreated), or not in it yet (beyond the end, or inside a still-open transaction), fails the
-    read instead of being skipped silently. Gaps that belong to the log itself (transaction
-    markers, aborted records under read_committed) are not data loss to Spark and read fine.
+    ``failOnDataLoss`` stays true: an offset no longer (or not yet) in the log fails the read
+    instead of being skipped; markers and aborted records are the log's own gaps and read fine.
     """
     if not ranges:
         raise SparkKafkaError("no offset range to read")
@@ -343,14 +312,9 @@ def read_kafka_ranges(
     *,
     source_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """The committed records of exactly ``ranges`` (half-open), columns of :data:`KAFKA_SCHEMA`.
-
-    Lazy, like any DataFrame: every action reads Kafka again, and gets the same records because
-    the ranges are fixed. Empty ranges are left out (they hold no record but still count as
-    read: the caller advances its checkpoint over them). A range ending beyond what the
-    partition holds fails the read (Spark reports it as possible data loss) rather than
-    returning fewer records, which would let a checkpoint jump over unread offsets; take range
-    ends from Kafka's committed end offsets.
+    """The committed records of exactly ``ranges`` (half-open), columns of :data:`KAFKA_SCHEMA`;
+    every action reads the same records again. A range ending past the partition's committed
+    end fails the read rather than return fewer records a checkpoint would jump over.
     """
     wanted = {tp: r for tp, r in ranges.items() if not r.is_empty}
     if not wanted:
@@ -365,11 +329,8 @@ _JAVA_CAUSE = re.compile(r"^\s*Caused by: ([\w.$]+: .+)$", re.MULTILINE)
 
 
 def spark_failure(exc: BaseException) -> str:
-    """One line naming why a Spark job failed: the stage failure and its innermost cause.
-
-    The cause is the last exception of a Python worker's traceback if there is one (a UDF or
-    injected fault), else the root ``Caused by:`` of the Java trace (a Kafka or Hudi error).
-    """
+    """One line naming why a Spark job failed: the stage failure and its innermost cause (a
+    Python worker's last exception, else the Java trace's root ``Caused by:``)."""
     text = str(exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     stage = next((line for line in lines if "Job aborted due to stage failure" in line), "")
@@ -380,26 +341,211 @@ def spark_failure(exc: BaseException) -> str:
     return f"{stage}: {cause}" if stage and stage not in cause else cause
 
 
-__all__ = [
-    "ERROR_CLASS_COLUMN",
-    "ERROR_COLUMN",
-    "HUDI_SPARK_CONF",
-    "KAFKA_COLUMNS",
-    "KAFKA_SCHEMA",
-    "SOURCE_COLUMNS",
-    "TIMESTAMP_COLUMN",
-    "FencingJarError",
-    "SparkKafkaError",
-    "build_fencing_jar",
-    "decode_json",
-    "default_jars",
-    "fencing_jar",
-    "kafka_source_options",
-    "read_kafka_ranges",
-    "spark_conf",
-    "spark_failure",
-    "spark_schema",
-    "spark_type",
-    "split_tagged",
-    "tag_json",
-]
+# ------------------------------------------------------------------ decoding by the contract
+
+#: Source coordinates as carried into sink tables; ``(_topic, _partition, _offset)`` is the
+#: default Hudi record key.
+SOURCE_COLUMNS = {"topic": "_topic", "partition": "_partition", "offset": "_offset"}
+TIMESTAMP_COLUMN = "_kafka_timestamp"
+#: Bad rows only: the contract's error class and message.
+ERROR_COLUMN = "error"
+ERROR_CLASS_COLUMN = "error_class"
+PARSED_COLUMN = "_eos_parsed"
+
+_SCALARS: dict[str, T.DataType] = {
+    "Bool": T.BooleanType(),
+    "Int8": T.ByteType(),
+    "Int16": T.ShortType(),
+    "Int32": T.IntegerType(),
+    "Int64": T.LongType(),
+    "UInt8": T.ShortType(),
+    "UInt16": T.IntegerType(),
+    "UInt32": T.LongType(),
+    "UInt64": T.DecimalType(20, 0),
+    "Float32": T.FloatType(),
+    "Float64": T.DoubleType(),
+    "String": T.StringType(),
+    "UUID": T.StringType(),
+    "IPv4": T.StringType(),
+    "IPv6": T.StringType(),
+    "Date": T.DateType(),
+    "Date32": T.DateType(),
+}
+
+
+def spark_type(ch_type: str) -> T.DataType:
+    """The Spark type that holds the contract's values for a canonical ClickHouse type
+    (``UInt64``: ``decimal(20,0)``, Spark having no unsigned longs)."""
+    base, _ = unwrap(ch_type)
+    if base in _SCALARS:
+        return _SCALARS[base]
+    name, _, rest = base.partition("(")
+    args = [a.strip() for a in rest[:-1].split(",")] if rest else []
+    if name == "FixedString":
+        return T.StringType()
+    if name in ("DateTime", "DateTime64"):
+        return T.TimestampType()
+    if name == "Decimal":
+        return T.DecimalType(int(args[0]), int(args[1]))
+    if name in ("Array", "Map"):
+        inner = rest[:-1]
+        if name == "Array":
+            return T.ArrayType(spark_type(inner), True)
+        depth = 0
+        for i, ch in enumerate(inner):  # split at the top-level comma
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if ch == "," and depth == 0:
+                return T.MapType(
+                    spark_type(inner[:i].strip()), spark_type(inner[i + 1 :].strip()), True
+                )
+    raise SchemaError(f"ClickHouse type {ch_type} has no Spark counterpart in the contract")
+
+
+def spark_schema(schema: TableSchema) -> T.StructType:
+    """Payload fields of ``schema`` as Spark types (validated by the contract first)."""
+    contract = compile_contract(schema)
+    return T.StructType(
+        [
+            T.StructField(col.name, spark_type(col.ch_type), not rule.required)
+            for col, rule in zip(schema.columns, contract.fields, strict=True)
+        ]
+    )
+
+
+def _python_for_arrow(ch_type: str) -> Callable[[Any], Any] | None:
+    """How a canonical value becomes what ``pa.array`` takes for its Spark type (None: as is)."""
+    base, _ = unwrap(ch_type)
+    if base == "UInt64":
+        return Decimal
+    name = base.partition("(")[0]
+    if name == "Array":
+        inner = _python_for_arrow(base[len("Array(") : -1])
+        if inner is None:
+            return None
+        return lambda items: [None if v is None else inner(v) for v in items]
+    if name == "Map":
+        inner_type = base[len("Map(") : -1].split(",", 1)[1].strip()
+        inner = _python_for_arrow(inner_type)
+        if inner is None:
+            return lambda mapping: list(mapping.items())
+        return lambda mapping: [(k, None if v is None else inner(v)) for k, v in mapping.items()]
+    return None
+
+
+def _payload_arrays(
+    schema: TableSchema, target: pa.StructType, values: list[bytes | None], count: int
+) -> tuple[list[pa.Array], dict[int, tuple[str, str]]]:
+    """Payload arrays for ``count`` rows and the bad rows ``{position: (class, message)}``."""
+    fast = core_decode.decode_json_arrow(values, schema) if values else None
+    if fast is not None:
+        try:
+            arrays = [
+                fast.column(i).combine_chunks().cast(target.field(i).type)
+                for i in range(target.num_fields)
+            ]
+            return arrays, {}
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # a cast Arrow cannot vouch for: take the reference path
+    decoded = decode_values(values, schema)  # JSON, or framed via the registry (per worker)
+    bad = {b.index: (str(b.error_class), b.message) for b in decoded.bad}
+    arrays = []
+    for i, col in enumerate(schema.columns):
+        to_python = _python_for_arrow(col.ch_type)
+        column = iter(decoded.columns[col.name])
+        full: list[Any] = []
+        for position in range(count):
+            if position in bad:
+                full.append(None)
+                continue
+            value = next(column)
+            full.append(value if to_python is None or value is None else to_python(value))
+        arrays.append(pa.array(full, type=target.field(i).type))
+    return arrays, bad
+
+
+def _decode_batch(
+    batch: pa.RecordBatch,
+    schema: TableSchema,
+    target: pa.StructType,
+    max_record_bytes: int | None,
+) -> pa.RecordBatch:
+    count = batch.num_rows
+    keys: list[bytes | None] = batch.column("key").to_pylist()
+    values: list[bytes | None] = batch.column("value").to_pylist()
+    errors: dict[int, tuple[str, str]] = {}
+    if max_record_bytes is not None:
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            message = oversized(key, value, max_record_bytes)
+            if message is not None:
+                errors[i] = (str(ErrorClass.OVERSIZED), message)
+    kept = [i for i in range(count) if i not in errors]
+    arrays, bad = _payload_arrays(schema, target, [values[i] for i in kept], len(kept))
+    for position, verdict in bad.items():
+        errors[kept[position]] = verdict
+    if len(kept) != count:  # spread the kept rows back over the whole batch
+        where = {row: n for n, row in enumerate(kept)}
+        take = pa.array([where.get(i) for i in range(count)], pa.int64())
+        arrays = [array.take(take) for array in arrays]
+    is_bad = [i in errors for i in range(count)]
+    payload = pa.StructArray.from_arrays(arrays, fields=list(target))
+    columns = [
+        batch.column("topic"),
+        batch.column("partition"),
+        batch.column("offset"),
+        batch.column("timestamp"),
+        pa.array([k if b else None for k, b in zip(keys, is_bad, strict=True)], pa.binary()),
+        pa.array([v if b else None for v, b in zip(values, is_bad, strict=True)], pa.binary()),
+        pa.array([errors[i][0] if i in errors else None for i in range(count)], pa.string()),
+        pa.array([errors[i][1] if i in errors else None for i in range(count)], pa.string()),
+        payload,
+    ]
+    names = [*KAFKA_COLUMNS, ERROR_CLASS_COLUMN, ERROR_COLUMN, PARSED_COLUMN]
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def tag_json(
+    df: DataFrame, schema: TableSchema, *, max_record_bytes: int | None = None
+) -> DataFrame:
+    """Every Kafka row of ``df`` judged by the contract in one pass: the Kafka columns (``key``
+    and ``value`` of bad rows only), ``error_class``/``error`` and the payload as a struct. Persist
+    it and split it with :func:`split_tagged` to decode each record once.
+    """
+    # Nullable: bad rows carry no payload (the contract sees to good rows' required fields).
+    payload = T.StructType([T.StructField(f.name, f.dataType, True) for f in spark_schema(schema)])
+    reserved = {*SOURCE_COLUMNS.values(), TIMESTAMP_COLUMN}
+    clash = set(payload.fieldNames()) & reserved
+    if clash:
+        raise SchemaError(f"schema fields {sorted(clash)} clash with reserved column names")
+    out = T.StructType(
+        [
+            T.StructField("topic", T.StringType()),
+            T.StructField("partition", T.IntegerType()),
+            T.StructField("offset", T.LongType()),
+            T.StructField("timestamp", T.TimestampType()),
+            T.StructField("key", T.BinaryType()),
+            T.StructField("value", T.BinaryType()),
+            T.StructField(ERROR_CLASS_COLUMN, T.StringType()),
+            T.StructField(ERROR_COLUMN, T.StringType()),
+            T.StructField(PARSED_COLUMN, payload),
+        ]
+    )
+    target = to_arrow_type(payload)
+
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield _decode_batch(batch, schema, target, max_record_bytes)
+
+    return df.select(*KAFKA_COLUMNS).mapInArrow(decode, out)
+
+
+def split_tagged(tagged: DataFrame, schema: TableSchema) -> tuple[DataFrame, DataFrame]:
+    """Good rows (source columns + payload fields) and bad rows (Kafka columns + error)."""
+    good = tagged.where(F.col(ERROR_CLASS_COLUMN).isNull()).select(
+        *(F.col(src).alias(dst) for src, dst in SOURCE_COLUMNS.items()),
+        F.col("timestamp").alias(TIMESTAMP_COLUMN),
+        *(F.col(PARSED_COLUMN)[c.name].alias(c.name) for c in schema.columns),
+    )
+    bad = tagged.where(F.col(ERROR_CLASS_COLUMN).isNotNull()).select(
+        *KAFKA_COLUMNS, ERROR_CLASS_COLUMN, ERROR_COLUMN
+    )
+    return good, bad

@@ -1,19 +1,10 @@
-"""Class-data sharing for the Spark JVMs this project starts.
+"""Class-data sharing for the Spark JVMs this project starts: most of a short-lived driver's CPU
+goes to loading Spark's classes, which Java 17 can archive once (``-XX:ArchiveClassesAtExit``)
+and map at every start (measured: a session's start and first job 10.9 s -> 5.4-7.3 s).
 
-A Spark driver loads and verifies thousands of Spark's classes before its first job: most of the
-CPU of a short-lived JVM (a Dagster run with an in-process session, the Connect server, the test
-suite's child processes). Java 17 can archive the classes a JVM loaded
-(``-XX:ArchiveClassesAtExit``) and map them at the next start (``-XX:SharedArchiveFile``).
-Measured here (2 cores), a session's start and first job: 10.9 s and 12.5 JVM CPU-seconds
-without the archive, 5.4-7.3 s and 6.7-8.0 with it (quick start); 13.6 s and 23.6 against
-7.4 s and 12.8 on the default JIT and collector. The Connect server is ready in 12.3 s instead of
-17.2 s (21.3 -> 12.7 CPU-seconds).
-
-``eos-pipeline fetch`` builds the archive once per Spark version, next to the cached jars, with a
-short training session. Only classes of the JVM's own class path are archived (Spark's ``jars/``
-folder); the Hudi and Kafka bundles, added through ``spark.jars``, load as before. A JVM whose
-class path or JDK differs from the archive's runs without it (the JVM checks that itself, and
-the options below keep its notice out of the logs), so a stale archive costs nothing but the gain.
+``eos-pipeline fetch`` builds the archive once per Spark version with a short training session.
+Only Spark's own ``jars/`` are archived; a JVM whose class path or JDK differs runs without it
+(the JVM checks; :data:`QUIET` keeps its notice out of the logs).
 """
 
 from __future__ import annotations
@@ -28,9 +19,8 @@ from pathlib import Path
 #: The JVM options that map the archive, without a word when it does not match.
 QUIET = ("-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
-#: The training session: the SQL, Arrow and Parquet paths every sink run takes. It needs none
-#: of the cached bundles (their classes are not archived), so it runs while they download;
-#: Hudi's settings that name its classes are left out with them.
+#: The training session: the SQL, Arrow and Parquet paths of every sink run, without the bundles
+#: (not archived; it runs while they download), so without Hudi's settings either.
 _TRAINING = """
 import sys, tempfile
 from eos_pipeline.adapters.spark import spark_conf

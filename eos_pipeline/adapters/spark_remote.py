@@ -1,28 +1,10 @@
 """A run's Spark as a thin client of a Spark Connect server, with errors that say what to do.
 
-A Connect client holds no JVM: the server keeps Spark (and its jars) warm, the run sends plans
-over gRPC. What can go wrong before any work is done is checked once, at connect time, and
-reported in words a user can act on:
-
-* nothing answers at the URL: the message names the URL and the command that starts the
-  stack's server (PySpark's own client would retry for minutes before saying anything);
-* the server lacks a jar the product needs (the Hudi bundle, Spark's Kafka connector): named;
-* the client's PySpark and the server's Spark differ in major.minor: both versions named
-  (Connect's protocol is only promised within one feature release).
-
-Once connected, a server that stops answering (killed, restarted, a network cut) is retried by
-PySpark's client, whose default policy waits about ten minutes before it gives up. A run should
-fail long before that, with the same clear error: :func:`retry_policy` bounds the waits to
-``EOS_SPARK_CONNECT_RETRY_SECONDS`` (default 60 s, time enough for the stack's server to be
-restarted), after which the gRPC error is turned into :class:`SparkServerUnreachable` by
-:func:`classify`.
-
-Connect mode is process-wide in PySpark 3.5: ``SparkSession.builder.remote()`` sets an
-environment variable that every ``pyspark.sql.functions`` call reads, and refuses to start
-next to an in-process (classic) session. One process is either a thin client or holds a local
-JVM, never both; :func:`connect` says so instead of failing obscurely.
-
-The message builders are pure (no I/O), so they are unit-tested without a server.
+What can fail before any work (nothing answers, a required jar missing on the server, another
+Spark feature release) is checked once at connect time and named, where PySpark's own client
+would retry for minutes in silence. A server lost later is retried for a bounded time
+(:func:`retry_policy`), then named by :func:`classify`. Connect mode is process-wide in PySpark
+3.5, so a process is a thin client or holds a local JVM, never both (:class:`SparkModeConflict`).
 """
 
 from __future__ import annotations
@@ -89,15 +71,9 @@ class SparkModeConflict(SparkConnectError):
     """A classic and a Connect session were asked for in one process."""
 
 
-# ------------------------------------------------------------------------------- pure parts
-
-
 def with_token(url: str, token: str | None) -> str:
     """``url`` with ``;token=...`` appended (Connect's syntax); a token in ``url`` wins."""
-    if not token or _TOKEN.search(url):
-        return url
-    base = url if "/;" in url else url.rstrip("/") + "/"
-    return f"{base};token={token}"
+    return url if not token or _TOKEN.search(url) else _with_param(url, f"token={token}")
 
 
 #: Namespace of :func:`stable_session_id` (a fixed random UUID: ids differ from other tools').
@@ -107,22 +83,20 @@ _SESSION_NAMESPACE = uuid.UUID("6f1f6a3e-93a4-4c55-a3f1-0d9e1c2b7a41")
 def stable_session_id(key: str) -> str:
     """The same Connect session id for the same ``key`` (say, a Hudi table's path), every run.
 
-    A Spark Connect 3.5 server starts a Python worker daemon per session (its workers are keyed
-    by the session's artifacts) and keeps it until the server stops: a run that opens a new
-    session pays that start (1-3.5 s measured on 2 busy cores, before the decoder's first
-    batch) and leaves one more idle daemon behind. Runs that give the same key share the
-    server's session, so they reuse its Python workers and the daemons stay one per key. Give
-    runs with different runtime settings different keys: a session's settings are shared.
+    A Connect 3.5 server keeps a Python worker daemon per session until it stops: a new session
+    per run pays its start (1-3.5 s) and leaves one more idle daemon. Runs with different runtime
+    settings need different keys: a session's settings are shared.
     """
     return str(uuid.uuid5(_SESSION_NAMESPACE, key))
 
 
 def with_session_id(url: str, session_id: str | None) -> str:
     """``url`` with ``;session_id=...`` appended (Connect's syntax); None leaves it as is."""
-    if not session_id:
-        return url
-    base = url if "/;" in url else url.rstrip("/") + "/"
-    return f"{base};session_id={session_id}"
+    return _with_param(url, f"session_id={session_id}") if session_id else url
+
+
+def _with_param(url: str, param: str) -> str:
+    return f"{url if '/;' in url else url.rstrip('/') + '/'};{param}"
 
 
 def redact(url: str) -> str:
@@ -190,10 +164,7 @@ def retry_waits_ms(max_retries: int) -> list[float]:
 
 
 def retry_policy(seconds: float) -> dict[str, float]:
-    """Settings for PySpark's Connect retries whose waits add up to at most ``seconds``.
-
-    As many retries as fit (0 for a budget under 50 ms: fail at the first error).
-    """
+    """PySpark's Connect retries, as many as fit in ``seconds`` of waits (0: fail at once)."""
     budget_ms = max(0.0, seconds) * 1000
     retries = 0
     while sum(retry_waits_ms(retries + 1)) <= budget_ms:
@@ -223,15 +194,11 @@ def retry_seconds(environ: Mapping[str, str] | None = None) -> float:
 
 
 def classify(exc: BaseException, url: str) -> SparkConnectError | None:
-    """The clear error behind a Spark failure met over Connect, or None if it is none of ours.
-
-    Covers what can also happen after connecting: the server went away (gRPC UNAVAILABLE) and a
-    data source whose jar the server lacks (``DATA_SOURCE_NOT_FOUND``).
-    """
+    """The clear error behind a Spark failure over Connect (the server went away, a data source
+    whose jar it lacks), or None if it is none of ours."""
     text = str(exc)
     if any(marker in text for marker in _UNAVAILABLE):
-        # gRPC's own text starts with "<_InactiveRpcError of RPC that terminated with:"; its
-        # details line says what happened.
+        # gRPC's details line says what happened
         details = _GRPC_DETAILS.search(text)
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return SparkServerUnreachable(
@@ -243,9 +210,6 @@ def classify(exc: BaseException, url: str) -> SparkConnectError | None:
             missing_jar_message(url, [_SOURCE_JARS[found.group(1).lower()]])
         )
     return None
-
-
-# ------------------------------------------------------------------------------- I/O
 
 
 def _probe(host: str, port: int, timeout: float) -> str | None:
@@ -287,12 +251,8 @@ def connect(
 ) -> SparkSession:
     """A Spark Connect session on ``url``, checked: reachable, same release, required jars.
 
-    ``session_id`` joins that server session (see :func:`stable_session_id`); None: a new one.
-
-    A server that stops answering later is retried for ``retry_for`` seconds (default:
-    :func:`retry_seconds`), then the call fails (:func:`classify` names it). Puts this process
-    in Connect mode (see the module docstring); refuses if it already holds an in-process Spark
-    session.
+    ``session_id`` joins that server session (:func:`stable_session_id`); a server lost later is
+    retried for ``retry_for`` seconds (default :func:`retry_seconds`).
     """
     import pyspark
     from pyspark.sql import SparkSession
@@ -346,33 +306,3 @@ def connect_error(spark: object, exc: BaseException) -> SparkConnectError | None
 def in_connect_mode() -> bool:
     """This process was put in Connect mode (it can no longer build an in-process session)."""
     return os.environ.get(_CONNECT_MODE_ENV) == "1"
-
-
-__all__ = [
-    "DEFAULT_RETRY_SECONDS",
-    "REQUIRED_JARS",
-    "RETRY_SECONDS_ENV",
-    "STACK_COMMAND",
-    "SparkConnectError",
-    "SparkModeConflict",
-    "SparkServerMissingJar",
-    "SparkServerUnreachable",
-    "SparkVersionMismatch",
-    "classify",
-    "connect",
-    "connect_error",
-    "host_port",
-    "in_connect_mode",
-    "missing_jar_message",
-    "missing_jars",
-    "redact",
-    "retry_policy",
-    "retry_seconds",
-    "retry_waits_ms",
-    "session_url",
-    "stable_session_id",
-    "unreachable_message",
-    "version_mismatch_message",
-    "with_session_id",
-    "with_token",
-]

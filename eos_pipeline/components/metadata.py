@@ -143,7 +143,7 @@ def clickhouse_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
 
 def hudi_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
     """Table identity, location and columns (as Spark types) of the Hudi asset."""
-    from eos_pipeline.adapters.spark_decode import spark_type
+    from eos_pipeline.adapters.spark import spark_type
 
     hudi = pipeline.hudi
     assert hudi is not None

@@ -4,7 +4,7 @@ Generated records over every column type the contract supports (valid values, va
 wrong JSON type, out of range, missing and null fields, extra and nested fields, odd whitespace,
 broken JSON, invalid UTF-8, tombstones, oversized records) go through the per-record reference
 (``core.decode.decode_json``), the Arrow bulk decoder (``decode_json_arrow``, where its types
-allow) and the Spark decoder of the Hudi sink (``adapters.spark_decode``). Each record must get
+allow) and the Spark decoder of the Hudi sink (``adapters.spark``). Each record must get
 the same verdict from all of them: a row with the same values, or the same error class and
 message.
 
@@ -32,8 +32,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
-from eos_pipeline.adapters.spark import KAFKA_SCHEMA
-from eos_pipeline.adapters.spark_decode import PARSED_COLUMN, tag_json
+from eos_pipeline.adapters.spark import KAFKA_SCHEMA, PARSED_COLUMN, tag_json
 from eos_pipeline.core.contract import compile_contract, oversized, unwrap
 from eos_pipeline.core.decode import decode_json, decode_json_arrow
 from eos_pipeline.core.schema import Column, TableSchema

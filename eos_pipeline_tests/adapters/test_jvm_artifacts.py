@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from eos_dev.stack.registry import unpacked
 from eos_pipeline.adapters import jvm_artifacts as artifacts
 from eos_pipeline.adapters.jvm_artifacts import Artifact, ArtifactError, ensure_bundle, load_lock
 
@@ -98,10 +99,10 @@ def test_an_application_archive_is_verified_then_unpacked_once(
     archive.write_bytes(data)
     _with_lock(monkeypatch, (tmp_path / "repo").as_uri(), art)
     [path] = ensure_bundle("demo", tmp_path / "cache")
-    home = artifacts.unpacked(path)
+    home = unpacked(path)
     assert home == path.parent / "app-1.0-all" and (home / "app-runner.jar").read_bytes() == b"jar"
     (home / "app-runner.jar").write_bytes(b"kept")
-    assert artifacts.unpacked(path) == home  # unpacked once: a finished folder is reused
+    assert unpacked(path) == home  # unpacked once: a finished folder is reused
     assert (home / "app-runner.jar").read_bytes() == b"kept"
 
 

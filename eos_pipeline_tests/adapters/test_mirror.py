@@ -12,11 +12,7 @@ import time
 import pytest
 
 from eos_dev.stack.mirror import MirrorStack
-from eos_pipeline.adapters.failover import (
-    MirrorReadError,
-    find_resume_point,
-    read_offset_syncs,
-)
+from eos_pipeline.adapters.failover import MirrorReadError, read_offset_syncs
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.core.failover import (
     FingerprintNotFound,
@@ -29,6 +25,7 @@ from eos_pipeline.core.failover import (
 )
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import event_id, produce_events, wait_for_records
+from eos_pipeline_tests.support.mirror_reads import find_resume_point
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,6 @@ from eos_pipeline.adapters.spark import (
     FENCING_EXPECTED_OPTION,
     FENCING_STRATEGY_CLASS,
     SparkKafkaError,
-    decode_json,
     kafka_source_options,
     read_kafka_ranges,
     spark_conf,
@@ -52,7 +51,7 @@ from eos_pipeline.core.checkpoint import (
 from eos_pipeline.core.decode import decode_json as core_decode_json
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import Column, TableSchema
-from eos_pipeline_tests.support.spark_rows import with_source_columns
+from eos_pipeline_tests.support.spark_rows import decode_json, with_source_columns
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -1,5 +1,4 @@
-"""The dead letters a test expects, read back from the dead-letter topic (no product path reads
-letters without their markers: the proofs read the whole log, markers included)."""
+"""The dead letters a test expects, as a reader of the topic sees them (markers left out)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eos_pipeline.adapters.spark_decode import SOURCE_COLUMNS, TIMESTAMP_COLUMN
+from eos_pipeline.adapters.spark import SOURCE_COLUMNS, TIMESTAMP_COLUMN, split_tagged, tag_json
+from eos_pipeline.core.schema import TableSchema
 
 
 def with_source_columns(df: Any) -> Any:
@@ -18,3 +19,9 @@ def with_source_columns(df: Any) -> Any:
         "key",
         "value",
     )
+
+
+def decode_json(df: Any, schema: TableSchema, *, max_record_bytes: int | None = None) -> Any:
+    """Kafka rows split into decoded rows and dead-letter rows by the contract, none dropped
+    (the sink tags once and splits a persisted frame: ``tag_json``, ``split_tagged``)."""
+    return split_tagged(tag_json(df, schema, max_record_bytes=max_record_bytes), schema)

@@ -10,6 +10,8 @@ killed registry comes back with every schema it had: records never change verdic
 
 from __future__ import annotations
 
+import shutil
+import tarfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from eos_dev.stack.config import StackConfig, StackError
 from eos_dev.stack.processes import wait_ready
-from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle, unpacked
+from eos_pipeline.adapters.jvm_artifacts import default_cache_dir, ensure_bundle
 
 if TYPE_CHECKING:
     from eos_dev.stack.services import Stack
@@ -48,6 +50,25 @@ def runner_jar(stack: Stack) -> Path:
     if not jars:
         raise StackError(f"no *-runner.jar in {home}: delete that folder and run `stack up` again")
     return jars[0]
+
+
+def unpacked(archive: Path) -> Path:
+    """The folder a verified ``.tar.gz`` from :func:`ensure_bundle` unpacks to, once: into a
+    temporary folder renamed when complete, so an interrupted unpack is redone.
+    """
+    target = archive.with_name(archive.name.removesuffix(".tar.gz"))
+    if target.is_dir():
+        return target
+    partial = target.with_name(target.name + ".part")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(partial, filter="data")
+    try:
+        partial.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
 
 
 def start_registry(stack: Stack, java: str) -> None:
