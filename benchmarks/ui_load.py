@@ -31,8 +31,8 @@ from typing import Any
 #: A code location that builds the benchmark's definitions from the YAML beside it.
 _CODE = """from pathlib import Path
 
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
+from eos_pipeline.components.project import build_definitions
 
 defs = build_definitions(parse_config(Path(__file__).with_name("pipelines.yaml").read_text(), ""))
 """
