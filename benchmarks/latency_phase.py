@@ -204,7 +204,7 @@ def dagster_env(work: Path, config: Path, interval: int) -> tuple[dict[str, str]
     import dagster as dg
 
     from eos_dev.demo import prepare_dagster_home
-    from eos_pipeline.components.migrate import migrate
+    from eos_pipeline.components.config import migrate
 
     home = prepare_dagster_home(work / "dagster_home")
     # The code location reads a defs folder: the benchmark's file, moved as a user's would be.
@@ -233,8 +233,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from eos_dev.demo import start_dagster, stop_dagster
     from eos_dev.stack.services import free_port
-    from eos_pipeline.components.partitions import parse_partition_key, partitions_name
+    from eos_pipeline.components.metadata import partitions_name
     from eos_pipeline.components.sensors import SINK_TAG
+    from eos_pipeline.core.planning import parse_partition_key
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)

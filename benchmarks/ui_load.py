@@ -31,14 +31,15 @@ from typing import Any
 #: A code location that builds the benchmark's definitions from the YAML beside it.
 _CODE = """from pathlib import Path
 
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
+from eos_pipeline.components.project import build_definitions
 
 defs = build_definitions(parse_config(Path(__file__).with_name("pipelines.yaml").read_text(), ""))
 """
 
 _LOCATION_LOADED = """{ workspaceOrError { __typename ... on Workspace {
-  locationEntries { name loadStatus } } } }"""
+  locationEntries { name loadStatus
+    locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
 
 #: The asset page is shown: the latest partition's key, its row count and its run metadata.
 _ASSET_READY = """([key]) => {
@@ -101,6 +102,15 @@ def webserver(home: Path, yaml_text: str, workdir: Path) -> Iterator[str]:
                 ):
                     break
             time.sleep(0.5)
+        # A location that failed to load is "LOADED" too, with an error: say it now rather than
+        # wait for pages that never show (a stale import in _CODE once cost a 120 s timeout).
+        failed = [
+            e["locationOrLoadError"]["message"]
+            for e in entries["locationEntries"]
+            if (e.get("locationOrLoadError") or {}).get("__typename") == "PythonError"
+        ]
+        if failed:
+            raise RuntimeError(f"the code location did not load: {failed[0].strip()}; see {log}")
         yield ui
     finally:
         stop_dagster(process)

@@ -11,9 +11,9 @@ __all__ = ["KafkaTablesComponent", "SharedResourcesComponent"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from eos_pipeline.components import component
+        from eos_pipeline.components import project
 
-        return getattr(component, name)
+        return getattr(project, name)
     raise AttributeError(f"module 'eos_pipeline' has no attribute {name!r}")
 
 

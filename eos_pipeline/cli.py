@@ -190,8 +190,8 @@ def _run_failover(args: argparse.Namespace) -> int:
         KeeperUnavailableError,
     )
     from eos_pipeline.components.config import ConfigError, EnvRef
-    from eos_pipeline.components.failover import describe, failover_pipeline, find_pipeline
     from eos_pipeline.components.project import load_project
+    from eos_pipeline.components.source import describe, failover_pipeline, find_pipeline
     from eos_pipeline.core.failover import FailoverError
 
     if (args.action == "status") == (args.to is not None):
@@ -222,8 +222,7 @@ def _run_failover(args: argparse.Namespace) -> int:
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
-    from eos_pipeline.components.config import ConfigError
-    from eos_pipeline.components.migrate import migrate
+    from eos_pipeline.components.config import ConfigError, migrate
     from eos_pipeline.components.project import defs_dir
 
     target = args.defs.resolve() if args.defs else defs_dir()

@@ -53,7 +53,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import CLICKHOUSE_SINK
 from eos_pipeline.components.following import FOLLOWING_TAG
-from eos_pipeline.components.healing import HEAL_TAG
+from eos_pipeline.components.run_failures import HEAL_TAG
 from eos_pipeline.components.topics import SOURCE_CHECK
 from eos_pipeline.core.planning import FOLLOW_TAG, SINK_TAG
 from eos_pipeline.core.positions import committed, sink_state

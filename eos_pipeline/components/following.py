@@ -20,6 +20,7 @@ from eos_pipeline.core.planning import (
     SINK_TAG,
     FollowPolicy,
     follows,
+    partition_key,
     yields_to,
 )
 from eos_pipeline.sinks.clickhouse import SyncReport
@@ -115,8 +116,6 @@ def hudi_written(report: HudiReport) -> Written:
 def _materialize(
     context: dg.AssetExecutionContext, tp: TopicPartition, description: str, metadata: dict
 ) -> None:
-    from eos_pipeline.components.partitions import partition_key
-
     context.log_event(
         dg.AssetMaterialization(
             asset_key=context.asset_key,

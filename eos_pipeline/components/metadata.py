@@ -9,6 +9,12 @@
   ClickHouse reports one entry per partition synced; Hudi one commit over all of them, whose
   totals stay under ``commit_*``.
 * Checks shape their results with :func:`markdown_table` too.
+
+The partitions every asset of a pipeline shares are here as well: one Dagster partition per
+Kafka topic-partition, keyed ``<topic>__p0007``. They are dynamic: the set of keys follows the
+topics' partition counts (the partitions sensor adds new ones, see
+:mod:`eos_pipeline.components.sensors`), so a topic that grows needs no restart and no code
+change. The key format is a pure rule of the core (:mod:`eos_pipeline.core.planning`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -23,9 +29,9 @@ from typing import Any, NamedTuple
 import dagster as dg
 
 from eos_pipeline.components.config import Pipeline
-from eos_pipeline.components.partitions import partition_key
 from eos_pipeline.core.contract import is_required
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import lag
 from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.sinks.clickhouse import case_summary
@@ -49,11 +55,25 @@ __all__ = [
     "hudi_row_counts",
     "hudi_run_metadata",
     "markdown_table",
+    "partitions_name",
     "partitions_table",
     "per_partition",
+    "pipeline_partitions",
     "quiet_when_idle",
     "record_run",
 ]
+
+
+# ------------------------------------------------------------------------------- Partitions
+
+
+def partitions_name(pipeline: str) -> str:
+    return f"{pipeline}_topic_partitions"
+
+
+def pipeline_partitions(pipeline: str) -> dg.DynamicPartitionsDefinition:
+    """The partitions shared by every asset of one pipeline (all its topics' partitions)."""
+    return dg.DynamicPartitionsDefinition(name=partitions_name(pipeline))
 
 
 # ------------------------------------------------------------------------------ Definitions

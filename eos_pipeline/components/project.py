@@ -1,29 +1,440 @@
-"""A defs folder of pipeline components, loaded the way ``dg`` and ``dagster dev`` load it.
+"""The component types, loading a defs folder, and the Definitions they build.
 
-The project's own folder is ``eos_pipeline/defs`` (``[tool.dg]`` in pyproject.toml);
-``EOS_DEFS_DIR`` names another one (a deployment's, a test's), laid out the same way. The code
-location (:mod:`eos_pipeline.definitions`), the CLI (``failover``, ``replay``: a pipeline by
-name) and the demo all go through :func:`load_project`, so there is one way in.
+::
+
+    eos_pipeline/defs/
+      shared/defs.yaml     type: eos_pipeline.SharedResourcesComponent   (keeper, ClickHouse, Spark)
+      demo/defs.yaml       type: eos_pipeline.KafkaTablesComponent       (one pipeline)
+
+**Components.** A component's attributes are the pydantic models of
+:mod:`eos_pipeline.components.config` themselves (``get_model_cls``), not a copy of them in
+Dagster's ``Resolvable`` types: the schema ``dg check yaml`` and editors use is the one the code
+validates with, field for field, and its rules (identifiers, decoder contract, Hudi columns) run
+on load with messages naming the field.
+
+Values from the environment, two kinds as before:
+
+* ``{{ env.NAME }}`` / ``{{ env('NAME', 'default') }}`` in a string (Dagster's templating) is
+  rendered when the code location loads: endpoints, ports, data paths, shown in the UI;
+* ``{env: NAME}`` as a value is a secret: never rendered at load, it becomes a Dagster ``EnvVar``
+  (or, in Kafka client settings, a variable name) read by the run's own process, so it is neither
+  stored in the instance nor shown in the UI.
+
+Why two components: Dagster merges the definitions of components and refuses two different
+resources under one key, so the resources every pipeline uses (``keeper``, ``clickhouse``,
+``spark``) come from one ``SharedResourcesComponent``; each ``KafkaTablesComponent`` loads it
+(``context.load_component``, a dependency Dagster tracks) for the sensor interval and the chDB
+path that decides the pipelines' pool.
+
+**Subjects.** ``registry.subject`` replaces a written ``schema:``: the subject's latest writer
+schema is asked of the registry (``adapters.registry.subject_schema``, once per process) when the
+component loads and mapped to columns (``core.evolution``); the assets show them like written
+ones. A registry that cannot be reached at load, or a subject it does not know, fails the load
+with one line naming the pipeline, the subject, the registry and what to do, not a chain of
+tracebacks. Failing is what a user expects here: without the columns no table can be created or
+checked, and a pipeline quietly left out of the definitions would look like a healthy location
+with one pipeline missing. The error keeps its kind: an unreachable registry is
+:class:`SubjectUnavailableError` (transient: reload, or let the run be retried, once it is up),
+an unknown subject or a schema no column can hold is a :class:`ConfigError` (a person fixes it).
+
+**Definitions**, in three parts:
+
+* :func:`shared_definitions`: the keeper, ClickHouse and Spark resources and the executor
+  (``SharedResourcesComponent``);
+* :func:`pipeline_definitions`: one pipeline's table assets, checks, sensors, replay jobs and
+  Kafka resource (``KafkaTablesComponent``). Its table assets also carry what Dagster's catalog
+  knows beyond their metadata: how fresh they must be (a ``FreshnessPolicy`` from
+  ``lag_target_seconds``, shown in Asset Health) and where each column comes from
+  (``dagster/column_lineage``: every table column from a field of the topic's records, whose
+  columns the topic asset declares in ``dagster/column_schema``), applied to the specs the
+  factories build (``dg.map_asset_specs``);
+* :func:`location_definitions`: what spans pipelines, added once to the folder's definitions:
+  the topics (two pipelines may read one topic: one asset for it, as Dagster refuses two
+  different specs under one key) and the failover job.
+
+**Loading.** The project's own folder is ``eos_pipeline/defs`` (``[tool.dg]`` in
+pyproject.toml); ``EOS_DEFS_DIR`` names another one (a deployment's, a test's), laid out the same
+way. The code location (:mod:`eos_pipeline.definitions`), the CLI (``failover``, ``replay``: a
+pipeline by name) and the demo all go through :func:`load_project`, so there is one way in.
+:func:`build_definitions` puts the three parts together for a :class:`PipelinesFile` held in
+memory (the tests, the benchmarks).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the real annotation types.
 import importlib
 import os
 import sys
 import types
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import dagster as dg
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from eos_pipeline.components.builder import location_definitions
-from eos_pipeline.components.component import KafkaTablesComponent, SharedResourcesComponent
-from eos_pipeline.components.config import ConfigError, PipelinesFile, Settings, explain
+from eos_pipeline.adapters.registry import RegistryUnavailableError, subject_schema
+from eos_pipeline.components.assets import (
+    CLICKHOUSE_SINK,
+    HooksFor,
+    clickhouse_asset,
+    clickhouse_key,
+    hudi_asset,
+    hudi_key,
+    hudi_pool,
+    topic_key,
+)
+from eos_pipeline.components.checks import clickhouse_check, hudi_check
+from eos_pipeline.components.config import (
+    SHARED_PATH,
+    ConfigError,
+    Pipeline,
+    PipelinesFile,
+    Settings,
+    explain,
+)
+from eos_pipeline.components.replay import clickhouse_replay_job, hudi_replay_job
+from eos_pipeline.components.resources import (
+    chdb_path,
+    kafka_resource_key,
+    pipeline_resources,
+    shared_resources,
+)
+from eos_pipeline.components.sensors import (
+    clickhouse_lag_sensor,
+    hudi_lag_sensor,
+    partitions_sensor,
+)
+from eos_pipeline.components.source import failover_jobs
+from eos_pipeline.components.topics import source_check, topic_specs, topics_sensor
+from eos_pipeline.core.schema import SchemaError, SourceColumns
+from eos_pipeline.sinks.hooks import NO_HOOKS
+
+
+class SubjectUnavailableError(RegistryUnavailableError):
+    """The registry could not be asked for a subject's columns while the definitions loaded."""
+
+    code = "subject-unavailable"
+
+
+def resolve_subject(pipeline: Pipeline, source: str = "<config>") -> Pipeline:
+    """``pipeline`` with its subject's columns; a pipeline with a written schema as it is."""
+    if pipeline.subject is None or pipeline.registry is None:
+        return pipeline
+    registry = pipeline.registry
+    where = (
+        f"{source}: pipeline {pipeline.name!r}: columns from registry subject "
+        f"{pipeline.subject!r} at {registry.url}"
+    )
+    try:
+        found = subject_schema(registry.settings(), pipeline.subject, registry.message)
+        return pipeline.with_subject_columns(found.schema_id, found.columns)
+    except RegistryUnavailableError as exc:
+        raise SubjectUnavailableError(
+            f"{where}: the registry could not be reached ({_first_line(exc)}). Start it or fix "
+            "registry.url, then reload the code location"
+        ) from None
+    except (SchemaError, ValueError) as exc:  # RegistryAccessError is a SchemaError
+        raise ConfigError(f"{where}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+# ------------------------------------------------------------------------ tables in the catalog
+
+
+#: The fields of a Kafka record that source columns copy, by the role the column plays.
+KAFKA_FIELDS = {
+    "topic": ("topic", "string", "the record's topic"),
+    "partition": ("partition", "int32", "the record's partition"),
+    "offset": ("offset", "int64", "the record's offset in its partition"),
+    "timestamp": ("timestamp", "int64", "the record's timestamp (milliseconds since the epoch)"),
+}
+
+
+def _source_fields(source: SourceColumns) -> dict[str, str]:
+    """Table source column -> the Kafka record field it copies."""
+    roles = {"topic": source.topic, "partition": source.partition, "offset": source.offset}
+    if source.timestamp is not None:
+        roles["timestamp"] = source.timestamp
+    return {column: KAFKA_FIELDS[role][0] for role, column in roles.items()}
+
+
+def freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy | None:
+    if pipeline.lag_target_seconds is None:
+        return None
+    fail = timedelta(seconds=pipeline.lag_target_seconds)
+    warn = fail / 2 if fail >= timedelta(minutes=2) else None  # Dagster's floor: one minute
+    return dg.FreshnessPolicy.time_window(fail_window=fail, warn_window=warn)
+
+
+def topic_columns(pipeline: Pipeline) -> dg.TableSchema:
+    """A topic's records as the pipeline reads them: Kafka's own fields, then the payload's."""
+    kafka = [
+        dg.TableColumn(name=name, type=type_, description=what)
+        for name, type_, what in KAFKA_FIELDS.values()
+    ]
+    payload = [
+        dg.TableColumn(name=name, type=ch_type, description="field of the record's payload")
+        for name, ch_type in _payload_types(pipeline)
+    ]
+    return dg.TableSchema(columns=[*kafka, *payload])
+
+
+def _payload_types(pipeline: Pipeline) -> list[tuple[str, str]]:
+    if pipeline.schema_ is not None:  # as written
+        return list(pipeline.schema_.items())
+    return [(c.name, c.sql_type) for c in pipeline.table_schema.columns]
+
+
+def column_lineage(pipeline: Pipeline) -> dg.TableColumnLineage:
+    """Each table column from its field of the topic's records (one topic per Hudi table; a
+    ClickHouse table reading several topics has each column from all of them)."""
+    schema = pipeline.table_schema
+    from_kafka = _source_fields(schema.source)
+    topics = [topic_key(t) for t in pipeline.kafka.topics]
+    return dg.TableColumnLineage(
+        deps_by_column={
+            column: [
+                dg.TableColumnDep(asset_key=key, column_name=from_kafka.get(column, column))
+                for key in topics
+            ]
+            for column in schema.column_names
+        }
+    )
+
+
+def with_table_facts(
+    pipeline: Pipeline, assets: Iterable[dg.AssetsDefinition]
+) -> list[dg.AssetsDefinition]:
+    """The pipeline's table assets with their freshness policy and column lineage."""
+    policy = freshness_policy(pipeline)
+    lineage = column_lineage(pipeline)
+
+    def apply(spec: dg.AssetSpec) -> dg.AssetSpec:
+        spec = spec.merge_attributes(metadata={"dagster/column_lineage": lineage})
+        return spec.replace_attributes(freshness_policy=policy) if policy else spec
+
+    return list(dg.map_asset_specs(apply, assets))
+
+
+def with_topic_columns(pipeline: Pipeline, spec: dg.AssetSpec) -> dg.AssetSpec:
+    """A source topic's spec with the columns its records carry (the dead-letter topic's records
+    are whatever failed: no columns)."""
+    if spec.key not in {topic_key(t) for t in pipeline.kafka.topics}:
+        return spec
+    return spec.merge_attributes(metadata={"dagster/column_schema": topic_columns(pipeline)})
+
+
+# ---------------------------------------------------------------------------------- definitions
+
+
+SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
+#: Pool of every ClickHouse step on an embedded chDB path: one process per data path, so those
+#: runs are serialized (``dagster.yaml`` gives every pool one slot). Covers runs from sensors,
+#: backfills and the UI alike.
+CHDB_POOL = "chdb"
+
+
+def sensor_interval(settings: Settings) -> int:
+    return int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
+
+
+def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
+    """The embedded chDB path of the ClickHouse URL (or a placeholder) and its pool, if any."""
+    url = settings.clickhouse.url
+    # A URL from a secret is only known at run time: serialize to be safe.
+    path = chdb_path(url) if isinstance(url, str) else "(from environment)"
+    return path, (CHDB_POOL if path else None)
+
+
+def iter_pipeline_assets(
+    pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
+) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
+    """Each sink's asset followed by its exactly-once check and its source check (evaluated
+    by the topics sensor)."""
+    if pipeline.clickhouse is not None:
+        yield clickhouse_asset(
+            pipeline, clickhouse_pool, hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
+        )
+        yield clickhouse_check(pipeline, clickhouse_pool)
+        yield source_check(pipeline, clickhouse_key(pipeline))
+    if pipeline.hudi is not None:
+        pool = hudi_pool(pipeline)
+        yield hudi_asset(pipeline, pool, hooks(pipeline, "hudi") if hooks else NO_HOOKS)
+        yield hudi_check(pipeline, pool)
+        yield source_check(pipeline, hudi_key(pipeline))
+
+
+def shared_definitions(settings: Settings) -> dg.Definitions:
+    """The resources every pipeline uses, and the executor."""
+    return dg.Definitions(
+        resources=shared_resources(settings),
+        # One process per run: chDB allows one process per data path, and the Hudi asset and
+        # its check share one Spark session instead of starting a JVM each.
+        executor=dg.in_process_executor,
+    )
+
+
+def pipeline_definitions(
+    pipeline: Pipeline, settings: Settings, hooks: HooksFor | None = None
+) -> dg.Definitions:
+    """One pipeline: its sinks' assets and checks, sensors, replay jobs and Kafka resource."""
+    interval = sensor_interval(settings)
+    path, pool = chdb_of(settings)
+    with warnings.catch_warnings():
+        # Chosen on purpose and covered by tests: partitioned asset checks (preview) and
+        # the single-run backfill policy (beta). Said once here, not on every load.
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        items = list(iter_pipeline_assets(pipeline, pool, hooks))
+    assets = [i for i in items if not isinstance(i, dg.AssetChecksDefinition)]
+    checks = [i for i in items if isinstance(i, dg.AssetChecksDefinition)]
+    sensors = [partitions_sensor(pipeline, interval), topics_sensor(pipeline, interval)]
+    jobs: list[dg.JobDefinition] = []
+    if pipeline.clickhouse is not None:
+        sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
+        jobs.append(clickhouse_replay_job(pipeline, pool))
+    if pipeline.hudi is not None:
+        sensors.append(hudi_lag_sensor(pipeline, interval))
+        jobs.append(hudi_replay_job(pipeline))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)  # code references: beta, chosen
+        # "Code references" on each asset page: the file and line of the function that writes it
+        referenced = list(dg.with_source_code_references(with_table_facts(pipeline, assets)))
+    return dg.Definitions(
+        assets=referenced,
+        asset_checks=checks,
+        sensors=sensors,
+        jobs=jobs,
+        resources={kafka_resource_key(pipeline.name): pipeline_resources(pipeline)},
+    )
+
+
+def location_definitions(config: PipelinesFile) -> dg.Definitions:
+    """What spans the pipelines: the Kafka topics as external assets, one per topic (the first
+    pipeline's spec), and the failover job (one job, the pipeline is its run config)."""
+    topics: dict[dg.AssetKey, dg.AssetSpec] = {}
+    for pipeline in config.pipelines:
+        for spec in topic_specs(pipeline):
+            topics.setdefault(spec.key, with_topic_columns(pipeline, spec))
+    return dg.Definitions(assets=list(topics.values()), jobs=failover_jobs(config))
+
+
+# ----------------------------------------------------------------------------------- components
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _render(value: Any, context: Any) -> Any:
+    """Render ``{{ ... }}`` in every string; a rendered string stays a string (``"2181"``)."""
+    if isinstance(value, str):
+        return str(context.resolve_value(value)) if "{{" in value else value
+    if isinstance(value, list):
+        return [_render(v, context) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _render(v, context) for k, v in value.items()}
+    return value
+
+
+def render_attributes(
+    model_cls: type[M], attributes: BaseModel, context: dg.ComponentLoadContext
+) -> M:
+    """Validate ``attributes`` again once their templates are rendered."""
+    raw = attributes.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    rendered = _render(raw, context.resolution_context.at_path("attributes"))
+    source = str(Path(context.path) / "defs.yaml")
+    try:
+        return model_cls.model_validate(rendered)
+    except ValidationError as exc:
+        raise explain(source, exc) from None
+
+
+class PipelineScaffolder(dg.Scaffolder):
+    """``dg scaffold defs eos_pipeline.KafkaTablesComponent NAME``: a pipeline to fill in."""
+
+    def scaffold(self, request: dg.ScaffoldRequest) -> None:
+        name = request.target_path.name.replace("-", "_")
+        dg.scaffold_component(
+            request,
+            {
+                "name": name,
+                "owners": [],
+                "kafka": {
+                    "bootstrap_servers": "{{ env.EOS_KAFKA_BOOTSTRAP or '127.0.0.1:9092' }}",
+                    "topics": [f"{name}-events"],
+                },
+                "format": "json",
+                "schema": {"event_id": "Int64", "payload": "String"},
+                "clickhouse": {"database": name, "table": "events"},
+            },
+        )
+
+
+@dg.scaffold_with(PipelineScaffolder)
+@dataclass(frozen=True)
+class KafkaTablesComponent(dg.Component):
+    """A Kafka topic written exactly once into a ClickHouse table and/or a Hudi table.
+
+    Its attributes are one pipeline (:class:`eos_pipeline.components.config.Pipeline`):
+    ``name``, ``kafka``, ``format``, ``schema``, ``batch``, ``retry``, ``clickhouse``, ``hudi``,
+    ``owners``. It builds the topic assets, the table assets with their exactly-once checks, the
+    sensors that drive runs, the replay jobs and the pipeline's Kafka resource.
+    """
+
+    pipeline: Pipeline
+
+    @classmethod
+    def get_model_cls(cls) -> type[BaseModel]:
+        return Pipeline
+
+    @classmethod
+    def load(
+        cls, attributes: BaseModel | None, context: dg.ComponentLoadContext
+    ) -> "KafkaTablesComponent":
+        if attributes is None:
+            raise ConfigError(f"{context.path}/defs.yaml: a pipeline needs attributes")
+        pipeline = render_attributes(Pipeline, attributes, context)
+        # The subject's columns, asked of the registry once, now (:func:`resolve_subject`).
+        return cls(resolve_subject(pipeline, str(Path(context.path) / "defs.yaml")))
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        shared = context.load_component(SHARED_PATH, SharedResourcesComponent)
+        return pipeline_definitions(self.pipeline, shared.settings)
+
+
+@dataclass(frozen=True)
+class SharedResourcesComponent(dg.Component):
+    """What every pipeline of the code location shares: the keeper (positions, fencing), the
+    ClickHouse server (or embedded chDB path), Spark (a Connect server or in-process), and how
+    often the sensors look at Kafka. Lives at ``<defs>/shared/defs.yaml``."""
+
+    settings: Settings
+
+    @classmethod
+    def get_model_cls(cls) -> type[BaseModel]:
+        return Settings
+
+    @classmethod
+    def load(
+        cls, attributes: BaseModel | None, context: dg.ComponentLoadContext
+    ) -> "SharedResourcesComponent":
+        if attributes is None:
+            return cls(Settings())
+        return cls(render_attributes(Settings, attributes, context))
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        return shared_definitions(self.settings)
+
+
+# ------------------------------------------------------------------------ loading a defs folder
+
 
 DEFS_DIR_ENV = "EOS_DEFS_DIR"
 #: The project's defs folder (``[tool.dg.project] defs_module``).
@@ -138,3 +549,31 @@ def _load(path: Path) -> Project:
     except ValidationError as exc:
         raise explain(str(path), exc) from None
     return Project(path, tree, config)
+
+
+# --------------------------------------------------------------- a configuration held in memory
+
+
+def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:
+    """Assets, checks, sensors, jobs and resources for every pipeline of ``config``.
+
+    ``hooks`` gives each sink's runs their hooks (:mod:`eos_pipeline.sinks.hooks`); the product
+    passes none, the fault suite's code location does.
+    """
+    settings = config.settings
+    resolved = [resolve_subject(p, config.source) for p in config.pipelines]
+    config = config.model_copy(update={"pipelines": resolved})
+    merged = dg.Definitions.merge(
+        shared_definitions(settings),
+        *(pipeline_definitions(p, settings, hooks) for p in config.pipelines),
+    )
+    spanning = location_definitions(config)
+    # Tables before topics, the failover job before the replay jobs: the order tests rely on.
+    return dg.Definitions(
+        assets=[*(merged.assets or ()), *(spanning.assets or ())],
+        asset_checks=merged.asset_checks,
+        sensors=merged.sensors,
+        jobs=[*(spanning.jobs or ()), *(merged.jobs or ())],
+        resources=merged.resources,
+        executor=merged.executor,
+    )

@@ -26,7 +26,6 @@ from eos_pipeline.components.config import (
     EnvRef,
     KafkaSource,
     Pipeline,
-    PipelinesFile,
     Secret,
     Settings,
 )
@@ -187,10 +186,6 @@ class SparkResource(dg.ConfigurableResource):
     _session: Any = PrivateAttr(default=None)
 
     @property
-    def is_remote(self) -> bool:
-        return bool(self.remote)
-
-    @property
     def spark_session(self) -> Any:
         return self.session()
 
@@ -286,14 +281,6 @@ def shared_resources(settings: Settings) -> dict[str, Any]:
 def pipeline_resources(pipeline: Pipeline) -> KafkaResource:
     """``pipeline``'s Kafka cluster, keyed :func:`kafka_resource_key`."""
     return KafkaResource.from_source(pipeline.kafka)
-
-
-def build_resources(config: PipelinesFile) -> dict[str, Any]:
-    """Resource instances for a pipelines file; Kafka resources are keyed ``kafka_<pipeline>``."""
-    resources = shared_resources(config.settings)
-    for pipeline in config.pipelines:
-        resources[kafka_resource_key(pipeline.name)] = pipeline_resources(pipeline)
-    return resources
 
 
 def kafka_resource_key(pipeline: str) -> str:

@@ -52,11 +52,16 @@ from eos_pipeline.components.assets import (
     hudi_key,
 )
 from eos_pipeline.components.config import Pipeline
-from eos_pipeline.components.healing import HEAL_TAG, heal_requests, run_partitions
 from eos_pipeline.components.health import guarded, resource_endpoints
-from eos_pipeline.components.partitions import partition_key, pipeline_partitions
+from eos_pipeline.components.metadata import pipeline_partitions
 from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
-from eos_pipeline.components.run_failures import DiagnosedFailures, failed_run_infos
+from eos_pipeline.components.run_failures import (
+    HEAL_TAG,
+    DiagnosedFailures,
+    failed_run_infos,
+    heal_requests,
+    run_partitions,
+)
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.offsets import TopicPartition
@@ -79,6 +84,7 @@ from eos_pipeline.core.planning import (
     hudi_blocked,
     hudi_needs_log_starts,
     in_flight_keys,
+    partition_key,
     plan_clickhouse,
     plan_hudi,
     plan_new_partitions,

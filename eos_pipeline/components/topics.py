@@ -17,7 +17,7 @@ since when and the fix, on every tick that cannot read the source; passed on the
 that can again (and on the first tick ever, and after each new materialization of the table),
 so the table's check status turns yellow and back by itself.
 A clustered pipeline's topics also carry what ``eos-pipeline failover status`` prints, read at
-most every :data:`STEADY_SECONDS` (:mod:`eos_pipeline.components.failover`).
+most every :data:`STEADY_SECONDS` (:mod:`eos_pipeline.components.source`).
 
 Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
 pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
@@ -48,7 +48,6 @@ from eos_pipeline.components.assets import (
     topic_key,
 )
 from eos_pipeline.components.config import Pipeline
-from eos_pipeline.components.failover import status_metadata, status_summary
 from eos_pipeline.components.health import (
     KAFKA,
     Body,
@@ -58,9 +57,9 @@ from eos_pipeline.components.health import (
     guarded,
     resource_endpoints,
 )
-from eos_pipeline.components.partitions import partition_key
 from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
-from eos_pipeline.components.source import source_of
+from eos_pipeline.components.source import source_of, status_metadata, status_summary
+from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 
 __all__ = [

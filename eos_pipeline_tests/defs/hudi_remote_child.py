@@ -20,9 +20,8 @@ from dagster._core.storage.tags import (
 )
 
 from eos_pipeline.components.assets import hudi_key
-from eos_pipeline.components.builder import build_definitions
-from eos_pipeline.components.partitions import partitions_name
-from eos_pipeline.components.project import load_project
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions, load_project
 from eos_pipeline.core.planning import FOLLOW_TAG
 
 

@@ -17,9 +17,9 @@ from dagster._core.storage.tags import (
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key
-from eos_pipeline.components.builder import build_definitions
-from eos_pipeline.components.metadata import ACTIVITY_KEYS
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.metadata import ACTIVITY_KEYS, partitions_name
+from eos_pipeline.components.project import build_definitions
+from eos_pipeline.core.planning import keys_for
 
 from .conftest import Rig
 

@@ -191,7 +191,7 @@ def test_tables_carry_freshness_from_the_lag_target_and_column_lineage_from_the_
 
 def test_a_scaffolded_pipeline_loads_beside_the_others(tmp_path: Path) -> None:
     """What ``dg scaffold defs eos_pipeline.KafkaTablesComponent payments`` writes."""
-    from eos_pipeline.components.component import PipelineScaffolder
+    from eos_pipeline.components.project import PipelineScaffolder
 
     folder = write_defs(OLD, tmp_path / "defs")
     target = folder / "payments"

@@ -10,8 +10,9 @@ import pytest
 from eos_pipeline.components.assets import clickhouse_spec, hudi_spec
 from eos_pipeline.components.config import ConfigError, parse_config
 from eos_pipeline.components.project import load_project
-from eos_pipeline.components.resources import KafkaResource, MissingSecretError, build_resources
+from eos_pipeline.components.resources import KafkaResource, MissingSecretError
 from eos_pipeline.core.planning import DEFAULT_BULK_INSERT_MIN_RECORDS
+from eos_pipeline_tests.support.definitions import build_resources, is_remote
 
 GOOD = """
 keeper: {hosts: "${ZK:-127.0.0.1:2181}"}
@@ -150,7 +151,7 @@ def test_spark_remote_and_token_come_from_the_file_and_environment(
 ) -> None:
     text = GOOD + 'spark: {remote: "${REMOTE:-}", token: {env: EOS_SPARK_TOKEN}}\n'
     local = build_resources(parse_config(text, "p.yaml", environ={}))["spark"]
-    assert local.remote is None and not local.is_remote  # empty variable: in-process Spark
+    assert local.remote is None and not is_remote(local)  # empty variable: in-process Spark
     named = parse_config(text, "p.yaml", environ={"REMOTE": "local"})
     assert build_resources(named)["spark"].remote is None  # said so: in-process Spark
     config = parse_config(text, "p.yaml", environ={"REMOTE": "sc://spark:15002"})

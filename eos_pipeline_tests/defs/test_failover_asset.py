@@ -10,11 +10,12 @@ from eos_pipeline.adapters.failover import switch
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import clickhouse_key
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
-from eos_pipeline.components.failover import failover_pipeline
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions
+from eos_pipeline.components.source import failover_pipeline
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.planning import keys_for
 from eos_pipeline_tests.mirror_fixtures import (
     clickhouse_pipeline_yaml,
     produce_events,

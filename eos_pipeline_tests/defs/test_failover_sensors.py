@@ -24,13 +24,14 @@ from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import clickhouse_spec, hudi_key, hudi_spec, topic_key
-from eos_pipeline.components.builder import build_definitions
-from eos_pipeline.components.cluster_proofs import hudi_identity_proofs
+from eos_pipeline.components.checks import hudi_identity_proofs
 from eos_pipeline.components.config import parse_config
-from eos_pipeline.components.failover import failover_pipeline
-from eos_pipeline.components.partitions import partition_key, partitions_name
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions
+from eos_pipeline.components.source import failover_pipeline
 from eos_pipeline.core.failover import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.planning import partition_key
 from eos_pipeline.sinks.hudi import HudiTableSync
 from eos_pipeline.sinks.source import ActiveCluster
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records

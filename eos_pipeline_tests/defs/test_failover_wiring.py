@@ -9,9 +9,9 @@ import pytest
 
 from eos_pipeline.adapters.failover import FailoverStatus, SwitchReport
 from eos_pipeline.components.assets import topic_key
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.components.failover import (
+from eos_pipeline.components.project import build_definitions
+from eos_pipeline.components.source import (
     describe,
     failover_pipeline,
     shape_status,

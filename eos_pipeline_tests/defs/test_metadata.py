@@ -8,14 +8,15 @@ import dagster as dg
 import pytest
 
 from eos_pipeline.components.assets import clickhouse_key
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.metadata import (
     ACTIVITY_KEYS,
     IDLE_CASE,
     ROW_COUNT_KEY,
+    partitions_name,
     quiet_when_idle,
 )
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.project import build_definitions
+from eos_pipeline.core.planning import keys_for
 
 from .conftest import Rig
 

@@ -11,11 +11,12 @@ import pytest
 
 from eos_dev.stack.processes import free_port
 from eos_pipeline.components.assets import CHECK_NAME
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import PipelinesFile, parse_config
 from eos_pipeline.components.health import Streak
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.topics import SOURCE_CHECK
+from eos_pipeline.core.planning import keys_for
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import pipeline_yaml

@@ -14,6 +14,7 @@ import pytest
 from eos_pipeline.adapters import spark_remote
 from eos_pipeline.adapters.spark_remote import stable_session_id
 from eos_pipeline.components.resources import SparkResource
+from eos_pipeline_tests.support.definitions import is_remote
 
 
 class _Conf:
@@ -76,7 +77,7 @@ def test_in_process_spark_comes_from_dagster_pyspark_and_joins_the_running_sessi
     """Without ``remote`` the session is dagster-pyspark's (builder + getOrCreate): in a process
     that already runs Spark, the run gets that session, no second JVM."""
     resource = SparkResource(master="local[2]", quick_start=True)
-    assert not resource.is_remote
+    assert not is_remote(resource)
     session = resource.session()
     assert session is spark or session.sparkContext is spark.sparkContext
     assert session.range(3).count() == 3

@@ -17,9 +17,10 @@ from eos_pipeline.adapters.kafka import (
     produce_all,
 )
 from eos_pipeline.components.assets import clickhouse_key
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions
+from eos_pipeline.core.planning import keys_for
 from eos_pipeline_tests.support.evolution import V1, V2, v1, v2, writer
 
 pytestmark = pytest.mark.integration

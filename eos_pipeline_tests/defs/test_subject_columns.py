@@ -12,9 +12,12 @@ from confluent_kafka.schema_registry import Schema
 
 from eos_pipeline.adapters.registry import schemas_for
 from eos_pipeline.components.assets import clickhouse_key, hudi_key
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.components.subject import SubjectUnavailableError, resolve_subject
+from eos_pipeline.components.project import (
+    SubjectUnavailableError,
+    build_definitions,
+    resolve_subject,
+)
 from eos_pipeline.core.errors import Fault
 from eos_pipeline.core.schema import RegistrySettings, SchemaError
 
@@ -124,8 +127,7 @@ def test_a_written_schema_needs_no_registry_at_load() -> None:
 
 
 def test_an_evolution_is_in_the_materialization_and_needs_a_person_when_refused() -> None:
-    from eos_pipeline.components.assets import evolution_metadata
-    from eos_pipeline.components.range_run import person_cause
+    from eos_pipeline.components.assets import evolution_metadata, person_cause
     from eos_pipeline.core.evolution import IncompatibleSchemaChange, avro_columns, plan_evolution
     from eos_pipeline.core.schema import Column, Format, PayloadFormat, TableSchema
     from eos_pipeline.sinks.schema_follow import SchemaFollower

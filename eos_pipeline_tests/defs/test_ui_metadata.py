@@ -15,7 +15,6 @@ from dagster._core.storage.tags import (
 )
 
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, hudi_key
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.checks import check_events
 from eos_pipeline.components.config import ConfigError, parse_config
 from eos_pipeline.components.metadata import (
@@ -28,8 +27,9 @@ from eos_pipeline.components.metadata import (
     per_partition,
     record_run,
 )
-from eos_pipeline.components.partitions import keys_for, parse_partition_key
+from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.offsets import OffsetRange
+from eos_pipeline.core.planning import keys_for, parse_partition_key
 from eos_pipeline.core.proof import compare
 
 from .conftest import pipeline_yaml

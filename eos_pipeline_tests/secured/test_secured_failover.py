@@ -23,10 +23,11 @@ from eos_dev.stack.secure_config import ADMIN, SecureStackConfig
 from eos_dev.stack.secure_mirror import MAIN, PEER, SecureMirror
 from eos_pipeline.adapters.kafka import KafkaSettings, idempotent_producer, produce_all
 from eos_pipeline.cli import main as cli_main
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.planning import keys_for
 from eos_pipeline_tests.mirror_fixtures import wait_for_records
 from eos_pipeline_tests.secured.conftest import (
     Secured,

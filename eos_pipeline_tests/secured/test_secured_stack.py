@@ -28,11 +28,12 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
-from eos_pipeline.components.builder import build_definitions
 from eos_pipeline.components.config import parse_config
-from eos_pipeline.components.partitions import keys_for, partitions_name
+from eos_pipeline.components.metadata import partitions_name
+from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline.core.planning import keys_for
 from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
 from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.source import OneCluster

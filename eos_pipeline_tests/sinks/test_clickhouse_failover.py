@@ -34,9 +34,9 @@ from eos_pipeline.adapters.failover import (
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
-from eos_pipeline.components.failover import failover_job
 from eos_pipeline.components.project import load_project
 from eos_pipeline.components.resources import KeeperResource
+from eos_pipeline.components.source import failover_job
 from eos_pipeline.core.failover import (
     ActiveState,
     ClusterSet,

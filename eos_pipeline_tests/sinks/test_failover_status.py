@@ -18,8 +18,8 @@ from eos_pipeline.adapters.failover import FailoverStates, FailoverStatus, read_
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.cli import main as cli_main
-from eos_pipeline.components.failover import failover_pipeline, find_pipeline
 from eos_pipeline.components.project import load_project
+from eos_pipeline.components.source import failover_pipeline, find_pipeline
 from eos_pipeline.core.failover import CAUGHT_UP, STALLED, ActiveState, Flow
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.mirror_fixtures import (

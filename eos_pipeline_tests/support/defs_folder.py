@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eos_pipeline.components.migrate import migrate_text
+from eos_pipeline.components.config import migrate_text
 
 
 def write_defs(text: str, folder: Path) -> Path:

@@ -60,7 +60,7 @@ def writer(url: str, topic: str, schema: str) -> Callable[[dict[str, Any]], byte
 
 
 def table_schema(url: str, subject: SubjectSchema) -> TableSchema:
-    """A subject's columns as the definitions resolve them at load (``components.subject``)."""
+    """A subject's columns as the definitions resolve them at load (``project.resolve_subject``)."""
     fmt = PayloadFormat(Format.AVRO, RegistrySettings(url))
     return TableSchema(subject.columns, format=fmt, schema_id=subject.schema_id)
 
