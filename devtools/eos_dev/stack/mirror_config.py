@@ -52,6 +52,18 @@ class ClusterSecurity:
             "ssl.ca.location": self.ca_pem,
         }
 
+    def java_client(self) -> dict[str, str]:
+        """Java client settings of the probe's user (the stack's own JVM tools log in as it)."""
+        password = Path(self.probe_password_file).read_text().strip()
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.mechanism,
+            "sasl.jaas.config": f'{SCRAM_LOGIN} required username="{self.probe_user}" '
+            f'password="{password}";',
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.ca_pem,
+        }
+
     def mm2_lines(self, alias: str) -> list[str]:
         """MM2's client settings for cluster ``alias`` (every client of it, and the worker)."""
         secret = Path(self.mirror_password_file)
