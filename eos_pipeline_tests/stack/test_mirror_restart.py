@@ -12,13 +12,12 @@ timeout of 15 minutes) and the restart must replicate both ways again.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from eos_dev.stack.mirror import MirrorStack
-
-pytestmark = pytest.mark.integration
+from eos_dev.stack.mirror import MirrorStack, mirror_config, mm2_properties
 
 
 def _leave_a_transaction_open(bootstrap: str, transactional_id: str, topic: str) -> None:
@@ -37,6 +36,18 @@ def _leave_a_transaction_open(bootstrap: str, transactional_id: str, topic: str)
     # Neither committed nor aborted: the producer goes away as a killed MM2's does.
 
 
+def test_a_worker_out_of_sync_rejoins_in_a_second_not_five_minutes(tmp_path: Path) -> None:
+    """A worker that fails to catch up with its config topic leaves its group for
+    ``worker.unsync.backoff.ms`` (Connect's default: five minutes of no replication)."""
+    props = dict(
+        line.split("=", 1)
+        for line in mm2_properties(mirror_config(tmp_path, [(1, 2), (3, 4)], 5)).splitlines()
+    )
+    for prefix in ("A.", "B."):
+        assert int(props[f"{prefix}worker.unsync.backoff.ms"]) <= 1000
+
+
+@pytest.mark.integration
 def test_a_restarted_mirrormaker_replicates_although_the_old_one_left_a_transaction_open(
     mirror_stack: MirrorStack,
 ) -> None:

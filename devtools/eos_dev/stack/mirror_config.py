@@ -254,10 +254,14 @@ def mm2_properties(config: MirrorConfig) -> str:
     # Every plugin on the classpath ships a ServiceLoader manifest: skipping the reflective
     # classpath scan saves seconds of CPU per herder at start (each herder builds its plugins
     # from its target's settings, so the unprefixed key alone is ignored).
+    # A worker that cannot read its config topic to the end within worker.sync.timeout.ms (3 s;
+    # e.g. its target's broker just restarted, under load) leaves its group for
+    # worker.unsync.backoff.ms: Connect's five minutes again, one second here.
     for alias in ("", f"{a}.", f"{b}."):
         lines += [
             f"{alias}plugin.discovery=service_load",
             f"{alias}scheduled.rebalance.max.delay.ms={config.rebalance_delay_ms}",
+            f"{alias}worker.unsync.backoff.ms=1000",
             f"{alias}reconnect.backoff.max.ms=1000",
             f"{alias}retry.backoff.ms=500",
         ]
