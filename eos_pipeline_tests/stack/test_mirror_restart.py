@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from eos_dev.stack.mirror import MirrorStack, mirror_config, mm2_properties
+from eos_dev.stack.mirror_config import ClusterSecurity
 
 
 def _leave_a_transaction_open(bootstrap: str, transactional_id: str, topic: str) -> None:
@@ -45,6 +46,27 @@ def test_a_worker_out_of_sync_rejoins_in_a_second_not_five_minutes(tmp_path: Pat
     )
     for prefix in ("A.", "B."):
         assert int(props[f"{prefix}worker.unsync.backoff.ms"]) <= 1000
+
+
+def test_the_transaction_tool_logs_in_to_a_secured_cluster_as_the_probe_user(
+    tmp_path: Path,
+) -> None:
+    """Fencing MM2's transactions and aborting on its topics needs an administrator: the
+    stack's probe user (a super user of the secured stack), with its password from its file."""
+    secret = tmp_path / "probe.password"
+    secret.write_text("s3cret\n")
+    security = ClusterSecurity(
+        ca_pem="/ca.pem",
+        mirror_user="eos-mirror",
+        mirror_password_file=str(tmp_path / "mirror.password"),
+        probe_user="eos-admin",
+        probe_password_file=str(secret),
+    )
+    client = security.java_client()
+    assert client["security.protocol"] == "SASL_SSL"
+    assert client["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert 'username="eos-admin" password="s3cret";' in client["sasl.jaas.config"]
+    assert (client["ssl.truststore.type"], client["ssl.truststore.location"]) == ("PEM", "/ca.pem")
 
 
 @pytest.mark.integration
