@@ -96,18 +96,13 @@ class _MirrorMakerProcess(Stack):
         self.say(f"starting mirrormaker (pid {pid}) ...")
         wait_ready("mirrormaker", probe, pid, self.log_path("mirrormaker"), timeout=timeout)
 
-    def stop(self, grace: float) -> None:
-        """SIGTERM, then SIGKILL after ``grace`` seconds (a few, not Stack's 30). When MM2's
-        graceful stop fails it never ends by itself: its interrupted ``KafkaBasedLog`` threads
-        were seen spinning on "Error polling: InterruptException" until the kill. With
-        exactly-once source a kill loses nothing; what it leaves open, the next start closes
-        (:meth:`MirrorStack.close_open_transactions`)."""
-        self.down(grace)
-
 
 #: Java source run by :meth:`MirrorStack.close_open_transactions` (the JDK's source launcher).
 TRANSACTIONS_TOOL = Path(__file__).parent / "java" / "MirrorTransactions.java"
-#: Seconds a stopping MM2 gets before SIGKILL (its graceful stop takes a few when it works).
+#: Seconds a stopping MM2 gets before SIGKILL: its graceful stop takes 3-4 when it works, and
+#: when it fails it never ends by itself (its interrupted ``KafkaBasedLog`` threads were seen
+#: spinning on "Error polling: InterruptException" until the kill). With exactly-once source a
+#: kill loses nothing; what it leaves open, the next start closes (``close_open_transactions``).
 STOP_GRACE_SECONDS = 8.0
 
 
@@ -285,7 +280,7 @@ class MirrorStack:
                     )
                 except StackError as exc:  # stalled or dead: a fresh MM2 resumes from its offsets
                     self.say(f"mirrormaker is not replicating ({_first_line(exc)}); restarting it")
-                    self._mirror.stop(STOP_GRACE_SECONDS)
+                    self._mirror.down(STOP_GRACE_SECONDS)
                     self._start_mirror(probe, timeout)
             else:
                 self._start_mirror(probe, timeout)
@@ -302,7 +297,7 @@ class MirrorStack:
         from the offsets it committed, so nothing is skipped; with exactly-once source support
         nothing is written twice either."""
         self.say("stopping mirrormaker ...")
-        self._mirror.stop(STOP_GRACE_SECONDS)
+        self._mirror.down(STOP_GRACE_SECONDS)
         self.up(timeout)
 
     def _start_mirror(self, probe: ReplicationProbe, timeout: float) -> None:
@@ -374,12 +369,12 @@ class MirrorStack:
 
     def stop_mirror(self, timeout: float = STOP_GRACE_SECONDS) -> None:
         """Stop MM2 alone, leaving both clusters up (replication falls behind); ``up`` resumes."""
-        self._mirror.stop(timeout)
+        self._mirror.down(timeout)
 
     def down(self, timeout: float = 30.0) -> None:
-        """Stop MM2 first (it holds clients of both clusters, and gets the short grace of
-        :meth:`_MirrorMakerProcess.stop`), then the managed brokers."""
-        self._mirror.stop(min(timeout, STOP_GRACE_SECONDS))
+        """Stop MM2 first (it holds clients of both clusters; at most STOP_GRACE_SECONDS before
+        its kill), then the managed brokers."""
+        self._mirror.down(min(timeout, STOP_GRACE_SECONDS))
         for broker in self._brokers.values():
             broker.down(timeout)
 
