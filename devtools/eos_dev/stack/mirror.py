@@ -14,6 +14,8 @@ cluster must be read back from its replica on the other, never a sleep.
 
 from __future__ import annotations
 
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -93,6 +95,15 @@ class _MirrorMakerProcess(Stack):
         )
         self.say(f"starting mirrormaker (pid {pid}) ...")
         wait_ready("mirrormaker", probe, pid, self.log_path("mirrormaker"), timeout=timeout)
+
+
+#: Java source run by :meth:`MirrorStack.close_open_transactions` (the JDK's source launcher).
+TRANSACTIONS_TOOL = Path(__file__).parent / "java" / "MirrorTransactions.java"
+#: Seconds a stopping MM2 gets before SIGKILL: its graceful stop takes 3-4 when it works, and
+#: when it fails it never ends by itself (its interrupted ``KafkaBasedLog`` threads were seen
+#: spinning on "Error polling: InterruptException" until the kill). With exactly-once source a
+#: kill loses nothing; what it leaves open, the next start closes (``close_open_transactions``).
+STOP_GRACE_SECONDS = 8.0
 
 
 class ReplicationProbe:
@@ -269,10 +280,10 @@ class MirrorStack:
                     )
                 except StackError as exc:  # stalled or dead: a fresh MM2 resumes from its offsets
                     self.say(f"mirrormaker is not replicating ({_first_line(exc)}); restarting it")
-                    self._mirror.down(30.0)
-                    self._mirror.start(probe, timeout)
+                    self._mirror.down(STOP_GRACE_SECONDS)
+                    self._start_mirror(probe, timeout)
             else:
-                self._mirror.start(probe, timeout)
+                self._start_mirror(probe, timeout)
         finally:
             probe.close()
         a, b = cfg.aliases
@@ -286,16 +297,84 @@ class MirrorStack:
         from the offsets it committed, so nothing is skipped; with exactly-once source support
         nothing is written twice either."""
         self.say("stopping mirrormaker ...")
-        self._mirror.down(30.0)
+        self._mirror.down(STOP_GRACE_SECONDS)
         self.up(timeout)
 
-    def stop_mirror(self, timeout: float = 30.0) -> None:
+    def _start_mirror(self, probe: ReplicationProbe, timeout: float) -> None:
+        """Start MM2 and wait for ``probe``; first close what an MM2 that ran here before left
+        open (even a graceful stop right after a broker restart left a transaction open)."""
+        if (self._mirror._dir("mirrormaker") / "mm2.properties").exists():
+            self.close_open_transactions()
+        self._mirror.start(probe, timeout)
+
+    def close_open_transactions(self) -> None:
+        """Close what a stopped MM2 left open on both clusters (its ongoing transactions fenced,
+        hanging ones on its topics aborted; see :file:`java/MirrorTransactions.java`).
+
+        A transaction left open on an internal topic that MM2 reads ``read_committed`` kept a
+        new MM2's herder at "Starting KafkaBasedLog" for good. Only while MM2 is stopped: the
+        transactions fenced are MM2's own, and a running MM2 would lose its tasks to the fence.
+        """
+        if self._mirror._running_pid("mirrormaker"):
+            raise StackError("close_open_transactions needs MirrorMaker 2 stopped")
+        java = find_java()
+        if not (Path(java).resolve().parent / "javac").exists():  # the source launcher compiles
+            self.say(f"warning: {java} is not a JDK; MM2's open transactions were not checked")
+            return
+        cfg = self.config
+        home = self._mirror._dir("mirrormaker")
+        home.mkdir(parents=True, exist_ok=True)
+        files = []
+        for cluster in cfg.clusters:
+            client = {"bootstrap.servers": self.bootstrap(cluster.alias)}
+            if cluster.security is not None:
+                client |= cluster.security.java_client()
+            path = home / f"transactions-{cluster.alias}.properties"
+            path.touch(mode=0o600)  # may hold the probe user's password
+            path.write_text("".join(f"{k}={v}\n" for k, v in client.items()))
+            files.append(path)
+        aliases = "|".join(re.escape(a) for a in cfg.aliases)
+        ids = f"(connect-cluster-)?({aliases})-mm2.*"  # each herder's group is <source>-mm2
+        topics = f"(.*\\.internal|heartbeats|({aliases})\\..*)"  # MM2's topics and replicas
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [
+                    java,
+                    *self._mirror.config.jvm_options,
+                    "-cp",
+                    self._mirror._classpath("mirror"),
+                    str(TRANSACTIONS_TOOL),
+                    ids,
+                    topics,
+                    *map(str, files),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise StackError("closing MirrorMaker 2's open transactions took over 120s") from exc
+        finally:
+            for path in files:
+                path.unlink(missing_ok=True)
+        for line in done.stdout.splitlines():
+            self.say(line)
+        if done.returncode != 0:
+            raise StackError(
+                f"closing MirrorMaker 2's open transactions failed:\n{done.stderr[-2000:]}"
+            )
+        self.say(f"open transactions checked in {time.monotonic() - started:.1f}s")
+
+    def stop_mirror(self, timeout: float = STOP_GRACE_SECONDS) -> None:
         """Stop MM2 alone, leaving both clusters up (replication falls behind); ``up`` resumes."""
         self._mirror.down(timeout)
 
     def down(self, timeout: float = 30.0) -> None:
-        """Stop MM2 first (it holds clients of both clusters), then the managed brokers."""
-        self._mirror.down(timeout)
+        """Stop MM2 first (it holds clients of both clusters; at most STOP_GRACE_SECONDS before
+        its kill), then the managed brokers."""
+        self._mirror.down(min(timeout, STOP_GRACE_SECONDS))
         for broker in self._brokers.values():
             broker.down(timeout)
 

@@ -52,6 +52,18 @@ class ClusterSecurity:
             "ssl.ca.location": self.ca_pem,
         }
 
+    def java_client(self) -> dict[str, str]:
+        """Java client settings of the probe's user (the stack's own JVM tools log in as it)."""
+        password = Path(self.probe_password_file).read_text().strip()
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.mechanism,
+            "sasl.jaas.config": f'{SCRAM_LOGIN} required username="{self.probe_user}" '
+            f'password="{password}";',
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.ca_pem,
+        }
+
     def mm2_lines(self, alias: str) -> list[str]:
         """MM2's client settings for cluster ``alias`` (every client of it, and the worker)."""
         secret = Path(self.mirror_password_file)
@@ -242,10 +254,14 @@ def mm2_properties(config: MirrorConfig) -> str:
     # Every plugin on the classpath ships a ServiceLoader manifest: skipping the reflective
     # classpath scan saves seconds of CPU per herder at start (each herder builds its plugins
     # from its target's settings, so the unprefixed key alone is ignored).
+    # A worker that cannot read its config topic to the end within worker.sync.timeout.ms (3 s;
+    # e.g. its target's broker just restarted, under load) leaves its group for
+    # worker.unsync.backoff.ms: Connect's five minutes again, one second here.
     for alias in ("", f"{a}.", f"{b}."):
         lines += [
             f"{alias}plugin.discovery=service_load",
             f"{alias}scheduled.rebalance.max.delay.ms={config.rebalance_delay_ms}",
+            f"{alias}worker.unsync.backoff.ms=1000",
             f"{alias}reconnect.backoff.max.ms=1000",
             f"{alias}retry.backoff.ms=500",
         ]
@@ -275,6 +291,13 @@ appender.out.type = Console
 appender.out.name = out
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+# A cap on the whole log, so that no spin can fill the disk: an MM2 whose stop failed was seen
+# logging 4.5 M lines in 4 s (3.2 GB). Past a burst of 20,000 lines, at most 200 a second get
+# through (FATAL always does); a normal start logs about 300.
+appender.out.filter.burst.type = BurstFilter
+appender.out.filter.burst.level = ERROR
+appender.out.filter.burst.rate = 200
+appender.out.filter.burst.maxBurst = 20000
 rootLogger.level = info
 rootLogger.appenderRef.out.ref = out
 # Client config dumps and per-record chatter: thousands of lines that say nothing new.
@@ -288,6 +311,13 @@ logger.reflections.name = org.reflections
 logger.reflections.level = error
 logger.isolation.name = org.apache.kafka.connect.runtime.isolation
 logger.isolation.level = warn
+# Its work thread, interrupted by a stop, logged "Error polling: InterruptException" in a loop:
+# a few lines of that say everything.
+logger.kbl.name = org.apache.kafka.connect.util.KafkaBasedLog
+logger.kbl.filter.burst.type = BurstFilter
+logger.kbl.filter.burst.level = ERROR
+logger.kbl.filter.burst.rate = 2
+logger.kbl.filter.burst.maxBurst = 50
 """
 
 
