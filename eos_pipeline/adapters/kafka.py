@@ -87,18 +87,6 @@ class KafkaSettings:
         if error.code() in _REFUSALS:
             _LAST_REFUSAL[self._key()] = error.str()
 
-    def no_answer(self, what: str, timeout: float, client: Any = None) -> KafkaReadError:
-        """The error for an unanswered request: the refusal of this client's credentials
-        (:meth:`refused`), else an unreachable cluster.
-        """
-        refused = self.refused(what, client)
-        if refused is not None:
-            return refused
-        return KafkaReadError(
-            f"{what}: no answer from Kafka at {self.bootstrap_servers} (timed out after "
-            f"{timeout:g} s); is the cluster up and reachable from here?"
-        )
-
     def refused(self, what: str, client: Any = None) -> KafkaReadError | None:
         """The cluster's refusal of this client's credentials, if it refused them (what to
         fix); None when it did not (``client``, whose request went unanswered, is polled once
@@ -133,7 +121,7 @@ RANGE_FETCH_WAIT_MS = 10
 
 #: librdkafka errors that mean "the cluster will not talk to this client as configured".
 _REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
-#: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.no_answer`.
+#: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.refused`.
 _LAST_REFUSAL: dict[tuple[str, str], str] = {}
 
 _SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
@@ -454,16 +442,6 @@ def end_offsets_of(
     known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
     ends = list_offsets(settings, known, committed=committed, timeout=timeout)
     return {t: ends[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
-
-
-def start_offsets_of(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
-) -> dict[str, dict[int, int] | KafkaReadError]:
-    """``start_offsets`` of many topics in two requests, as :func:`end_offsets_of`."""
-    infos = describe(settings, topics, timeout)
-    known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
-    lows = list_offsets(settings, known, latest=False, timeout=timeout)
-    return {t: lows[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
 
 
 def ends_and_starts(

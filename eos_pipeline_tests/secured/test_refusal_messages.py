@@ -6,6 +6,7 @@ from confluent_kafka import KafkaError
 
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
+from eos_pipeline_tests.support.kafka import no_answer
 
 _SECRET = "s3cr3t-pw"
 
@@ -16,7 +17,7 @@ def _diagnose(message: str) -> Fault:
 
 def test_an_unanswered_request_is_transient_and_names_no_secret() -> None:
     settings = KafkaSettings("h1:9093", {"sasl.username": "fresh-user", "sasl.password": _SECRET})
-    message = str(settings.no_answer("cannot describe topic 't'", 10))
+    message = str(no_answer(settings, "cannot describe topic 't'", 10))
     assert "no answer from Kafka at h1:9093" in message and _SECRET not in message
     assert _diagnose(message) is Fault.TRANSIENT
 
@@ -29,10 +30,10 @@ def test_a_refused_login_is_named_with_what_to_fix_and_needs_a_person() -> None:
         "credentials with SASL mechanism SCRAM-SHA-512",
     )
     settings.config()["error_cb"](refusal)  # what librdkafka calls from a poll
-    message = str(settings.no_answer("cannot describe topic 't'", 10))
+    message = str(no_answer(settings, "cannot describe topic 't'", 10))
     assert "refused this client" in message and "sasl.password" in message
     assert _SECRET not in message
     assert _diagnose(message) is Fault.NEEDS_PERSON
     # Another user of the same cluster is not blamed for it.
     other = KafkaSettings("h2:9093", {"sasl.username": "u3"})
-    assert "refused" not in str(other.no_answer("x", 10))
+    assert "refused" not in str(no_answer(other, "x", 10))
