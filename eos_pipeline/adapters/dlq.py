@@ -181,7 +181,7 @@ def read_dead_letter_log(
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    from eos_pipeline.adapters.kafka import KafkaReadError, end_offsets
+    from eos_pipeline.adapters.kafka import KafkaReadError, ReadStalled, end_offsets
 
     try:
         ends = end_offsets(settings, topic)
@@ -197,7 +197,7 @@ def read_dead_letter_log(
         deadline = time.monotonic() + timeout
         while remaining > 0:
             if time.monotonic() > deadline:
-                raise KafkaReadError(f"reading dead-letter topic {topic!r} timed out")
+                raise ReadStalled(f"reading dead-letter topic {topic!r} timed out")
             for msg in consumer.consume(min(1000, remaining), timeout=1.0):
                 if msg.error():
                     continue

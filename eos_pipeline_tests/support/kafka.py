@@ -8,6 +8,7 @@ from typing import Any
 from eos_pipeline.adapters.kafka import (
     KafkaReadError,
     KafkaSettings,
+    KafkaUnavailable,
     TopicInfo,
     describe,
     list_offsets,
@@ -23,7 +24,7 @@ def no_answer(
     refused = settings.refused(what, client)
     if refused is not None:
         return refused
-    return KafkaReadError(
+    return KafkaUnavailable(
         f"{what}: no answer from Kafka at {settings.bootstrap_servers} (timed out after "
         f"{timeout:g} s); is the cluster up and reachable from here?"
     )
