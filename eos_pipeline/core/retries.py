@@ -71,7 +71,7 @@ class Diagnosis:
 
 
 #: Classes from outside the typed hierarchy whose name says their kind: libraries' (kazoo,
-#: urllib3, clickhouse-connect, Dagster, pydantic, the standard library) and the few of ours
+#: urllib3, httpx, clickhouse-connect, Dagster, pydantic, the standard library) and the few of ours
 #: raised by modules that have not joined it yet (config, schema, registry access).
 _OUTSIDE_CLASSES: dict[str, Fault] = {
     **dict.fromkeys(
@@ -82,6 +82,7 @@ _OUTSIDE_CLASSES: dict[str, Fault] = {
             "RegistryAccessError",
             "ValidationError",
             "DagsterInvalidConfigError",
+            "InvalidURL",
             "NoAuthError",
             "AuthFailedError",
         ),

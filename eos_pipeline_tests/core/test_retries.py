@@ -334,6 +334,13 @@ def test_the_adapters_errors_are_told_by_their_class_not_their_words(
     assert diagnose(step((cls, "a message with no telling word"))).fault is fault
 
 
+def test_a_librarys_error_is_told_by_its_class_name() -> None:
+    assert diagnose(step(("InvalidURL", "Invalid URL component 'path'"))).fault is (
+        Fault.NEEDS_PERSON
+    )
+    assert diagnose(step(("SessionExpiredError", ""))).fault is Fault.TRANSIENT
+
+
 def test_an_old_runs_kafka_error_quoting_a_code_is_told_by_the_code() -> None:
     message = "could not list offsets on k:9092: KafkaError{code=TOPIC_AUTHORIZATION_FAILED,val=29}"
     assert diagnose(step(("KafkaReadError", message))).fault is Fault.NEEDS_PERSON
