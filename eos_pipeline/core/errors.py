@@ -4,9 +4,10 @@ the stack did not answer: ask again later), :class:`Race` (another writer got th
 again, a bounded number of times), :class:`NeedsPerson` (a re-run cannot fix it, going on could
 skip or mix data). Each has a stable ``code`` and a ``fault``. A failed Dagster step reaches the
 sensors as class name and message only, so :func:`fault_of_class` maps names back through the
-classes themselves (every :class:`PipelineError` subclass the process imported: the sensors'
-and runs' processes import every adapter); no message is read. An adapter raises the kind where
-it learns the cause (``adapters.kafka``: unreachable, refused, stalled, offsets deleted).
+classes themselves (every :class:`PipelineError` subclass the process imported: the processes
+that read failures import the Kafka and keeper adapters, as a test checks); no message is
+read. An adapter raises the kind where it learns the cause (``adapters.kafka``: unavailable,
+refused, stalled, offsets deleted).
 
 A Kafka client error's class (``KafkaException``, or ``KafkaError`` inside it) says nothing of
 its kind, its librdkafka code does: :func:`fault_of_kafka_code` is the one table of codes, used

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 # The core's typed errors, imported so that their names are known to fault_of_class here (the
-# adapters' are known in every process that reads failures: it imports the adapters).
+# Kafka and keeper adapters' are known where failures are read: those processes import them).
 from eos_pipeline.core import checkpoint, dedup, keeper, replay  # noqa: F401
 from eos_pipeline.core.errors import Fault, fault_of_class, fault_of_kafka_code
 
