@@ -11,6 +11,12 @@ per partition, and :class:`TopicFacts` keeps them ``max_age_s`` for a run. A few
 safe: an end offset is a run's *target*, and a caller that would *refuse* on an old answer (a log
 that seems to end before the stored position, a missing partition) asks again with
 ``fresh=True`` first. Secrets in the settings are kept out of logs.
+
+Errors are raised as the kind the adapter knows where it meets the cause (``core.errors``; what
+the sensors do after a failed run follows from the kind): :class:`KafkaUnavailable` (no answer in
+time), :class:`KafkaRefused` (credentials, authorization), :class:`TopicMissingError`,
+:class:`ReadStalled`, :class:`OffsetsDeleted`; an error of Kafka's own is told by its code
+(:func:`kafka_error`). The base :class:`KafkaReadError` is a failure of no known kind.
 """
 
 from __future__ import annotations
@@ -41,17 +47,70 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from eos_pipeline.core.errors import (
+    Fault,
+    LogChanged,
+    NeedsPerson,
+    PipelineError,
+    Transient,
+    fault_of_kafka_code,
+)
 from eos_pipeline.core.failover import record_fingerprint
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
 
-class KafkaReadError(RuntimeError):
-    """An offset range could not be read exactly as asked."""
+class KafkaReadError(PipelineError, RuntimeError):
+    """A Kafka request or an offset range read failed; raised as is only when no kind is known
+    (then retried a bounded number of times), else as one of its kinds below."""
+
+    code = "kafka"
 
 
-class TopicMissingError(KafkaReadError):
+class KafkaUnavailable(Transient, KafkaReadError):
+    """The cluster did not answer in time (down, unreachable, no leader yet): ask again later."""
+
+    code = "kafka-unavailable"
+
+
+class KafkaRefused(NeedsPerson, KafkaReadError):
+    """The cluster answered no: credentials, authorization, or an error code no retry fixes."""
+
+    code = "kafka-refused"
+
+
+class TopicMissingError(NeedsPerson, KafkaReadError):
     """The cluster answered: this topic does not exist there (or may not be described). Kept
     apart from a cluster that did not answer, which callers must never read as "no topic"."""
+
+    code = "topic-missing"
+
+
+class ReadStalled(Transient, KafkaReadError):
+    """A range's records did not all arrive in time (a slow broker, an open transaction)."""
+
+    code = "read-stalled"
+
+
+class OffsetsDeleted(LogChanged, KafkaReadError):
+    """The range's start is no longer in the log (retention, or a recreated topic): reading on
+    would skip records."""
+
+
+#: The error class of each fault a Kafka error code can have (:func:`kafka_error`).
+_KIND_OF_FAULT: dict[Fault, type[KafkaReadError]] = {
+    Fault.TRANSIENT: KafkaUnavailable,
+    Fault.NEEDS_PERSON: KafkaRefused,
+}
+
+
+def kafka_error(message: str, *errors: KafkaError) -> KafkaReadError:
+    """The error saying ``message`` about Kafka's ``errors``, of the kind their codes say
+    (``core.errors.fault_of_kafka_code``; a code for a person wins over a transient one)."""
+    faults = {fault_of_kafka_code(error.name()) for error in errors}
+    for fault in (Fault.NEEDS_PERSON, Fault.TRANSIENT):
+        if fault in faults:
+            return _KIND_OF_FAULT[fault](message)
+    return KafkaReadError(message)
 
 
 @dataclass(frozen=True)
@@ -87,18 +146,6 @@ class KafkaSettings:
         if error.code() in _REFUSALS:
             _LAST_REFUSAL[self._key()] = error.str()
 
-    def no_answer(self, what: str, timeout: float, client: Any = None) -> KafkaReadError:
-        """The error for an unanswered request: the refusal of this client's credentials
-        (:meth:`refused`), else an unreachable cluster.
-        """
-        refused = self.refused(what, client)
-        if refused is not None:
-            return refused
-        return KafkaReadError(
-            f"{what}: no answer from Kafka at {self.bootstrap_servers} (timed out after "
-            f"{timeout:g} s); is the cluster up and reachable from here?"
-        )
-
     def refused(self, what: str, client: Any = None) -> KafkaReadError | None:
         """The cluster's refusal of this client's credentials, if it refused them (what to
         fix); None when it did not (``client``, whose request went unanswered, is polled once
@@ -108,7 +155,7 @@ class KafkaSettings:
         refusal = _LAST_REFUSAL.get(self._key())
         if not refusal:
             return None
-        return KafkaReadError(
+        return KafkaRefused(
             f"{what}: Kafka at {self.bootstrap_servers} refused this client: {refusal}. "
             "Fix the pipeline's kafka.client settings (sasl.username / sasl.password, "
             "security.protocol, ssl.ca.location); the run read and wrote nothing."
@@ -133,7 +180,7 @@ RANGE_FETCH_WAIT_MS = 10
 
 #: librdkafka errors that mean "the cluster will not talk to this client as configured".
 _REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
-#: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.no_answer`.
+#: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.refused`.
 _LAST_REFUSAL: dict[tuple[str, str], str] = {}
 
 _SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
@@ -236,7 +283,7 @@ def create_topic(
                 raise
         except FutureTimeout:
             if attempt == _CREATE_TRIES:
-                raise KafkaReadError(
+                raise KafkaUnavailable(
                     f"creating topic {topic!r} on {settings.bootstrap_servers}: no answer in "
                     f"{_CREATE_TRIES} tries of {timeout:g}s; is the cluster up?"
                 ) from None
@@ -245,17 +292,18 @@ def create_topic(
 def unreachable(
     settings: KafkaSettings, what: str, timeout: float, exc: object, client: Any = None
 ) -> KafkaReadError:
-    """The error of a request the cluster did not answer: what, where, the cause and the fix (its
-    words mark it transient for ``core.retries``). A definite refusal keeps Kafka's own words; a
-    refusal of this client's credentials says what to fix (``KafkaSettings.refused``).
+    """The error of a request the cluster did not answer (:class:`KafkaUnavailable`): what, where,
+    the cause and the fix. A definite answer keeps Kafka's own words and is of the kind its code
+    says; a refusal of this client's credentials says what to fix (``KafkaSettings.refused``).
     """
     if isinstance(exc, KafkaException) and not is_down(exc):
-        return KafkaReadError(f"could not {what} on {settings.bootstrap_servers}: {exc}")
+        message = f"could not {what} on {settings.bootstrap_servers}: {exc}"
+        return kafka_error(message, exc.args[0])
     refused = settings.refused(f"could not {what}", client)
     if refused is not None:
         return refused
     cause = f": {exc}" if str(exc) else ""
-    return KafkaReadError(
+    return KafkaUnavailable(
         f"could not {what} on {settings.bootstrap_servers} within {timeout:g} s (unreachable or "
         f"timed out{cause}); is the broker up? Check kafka.bootstrap_servers, or start the "
         "local stack with `eos-pipeline stack up`"
@@ -454,16 +502,6 @@ def end_offsets_of(
     known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
     ends = list_offsets(settings, known, committed=committed, timeout=timeout)
     return {t: ends[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
-
-
-def start_offsets_of(
-    settings: KafkaSettings, topics: Iterable[str], timeout: float | None = None
-) -> dict[str, dict[int, int] | KafkaReadError]:
-    """``start_offsets`` of many topics in two requests, as :func:`end_offsets_of`."""
-    infos = describe(settings, topics, timeout)
-    known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
-    lows = list_offsets(settings, known, latest=False, timeout=timeout)
-    return {t: lows[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
 
 
 def ends_and_starts(
@@ -711,7 +749,7 @@ def _consume_into(
         if not done and consumer.position([ktp])[0].offset >= end:
             done = True
         if not done and time.monotonic() > deadline:
-            raise KafkaReadError(
+            raise ReadStalled(
                 f"{tp}: reading {wanted} stalled after {timeout:.0f}s with "
                 f"{len(batch)} records read; is the range beyond the partition's last "
                 "stable offset (an open transaction upstream)?"
@@ -793,12 +831,13 @@ def _take_each(
                 done = msg.offset() >= end
                 continue
             if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                raise KafkaReadError(
+                raise OffsetsDeleted(
                     f"{tp}: offset {wanted.start} is no longer in the log (deleted by "
                     "retention, or the topic was recreated); refusing to skip ahead. "
-                    f"Details: {err.str()}"
+                    f"Details: {err.str()}",
+                    "retention",
                 )
-            raise KafkaReadError(f"{tp}: error while reading {wanted}: {err.str()}")
+            raise kafka_error(f"{tp}: error while reading {wanted}: {err.str()}", err)
         offset = msg.offset()
         position = offset + 1
         if offset >= end:
@@ -850,11 +889,11 @@ def produce_all(
     Any delivery failure raises: a caller never goes on believing a record was written.
     """
     delivered: list[tuple[int, int]] = []
-    failures: list[str] = []
+    failures: list[KafkaError] = []
 
     def on_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            failures.append(err.str())
+            failures.append(err)
         else:
             delivered.append((msg.partition(), msg.offset()))
 
@@ -873,7 +912,9 @@ def produce_all(
         producer.poll(0)
     remaining = producer.flush(timeout)
     if remaining or failures:
-        raise KafkaReadError(
-            f"producing to {topic!r} failed: {remaining} undelivered, errors: {failures[:3]}"
+        raise kafka_error(
+            f"producing to {topic!r} failed: {remaining} undelivered, errors: "
+            f"{[error.str() for error in failures[:3]]}",
+            *failures,
         )
     return delivered

@@ -39,6 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
+from eos_pipeline.core.errors import NeedsPerson, Transient
 from eos_pipeline.core.keeper import (
     DEFAULT_ROOT,
     ConflictError,
@@ -62,12 +63,16 @@ from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.replay import JournalEntry
 
 
-class KeeperUnavailableError(KeeperError):
+class KeeperUnavailableError(Transient, KeeperError):
     """ZooKeeper could not be reached, or did not answer within the configured time."""
 
+    code = "keeper-unavailable"
 
-class KeeperAuthError(KeeperError):
+
+class KeeperAuthError(NeedsPerson, KeeperError):
     """The znode's ACL refuses this client (missing or wrong digest credentials)."""
+
+    code = "keeper-auth"
 
 
 def default_writer_id(run_id: str | None = None) -> str:

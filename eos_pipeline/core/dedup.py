@@ -156,11 +156,6 @@ class Decision:
         """Short name for run metadata, e.g. ``CROPPED+OVERLAP``."""
         return self.case.value if self.cropped is None else f"CROPPED+{self.case.value}"
 
-    @property
-    def writes_state(self) -> bool:
-        """Whether the keeper is written at all (only steps write it)."""
-        return bool(self.steps)
-
 
 def _nonempty(start: int, end: int) -> OffsetRange | None:
     return OffsetRange(start, end) if end > start else None

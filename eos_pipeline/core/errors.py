@@ -4,8 +4,15 @@ the stack did not answer: ask again later), :class:`Race` (another writer got th
 again, a bounded number of times), :class:`NeedsPerson` (a re-run cannot fix it, going on could
 skip or mix data). Each has a stable ``code`` and a ``fault``. A failed Dagster step reaches the
 sensors as class name and message only, so :func:`fault_of_class` maps names back through the
-classes themselves (every :class:`PipelineError` subclass the process imported); no message is
-read.
+classes themselves (every :class:`PipelineError` subclass the process imported: the processes
+that read failures import the Kafka and keeper adapters, as a test checks); no message is
+read. An adapter raises the kind where it learns the cause (``adapters.kafka``: unavailable,
+refused, stalled, offsets deleted).
+
+A Kafka client error's class (``KafkaException``, or ``KafkaError`` inside it) says nothing of
+its kind, its librdkafka code does: :func:`fault_of_kafka_code` is the one table of codes, used
+by the Kafka adapter to pick the kind it raises and by ``core.retries`` for a ``KafkaException``
+that reached a run's end as it is.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ __all__ = [
     "Race",
     "Transient",
     "fault_of_class",
+    "fault_of_kafka_code",
 ]
 
 
@@ -99,3 +107,41 @@ def fault_of_class(name: str) -> Fault | None:
         if cls.__name__ == name:
             return cls.fault
     return None
+
+
+#: librdkafka's error codes of a known kind, by name (``KafkaError.name()``; a
+#: ``KafkaException``'s text carries it as ``code=<name>``); every other code is of no known kind.
+_KAFKA_CODES: dict[str, Fault] = {
+    **dict.fromkeys(
+        (
+            "OFFSET_OUT_OF_RANGE",  # the range's start is no longer in the log
+            "TOPIC_AUTHORIZATION_FAILED",
+            "CLUSTER_AUTHORIZATION_FAILED",
+            "GROUP_AUTHORIZATION_FAILED",
+            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            "SASL_AUTHENTICATION_FAILED",
+            "_AUTHENTICATION",
+        ),
+        Fault.NEEDS_PERSON,
+    ),
+    **dict.fromkeys(
+        (
+            "_TRANSPORT",
+            "_ALL_BROKERS_DOWN",
+            "_TIMED_OUT",
+            "_TIMED_OUT_QUEUE",
+            "_MSG_TIMED_OUT",
+            "REQUEST_TIMED_OUT",
+            "COORDINATOR_LOAD_IN_PROGRESS",
+            "LEADER_NOT_AVAILABLE",
+            "NOT_LEADER_FOR_PARTITION",
+            "NOT_LEADER_OR_FOLLOWER",
+        ),
+        Fault.TRANSIENT,
+    ),
+}
+
+
+def fault_of_kafka_code(name: str) -> Fault:
+    """The fault of librdkafka's error code called ``name`` (``UNKNOWN``: none known)."""
+    return _KAFKA_CODES.get(name.upper(), Fault.UNKNOWN)

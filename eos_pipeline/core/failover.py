@@ -88,12 +88,6 @@ class ReplicationPolicy:
             return None
         return prefix
 
-    def upstream_topic(self, topic: str, aliases: Iterable[str] | None = None) -> str | None:
-        """Name of a remote topic on the cluster it came from (one hop), or None."""
-        if self.source_alias(topic, aliases) is None:
-            return None
-        return topic.partition(self.separator)[2]
-
     def offset_syncs_topic(self, other_alias: str) -> str:
         """MM2 names a flow's syncs topic after the flow's *other* cluster."""
         return f"mm2-offset-syncs{self.separator}{other_alias}{self.separator}internal"
@@ -914,12 +908,6 @@ ROW_TOPIC_SEPARATOR = ":"
 def row_topic(cluster: str, topic: str) -> str:
     """The source topic a clustered table stores: ``T`` on A is not ``T`` on B."""
     return f"{cluster}{ROW_TOPIC_SEPARATOR}{topic}"
-
-
-def split_row_topic(value: str) -> tuple[str | None, str]:
-    """``(cluster, topic)`` of a stored source topic; cluster None for a single-cluster row."""
-    cluster, sep, topic = value.partition(ROW_TOPIC_SEPARATOR)
-    return (cluster, topic) if sep else (None, value)
 
 
 def streamer_checkpoint(

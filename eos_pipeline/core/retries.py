@@ -16,9 +16,12 @@ events, the failed step's error chain):
   new state and succeeds. Only a writer that keeps committing without moving the checkpoint
   (another tool's table service, a second deployment) fences run after run and is given up on.
 
-The fault is found (:func:`diagnose`) by type (:mod:`eos_pipeline.core.errors`, by class name,
-since errors reach the sensors from another process), else a library's class name, else
-Kafka's error code, and only for errors no type tells apart, by their words.
+The fault is found (:func:`diagnose`) by the error's type: ours say it
+(:mod:`eos_pipeline.core.errors`, looked up by class name, since errors reach the sensors from
+another process), a library's by its class name, a ``KafkaException`` by its code. Words are
+read only for an error whose class does not say its kind; each remaining word names the errors
+it is kept for (:data:`_PERSON_WORDS`, :data:`_TRANSIENT_WORDS`). A run whose process died has
+no error at all: Dagster's own run-failure messages say so (:data:`_DEAD_PROCESS_WORDS`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# The core's typed errors, imported so that their names are known to fault_of_class here.
+# The core's typed errors, imported so that their names are known to fault_of_class here (the
+# Kafka and keeper adapters' are known where failures are read: those processes import them).
 from eos_pipeline.core import checkpoint, dedup, keeper, replay  # noqa: F401
-from eos_pipeline.core.errors import Fault, fault_of_class
+from eos_pipeline.core.errors import Fault, fault_of_class, fault_of_kafka_code
 
 __all__ = [
     "DEFAULT_BACKOFF",
@@ -66,27 +70,26 @@ class Diagnosis:
     cause: str
 
 
-#: Errors of classes outside the typed hierarchy (:mod:`eos_pipeline.core.errors`): libraries'
-#: own (kazoo, Dagster, pydantic, urllib3, clickhouse-connect) and those of modules that have not
-#: joined it yet (config, schema, keeper settings). Their class name is the fact.
-_OTHER_CLASSES: dict[str, Fault] = {
+#: Classes from outside the typed hierarchy whose name says their kind: libraries' (kazoo,
+#: urllib3, httpx, clickhouse-connect, Dagster, pydantic, the standard library) and the few of ours
+#: raised by modules that have not joined it yet (config, schema, registry access).
+_OUTSIDE_CLASSES: dict[str, Fault] = {
     **dict.fromkeys(
         (
             "ConfigError",
             "MissingSecretError",
             "SchemaError",
+            "RegistryAccessError",
             "ValidationError",
             "DagsterInvalidConfigError",
-            "KeeperAuthError",
+            "InvalidURL",
             "NoAuthError",
             "AuthFailedError",
-            "RegistryAccessError",
         ),
         Fault.NEEDS_PERSON,
     ),
     **dict.fromkeys(
         (
-            "KeeperUnavailableError",
             "ConnectionLoss",
             "SessionExpiredError",
             "ConnectionClosedError",
@@ -103,59 +106,49 @@ _OTHER_CLASSES: dict[str, Fault] = {
         Fault.TRANSIENT,
     ),
 }
-#: librdkafka's error codes (``KafkaError{code=_TRANSPORT,...}``, ``Broker: Offset out of
-#: range``): a Kafka error's class says nothing, its code does.
-_KAFKA_CODES: dict[str, Fault] = {
-    "OFFSET_OUT_OF_RANGE": Fault.NEEDS_PERSON,
-    "TOPIC_AUTHORIZATION_FAILED": Fault.NEEDS_PERSON,
-    "SASL_AUTHENTICATION_FAILED": Fault.NEEDS_PERSON,
-    "_AUTHENTICATION": Fault.NEEDS_PERSON,
-    "_TRANSPORT": Fault.TRANSIENT,
-    "_ALL_BROKERS_DOWN": Fault.TRANSIENT,
-    "_TIMED_OUT": Fault.TRANSIENT,
-    "REQUEST_TIMED_OUT": Fault.TRANSIENT,
-    "COORDINATOR_LOAD_IN_PROGRESS": Fault.TRANSIENT,
-    "LEADER_NOT_AVAILABLE": Fault.TRANSIENT,
-    "NOT_LEADER_FOR_PARTITION": Fault.TRANSIENT,
-    "NOT_LEADER_OR_FOLLOWER": Fault.TRANSIENT,
-}
-_KAFKA_CODE = re.compile(r"\bcode=(\w+)|Broker: (Offset out of range)")
-#: Last resort, for errors no type or code tells apart: those of modules not typed yet (the
-#: Kafka adapter's ``KafkaReadError``, Spark's), and runs recorded before the product's errors
-#: were typed (the sensors read old runs' errors too). Person words are checked first: a read
-#: refused because offsets were deleted by retention is a Kafka error too.
-_UNTYPED_PERSON_WORDS = (
-    "deleted by retention",
+#: A ``KafkaException``'s text is librdkafka's ``KafkaError{code=<name>,...}``: its class says
+#: nothing, the code field does (``core.errors.fault_of_kafka_code``). Older runs' Kafka errors
+#: quote it too.
+_KAFKA_CODE = re.compile(r"\bcode=(\w+)")
+#: Last resort, for an error whose class does not say its kind: each word is kept for the errors
+#: that still need it. Words for a person are checked first (a read refused because its offsets
+#: are gone is a Kafka error too).
+_PERSON_WORDS = (
+    # Runs of older versions, which raised these facts as KafkaReadError, HudiSinkError,
+    # TransactionRefused or ReplayRefused in prose (now OffsetsDeleted and LogChanged):
     "no longer in the log",
     "recreated",
-    "offset_out_of_range",
+    # librdkafka's text (KafkaError.str()) of codes for a person, where a message quotes it
+    # without the code: adapters.failover's MirrorReadError, adapters.dlq's failed send (a
+    # RuntimeError), older runs' KafkaReadError; the last two are also the JVM Kafka client's
+    # SaslAuthenticationException, met through Spark:
     "offset out of range",
-    "fenced",
+    "authorization failed",
     "authentication failed",
     "sasl authentication",
+    # The JVM Kafka client's AuthorizationException, met through Spark's Kafka source ("Not
+    # authorized to access topics"):
     "not authorized",
-    "authorization failed",
+    # Errors of ours not typed yet: ClickHouseSinkError (a missing table or database, a bad
+    # URL), MirrorReadError (a missing partition), SparkConnectError (a bad URL):
     "does not exist",
-    "invalid url",
     "names no host",
     "must not carry",
 )
-_UNTYPED_TRANSIENT_WORDS = (
-    "_transport",
-    "all_brokers_down",
-    "broker transport failure",
+_TRANSIENT_WORDS = (
+    # The text of a lost connection from outside our code, whose class does not say it: the
+    # JVM's (Py4JJavaError, java.net.ConnectException, SocketTimeoutException), gRPC's (Spark
+    # Connect), the OS's and HTTP clients' quoted by ClickHouseSinkError and SparkConnectError:
     "connection refused",
     "connection reset",
     "timed out",
-    "_timed_out",
-    "could not be reached",
+    # librdkafka's text of a transient code quoted without the code (MirrorReadError, the
+    # dead-letter send, older runs' KafkaReadError; "Local: Message timed out" above):
+    "broker transport failure",
+    # Runs of older versions, which raised KafkaReadError for these (now KafkaUnavailable,
+    # ReadStalled):
     "unreachable",
-    "connection loss",
-    "session expired",
     "stalled after",
-    "coordinator load in progress",
-    "leader_not_available",
-    "not_leader",
 )
 _RACE_HINT = (
     "another writer keeps committing to this table: a zombie write (an earlier run's, still "
@@ -164,11 +157,13 @@ _RACE_HINT = (
 )
 #: Dagster's reasons for a run that ended without its step failing: the process died.
 _DEAD_PROCESS_REASONS = frozenset({"UNEXPECTED_TERMINATION", "RUN_WORKER_RESTART", "START_TIMEOUT"})
+#: Dagster's own run-failure and engine messages for a run whose process died, which carry no
+#: error and, from some launchers and older Dagster, no failure reason: the words are all there is.
 _DEAD_PROCESS_WORDS = (
-    "terminated by signal",  # Dagster: "Run execution process for <id> was terminated by ..."
-    "unexpectedly exited with code",
-    "detected run worker status",
-    "marked as failed from outside the execution context",
+    "terminated by signal",  # "Run execution process for <id> was terminated by signal 9"
+    "unexpectedly exited with code",  # the run worker's exit seen by the launcher
+    "detected run worker status",  # the run monitor's verdict on a lost worker
+    "marked as failed from outside the execution context",  # the code server's, after a kill
 )
 
 
@@ -189,18 +184,17 @@ def _matches(words: Iterable[str], text: str) -> bool:
 
 
 def _fault(cls: str, message: str) -> Fault | None:
-    """One error's fault: its type, else its class's, else its Kafka code, else (untyped) its
-    words; None when nothing tells."""
-    found = fault_of_class(cls) or _OTHER_CLASSES.get(cls)
+    """One error's fault: its type's (ours, else a library's), else its Kafka code's, else (a
+    class that does not say) its words; None when nothing tells."""
+    found = fault_of_class(cls) or _OUTSIDE_CLASSES.get(cls)
     if found is not None and found is not Fault.UNKNOWN:
         return found
-    for match in _KAFKA_CODE.finditer(message):
-        code = (match.group(1) or match.group(2) or "").upper().replace(" ", "_")
-        if code in _KAFKA_CODES:
-            return _KAFKA_CODES[code]
-    if _matches(_UNTYPED_PERSON_WORDS, message):
+    for code in _KAFKA_CODE.findall(message):
+        if (by_code := fault_of_kafka_code(code)) is not Fault.UNKNOWN:
+            return by_code
+    if _matches(_PERSON_WORDS, message):
         return Fault.NEEDS_PERSON
-    if _matches(_UNTYPED_TRANSIENT_WORDS, message):
+    if _matches(_TRANSIENT_WORDS, message):
         return Fault.TRANSIENT
     return None
 

@@ -130,7 +130,8 @@ def _count_admin_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 def test_offsets_of_many_topics_take_one_request_each_and_name_a_missing_topic(
     kafka_settings: KafkaSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eos_pipeline.adapters.kafka import end_offsets_of, start_offsets_of
+    from eos_pipeline.adapters.kafka import end_offsets_of
+    from eos_pipeline_tests.support.kafka import start_offsets_of
 
     other = f"{topic_name}_b"
     create_topic(kafka_settings, topic_name, partitions=3)

@@ -16,6 +16,7 @@ from eos_pipeline.core.dedup import (
     dedup_token,
 )
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline_tests.support.decisions import writes_state
 
 
 def r(start: int, end: int) -> OffsetRange:
@@ -51,7 +52,7 @@ def assert_decision(
     assert d.unconfirmed == unconfirmed
     assert d.final_state == final_state
     assert d.error is None
-    assert d.writes_state is bool(steps)
+    assert writes_state(d) is bool(steps)
 
 
 # --- no stored record -------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def test_below_is_an_error_naming_both_ranges(state: SinkState, batch: OffsetRan
     assert d.case is Case.BELOW
     assert d.steps == () and d.skipped == () and d.dead_letter is None and d.cropped is None
     assert d.final_state == state
-    assert not d.writes_state
+    assert not writes_state(d)
     assert d.error is not None
     assert f"[{batch.start}, {batch.end})" in d.error
     assert "[10, 20)" in d.error

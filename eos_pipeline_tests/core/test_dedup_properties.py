@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from eos_pipeline.core.dedup import Case, Decision, Phase, SinkState, decide, dedup_token
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline_tests.support.chunks import split_range_by_offsets
+from eos_pipeline_tests.support.decisions import writes_state
 
 TP = TopicPartition("events", 0)
 PIPELINE = "prop"
@@ -241,7 +242,7 @@ def test_decide_is_total_and_splits_the_batch_without_overlap(
     d = decide(state, batch)
     assert d.batch == batch
     if batch.is_empty:
-        assert d.case is Case.EMPTY and not d.writes_state and d.final_state == state
+        assert d.case is Case.EMPTY and not writes_state(d) and d.final_state == state
         return
     if state is None:
         assert d.steps == (batch,) and d.final_state == SinkState(batch, Phase.AFTER)

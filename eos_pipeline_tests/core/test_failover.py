@@ -24,6 +24,7 @@ from eos_pipeline.core.failover import (
     route,
 )
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline_tests.support.decisions import upstream_topic
 from eos_pipeline_tests.support.offset_syncs import encode_offset_sync
 
 AB = ("A", "B")
@@ -35,7 +36,7 @@ AB = ("A", "B")
 def test_default_policy_names_replicas_and_their_source() -> None:
     assert DEFAULT_POLICY.remote_topic("A", "orders") == "A.orders"
     assert DEFAULT_POLICY.source_alias("A.orders") == "A"
-    assert DEFAULT_POLICY.upstream_topic("A.orders") == "orders"
+    assert upstream_topic(DEFAULT_POLICY, "A.orders") == "orders"
     assert DEFAULT_POLICY.source_alias("orders") is None
     # A local topic with a dot is not a replica of a cluster that does not exist.
     assert DEFAULT_POLICY.source_alias("orders.v1", AB) is None

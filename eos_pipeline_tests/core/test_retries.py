@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
+# The adapters' typed errors, known by name as in the sensors' process (which imports them).
+import eos_pipeline.adapters.kafka
+import eos_pipeline.adapters.keeper  # noqa: F401
 from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import (
@@ -307,3 +313,60 @@ def test_a_typed_error_is_told_by_its_class_not_its_words(cls: str, fault: Fault
 def test_a_kafka_error_is_told_by_its_code() -> None:
     facts = step(("KafkaException", "KafkaError{code=NOT_LEADER_OR_FOLLOWER,val=6}"))
     assert diagnose(facts).fault is Fault.TRANSIENT
+
+
+@pytest.mark.parametrize(
+    ("cls", "fault"),
+    [
+        ("KafkaUnavailable", Fault.TRANSIENT),
+        ("ReadStalled", Fault.TRANSIENT),
+        ("KafkaRefused", Fault.NEEDS_PERSON),
+        ("TopicMissingError", Fault.NEEDS_PERSON),
+        ("OffsetsDeleted", Fault.NEEDS_PERSON),
+        ("KeeperUnavailableError", Fault.TRANSIENT),
+        ("KeeperAuthError", Fault.NEEDS_PERSON),
+        ("KafkaReadError", Fault.UNKNOWN),
+    ],
+)
+def test_the_adapters_errors_are_told_by_their_class_not_their_words(
+    cls: str, fault: Fault
+) -> None:
+    assert diagnose(step((cls, "a message with no telling word"))).fault is fault
+
+
+def test_a_librarys_error_is_told_by_its_class_name() -> None:
+    assert diagnose(step(("InvalidURL", "Invalid URL component 'path'"))).fault is (
+        Fault.NEEDS_PERSON
+    )
+    assert diagnose(step(("SessionExpiredError", ""))).fault is Fault.TRANSIENT
+
+
+def test_an_old_runs_kafka_error_quoting_a_code_is_told_by_the_code() -> None:
+    message = "could not list offsets on k:9092: KafkaError{code=TOPIC_AUTHORIZATION_FAILED,val=29}"
+    assert diagnose(step(("KafkaReadError", message))).fault is Fault.NEEDS_PERSON
+
+
+def test_the_processes_that_read_failures_know_the_adapters_errors_by_name() -> None:
+    """The sensors (run_failures, health) and the range runs (range_run) look errors up by class
+    name: the adapters that raise typed errors must be imported there."""
+    code = (
+        "import eos_pipeline.components.run_failures, eos_pipeline.components.health, "
+        "eos_pipeline.components.range_run\n"
+        "from eos_pipeline.core.errors import fault_of_class\n"
+        "for name in ('KafkaUnavailable', 'ReadStalled', 'KafkaRefused', 'TopicMissingError',\n"
+        "             'OffsetsDeleted', 'KeeperUnavailableError', 'KeeperAuthError'):\n"
+        "    print(name, fault_of_class(name))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    known = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert known == {
+        "KafkaUnavailable": "transient",
+        "ReadStalled": "transient",
+        "KafkaRefused": "needs a person",
+        "TopicMissingError": "needs a person",
+        "OffsetsDeleted": "needs a person",
+        "KeeperUnavailableError": "transient",
+        "KeeperAuthError": "needs a person",
+    }

@@ -15,11 +15,11 @@ from eos_pipeline.core.failover import (
     carry_over,
     flows_needed,
     row_topic,
-    split_row_topic,
     streamer_checkpoint,
 )
 from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline_tests.support.decisions import split_row_topic
 
 AB = ClusterSet.both_ways(("A", "B"))
 FP = "0123456789abcdef0123456789abcdef"
