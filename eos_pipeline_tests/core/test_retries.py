@@ -347,11 +347,11 @@ def test_an_old_runs_kafka_error_quoting_a_code_is_told_by_the_code() -> None:
 
 
 def test_the_processes_that_read_failures_know_the_adapters_errors_by_name() -> None:
-    """The sensors (run_failures, health) and the range runs (range_run) look errors up by class
+    """The sensors (run_failures, health) and the range runs (assets) look errors up by class
     name: the adapters that raise typed errors must be imported there."""
     code = (
         "import eos_pipeline.components.run_failures, eos_pipeline.components.health, "
-        "eos_pipeline.components.range_run\n"
+        "eos_pipeline.components.assets\n"
         "from eos_pipeline.core.errors import fault_of_class\n"
         "for name in ('KafkaUnavailable', 'ReadStalled', 'KafkaRefused', 'TopicMissingError',\n"
         "             'OffsetsDeleted', 'KeeperUnavailableError', 'KeeperAuthError'):\n"
