@@ -69,6 +69,19 @@ class PipelineSource:
             return ", ".join(f"{alias}={servers}" for alias, servers in kafka.clusters.items())
         return kafka.bootstrap_servers if isinstance(kafka.bootstrap_servers, str) else "(env)"
 
+    def failover_note(self) -> str:
+        """What a topic's description says of failover: how to switch, or why there is no job."""
+        clusters = self.pipeline.kafka.clusters
+        if not clusters:
+            return (
+                " Failover: not configured (one cluster), so the code location has no `failover` "
+                "job; add kafka.clusters to switch clusters, see docs/failover.md."
+            )
+        return (
+            f" Failover: clusters {', '.join(clusters)}; the `failover` job switches them, and "
+            "the observation's `failover_status` says what `eos-pipeline failover status` prints."
+        )
+
     @contextmanager
     def opened(self, context: Any, kafka: KafkaSettings) -> Iterator[Source]:
         """:meth:`at` with the keeper session it needs from ``context``'s ``keeper`` resource,

@@ -88,25 +88,11 @@ def sink_keys(pipeline: Pipeline) -> list[dg.AssetKey]:
     return keys
 
 
-def _failover_note(pipeline: Pipeline) -> str:
-    """What a topic's description says of failover: how to switch, or why there is no job."""
-    clusters = pipeline.kafka.clusters
-    if not clusters:
-        return (
-            " Failover: not configured (one cluster), so the code location has no `failover` "
-            "job; add kafka.clusters to switch clusters, see docs/failover.md."
-        )
-    return (
-        f" Failover: clusters {', '.join(clusters)}; the `failover` job switches them, and "
-        "the observation's `failover_status` says what `eos-pipeline failover status` prints."
-    )
-
-
 def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
     """The pipeline's source topics, then its dead-letter topic (written by both sinks)."""
     bootstrap = pipeline.kafka.bootstrap_servers
     where = bootstrap if isinstance(bootstrap, str) else "(from environment)"
-    failover = _failover_note(pipeline)
+    failover = source_of(pipeline).failover_note()
     specs = [
         dg.AssetSpec(
             key=topic_key(topic),
