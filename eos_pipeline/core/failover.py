@@ -75,7 +75,6 @@ class ReplicationPolicy:
     separator: str = "."
 
     def remote_topic(self, source_alias: str, topic: str) -> str:
-        """Name on another cluster of ``topic`` first written on ``source_alias``."""
         return f"{source_alias}{self.separator}{topic}"
 
     def source_alias(self, topic: str, aliases: Iterable[str] | None = None) -> str | None:

@@ -440,11 +440,12 @@ class TopicState:
     log_starts: Mapping[int, int] | None = None
 
 
-def _clickhouse_candidates(
-    topic: TopicState, known: Collection[str], busy: Collection[str]
+def _candidates(
+    topic: str, ends: Mapping[int, int], known: Collection[str], busy: Collection[str] = ()
 ) -> Iterator[tuple[int, int, str]]:
-    for p, end in sorted(topic.ends.items()):
-        key = partition_key(TopicPartition(topic.topic, p))
+    """``(partition, end, key)`` of each partition with a known key and no run in flight."""
+    for p, end in sorted(ends.items()):
+        key = partition_key(TopicPartition(topic, p))
         if key in known and key not in busy:
             yield p, end, key
 
@@ -455,7 +456,7 @@ def clickhouse_needs_log_starts(
     """Whether :func:`plan_clickhouse` needs ``topic.log_starts`` (a Kafka request)."""
     return any(
         needs_log_start(topic.records.get(p), reset)
-        for p, _, _ in _clickhouse_candidates(topic, known, busy)
+        for p, _, _ in _candidates(topic.topic, topic.ends, known, busy)
     )
 
 
@@ -537,7 +538,7 @@ def _clickhouse_lagging(
 ) -> Iterator[tuple[str, int, Standing]]:
     for topic in topics:
         lows = topic.log_starts or {}
-        for p, end, key in _clickhouse_candidates(topic, known, busy):
+        for p, end, key in _candidates(topic.topic, topic.ends, known, busy):
             state = topic.records.get(p)
             if state is None and reset == "latest" and p in topic.records:
                 continue
@@ -723,16 +724,6 @@ def hudi_blocked(busy: Collection[str], table: str, following: bool = False) -> 
     return f"a run writing {table} is queued or running"
 
 
-def _hudi_candidates(
-    topic: str, ends: Mapping[int, int], known: Collection[str]
-) -> Iterator[tuple[TopicPartition, int, str]]:
-    for p, end in sorted(ends.items()):
-        tp = TopicPartition(topic, p)
-        key = partition_key(tp)
-        if key in known:
-            yield tp, end, key
-
-
 def hudi_needs_log_starts(
     topic: str,
     ends: Mapping[int, int],
@@ -742,8 +733,8 @@ def hudi_needs_log_starts(
 ) -> bool:
     """Whether :func:`plan_hudi` needs ``log_starts`` (one Kafka request)."""
     return any(
-        needs_log_start(checkpoint_state(checkpoint.get(tp)), reset)
-        for tp, _, _ in _hudi_candidates(topic, ends, known)
+        needs_log_start(checkpoint_state(checkpoint.get(TopicPartition(topic, p))), reset)
+        for p, _, _ in _candidates(topic, ends, known)
     )
 
 
@@ -773,14 +764,14 @@ def plan_hudi(
     lows = log_starts or {}
     known = set(ordered_keys)
     lagging: list[str] = []
-    for tp, end, key in _hudi_candidates(topic, ends, known):
-        state = checkpoint_state(checkpoint.get(tp))
-        if standing(state, reset, end=end, log_start=lows.get(tp.partition)).lagging:
+    for p, end, key in _candidates(topic, ends, known):
+        state = checkpoint_state(checkpoint.get(TopicPartition(topic, p)))
+        if standing(state, reset, end=end, log_start=lows.get(p)).lagging:
             lagging.append(key)
     if not lagging:
         return Plan(skip_reason="the Hudi table is caught up")
     order = {key: i for i, key in reversed(list(enumerate(ordered_keys)))}
-    covered = [key for _, _, key in _hudi_candidates(topic, ends, known)] if follow else lagging
+    covered = [key for _, _, key in _candidates(topic, ends, known)] if follow else lagging
     first, last = min(covered, key=order.__getitem__), max(covered, key=order.__getitem__)
     state = ",".join(f"{p}:{checkpoint.get(TopicPartition(topic, p), '-')}" for p in ends)
     wanted = ",".join(str(e) for _, e in sorted(ends.items()))
