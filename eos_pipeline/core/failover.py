@@ -265,16 +265,6 @@ class _Syncs:
     downs: list[int] = field(default_factory=list)
 
 
-def _bracket(keys: list[int], values: list[int], x: int, floor: int) -> Window:
-    """Where the counterpart of the record at ``x`` is, between the syncs around it."""
-    i = bisect_right(keys, x) - 1
-    if i >= 0 and keys[i] == x:
-        return Window(values[i], values[i] + 1)
-    start = floor if i < 0 else values[i] + 1
-    end = values[i + 1] if i + 1 < len(keys) else None
-    return Window(start, end)
-
-
 def _translate(tp: TopicPartition, entry: _Syncs, x: int, floor: int, *, up: bool) -> Translation:
     """The rule shared by both directions; ``up`` says ``x`` is an upstream position."""
     keys, values = (entry.ups, entry.downs) if up else (entry.downs, entry.ups)
@@ -285,6 +275,16 @@ def _translate(tp: TopicPartition, entry: _Syncs, x: int, floor: int, *, up: boo
     if keys[i] == x:
         return Translation(values[i], exact=True, basis=basis)
     return Translation(values[i] + 1, exact=False, basis=basis)
+
+
+def _bracket(tp: TopicPartition, entry: _Syncs, x: int, floor: int, *, up: bool) -> Window:
+    """Where the counterpart of the record at ``x`` is: from its translation to the next sync."""
+    start = _translate(tp, entry, x, floor, up=up)
+    if start.exact:
+        return Window(start.position, start.position + 1)
+    keys, values = (entry.ups, entry.downs) if up else (entry.downs, entry.ups)
+    i = bisect_right(keys, x)
+    return Window(start.position, values[i] if i < len(keys) else None)
 
 
 class SyncHistory:
@@ -385,12 +385,10 @@ class SyncHistory:
         return _translate(tp, self._entry(tp), downstream_position, floor, up=False)
 
     def replica_window(self, tp: TopicPartition, upstream_offset: int, floor: int = 0) -> Window:
-        entry = self._entry(tp)
-        return _bracket(entry.ups, entry.downs, upstream_offset, floor)
+        return _bracket(tp, self._entry(tp), upstream_offset, floor, up=True)
 
     def origin_window(self, tp: TopicPartition, downstream_offset: int, floor: int = 0) -> Window:
-        entry = self._entry(tp)
-        return _bracket(entry.downs, entry.ups, downstream_offset, floor)
+        return _bracket(tp, self._entry(tp), downstream_offset, floor, up=False)
 
 
 @dataclass(frozen=True)
