@@ -820,7 +820,7 @@ class TablePosition:
 
     def __post_init__(self) -> None:
         validate_cluster(self.cluster)
-        for tp, offset in self.positions.items():
+        for tp, offset in [*self.positions.items(), *self.since.items()]:
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
                 raise TablePositionError(f"{tp}: offset must be an integer >= 0, got {offset!r}")
         stray = sorted((set(self.marks) | set(self.since)) - set(self.positions))
@@ -862,8 +862,6 @@ class TablePosition:
                     tp = TopicPartition(topic, int(partition))
                     positions[tp] = offset
                     if start is not None:
-                        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-                            raise ValueError(f"{tp}: bad start {start!r}")
                         since[tp] = start
                     decoded = Mark.from_json(mark)
                     if decoded is not None:
