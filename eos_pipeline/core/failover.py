@@ -311,10 +311,6 @@ class SyncHistory:
         entry.ups.append(sync.upstream)
         entry.downs.append(sync.downstream)
 
-    def extend(self, syncs: Iterable[OffsetSync]) -> None:
-        for sync in syncs:
-            self.add(sync)
-
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._by_tp)
 

@@ -25,7 +25,7 @@ from eos_pipeline.core.failover import (
 )
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.support.decisions import upstream_topic
-from eos_pipeline_tests.support.offset_syncs import encode_offset_sync
+from eos_pipeline_tests.support.offset_syncs import add_syncs, encode_offset_sync
 
 AB = ("A", "B")
 
@@ -165,8 +165,8 @@ def test_malformed_sync_records_are_refused(key: bytes | None, value: bytes, mes
 def test_history_keeps_every_sync_and_translates_both_ways() -> None:
     history = SyncHistory(Flow("A", "B"))
     tp = TopicPartition("T", 0)
-    history.extend(
-        [OffsetSync("T", 0, 0, 0), OffsetSync("T", 0, 10, 13), OffsetSync("T", 0, 20, 26)]
+    add_syncs(
+        history, [OffsetSync("T", 0, 0, 0), OffsetSync("T", 0, 10, 13), OffsetSync("T", 0, 20, 26)]
     )
     history.add(OffsetSync("T", 0, 20, 26))  # the same sync again changes nothing
     assert [s.upstream for s in history.syncs(tp)] == [0, 10, 20] and len(history) == 3
@@ -187,7 +187,7 @@ def test_a_sync_going_back_starts_a_new_epoch() -> None:
     """A recreated upstream topic (or truncated replica): older pairs no longer correspond."""
     history = SyncHistory(Flow("A", "B"))
     tp = TopicPartition("T", 0)
-    history.extend([OffsetSync("T", 0, 0, 0), OffsetSync("T", 0, 500, 620)])
+    add_syncs(history, [OffsetSync("T", 0, 0, 0), OffsetSync("T", 0, 500, 620)])
     history.add(OffsetSync("T", 0, 3, 640))
     assert history.syncs(tp) == [OffsetSync("T", 0, 3, 640)] and history.resets == 1
     assert history.forward(tp, 600).position == 641
@@ -199,7 +199,9 @@ def test_history_survives_a_json_round_trip() -> None:
     import json
 
     history = SyncHistory(Flow("A", "B"))
-    history.extend([OffsetSync("T", 0, 0, 0), OffsetSync("T", 0, 9, 12), OffsetSync("T", 3, 4, 4)])
+    add_syncs(
+        history, [OffsetSync("T", 0, 0, 0), OffsetSync("T", 0, 9, 12), OffsetSync("T", 3, 4, 4)]
+    )
     history.source_position = 57
     again = SyncHistory.from_dict(json.loads(json.dumps(history.to_dict())))
     assert again.flow == history.flow and again.source_position == 57

@@ -27,6 +27,7 @@ from eos_pipeline.core.failover import (
     resume_after,
 )
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline_tests.support.offset_syncs import add_syncs
 
 TP = TopicPartition("T", 0)
 FLOW = Flow("A", "B")
@@ -49,7 +50,7 @@ class Mirror:
 
     def history(self) -> SyncHistory:
         history = SyncHistory(FLOW)
-        history.extend(OffsetSync("T", 0, self.ups[i], self.downs[i]) for i in self.synced)
+        add_syncs(history, (OffsetSync("T", 0, self.ups[i], self.downs[i]) for i in self.synced))
         return history
 
     def upstream_records(self) -> list[MirroredRecord]:

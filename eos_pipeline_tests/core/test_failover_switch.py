@@ -21,6 +21,7 @@ from eos_pipeline.core.failover import (
     plan_switch,
 )
 from eos_pipeline.core.keeper import KeeperRecord, Mark
+from eos_pipeline_tests.support.offset_syncs import add_syncs
 
 AB = ClusterSet.both_ways(("A", "B"))
 FP = "0123456789abcdef0123456789abcdef"
@@ -33,7 +34,7 @@ def _record(end: int, mark: Mark | None, phase: str = "AFTER") -> KeeperRecord:
 
 def _history(flow: Flow, pairs: list[tuple[int, int]]) -> SyncHistory:
     history = SyncHistory(flow)
-    history.extend(OffsetSync("T", 0, u, d) for u, d in pairs)
+    add_syncs(history, (OffsetSync("T", 0, u, d) for u, d in pairs))
     return history
 
 

@@ -6,12 +6,13 @@ import pytest
 
 from eos_pipeline.core.failover import FailoverError, Flow, OffsetSync, SyncHistory
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline_tests.support.offset_syncs import add_syncs
 
 
 def test_trimmed_keeps_the_latest_syncs_and_round_trips() -> None:
     history = SyncHistory(Flow("A", "B"))
-    history.extend(OffsetSync("T", 0, 10 * n, 10 * n + 3) for n in range(20))
-    history.extend(OffsetSync("T", 1, n, n) for n in range(3))
+    add_syncs(history, (OffsetSync("T", 0, 10 * n, 10 * n + 3) for n in range(20)))
+    add_syncs(history, (OffsetSync("T", 1, n, n) for n in range(3)))
     history.source_position = 23
     kept = SyncHistory.from_dict(history.trimmed(5).to_dict())
     tp = TopicPartition("T", 0)

@@ -20,6 +20,7 @@ from eos_pipeline.core.failover import (
 from eos_pipeline.core.keeper import Mark
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.support.decisions import split_row_topic
+from eos_pipeline_tests.support.offset_syncs import add_syncs
 
 AB = ClusterSet.both_ways(("A", "B"))
 FP = "0123456789abcdef0123456789abcdef"
@@ -28,7 +29,7 @@ FP2 = "fedcba9876543210fedcba9876543210"
 
 def _history(flow: Flow, pairs: list[tuple[int, int]]) -> SyncHistory:
     history = SyncHistory(flow)
-    history.extend(OffsetSync("T", 0, u, d) for u, d in pairs)
+    add_syncs(history, (OffsetSync("T", 0, u, d) for u, d in pairs))
     return history
 
 
