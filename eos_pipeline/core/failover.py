@@ -397,28 +397,24 @@ class Route:
     flow: Flow
     direction: Literal["forward", "inverse"]
 
-    def key(self, partition: int) -> TopicPartition:
-        return TopicPartition(self.source.pipeline_topic, partition)
-
     def translate(
         self, history: SyncHistory, partition: int, position: int, floor: int = 0
     ) -> Translation:
-        self._check(history)
         way = history.forward if self.direction == "forward" else history.inverse
-        return way(self.key(partition), position, floor)
+        return way(self._key(history, partition), position, floor)
 
     def window(self, history: SyncHistory, partition: int, offset: int, floor: int = 0) -> Window:
         """Where on ``target`` the counterpart of the record at ``offset`` of ``source`` lies."""
-        self._check(history)
         way = history.replica_window if self.direction == "forward" else history.origin_window
-        return way(self.key(partition), offset, floor)
+        return way(self._key(history, partition), offset, floor)
 
-    def _check(self, history: SyncHistory) -> None:
+    def _key(self, history: SyncHistory, partition: int) -> TopicPartition:
         if history.flow != self.flow:
             raise FailoverError(
                 f"route {self.source} -> {self.target} translates with the syncs of flow "
                 f"{self.flow}, got a history of flow {history.flow}"
             )
+        return TopicPartition(self.source.pipeline_topic, partition)
 
 
 def route(
