@@ -41,17 +41,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedType:
-    name: str
-    args: tuple[str, ...]
-
-
-def split_type(ch_type: str) -> ParsedType:
+def split_type(ch_type: str) -> tuple[str, tuple[str, ...]]:
     """``Name(arg, arg)`` split at its top-level commas (nested parentheses kept whole)."""
     name, _, rest = ch_type.partition("(")
     if not rest:
-        return ParsedType(name, ())
+        return name, ()
     parts, depth, current = [], 0, ""
     for ch in rest[:-1]:
         if ch == "," and depth == 0:
@@ -61,18 +55,18 @@ def split_type(ch_type: str) -> ParsedType:
         depth += {"(": 1, ")": -1}.get(ch, 0)
         current += ch
     parts.append(current.strip())
-    return ParsedType(name, tuple(parts))
+    return name, tuple(parts)
 
 
 def unwrap(ch_type: str) -> tuple[str, bool]:
     """``ch_type`` without ``LowCardinality``/``Nullable`` wrappers, and whether it was Nullable."""
     nullable = False
     while True:
-        parsed = split_type(ch_type)
-        if parsed.name == "LowCardinality":
-            ch_type = parsed.args[0]
-        elif parsed.name == "Nullable":
-            ch_type, nullable = parsed.args[0], True
+        name, args = split_type(ch_type)
+        if name == "LowCardinality":
+            ch_type = args[0]
+        elif name == "Nullable":
+            ch_type, nullable = args[0], True
         else:
             return ch_type, nullable
 
@@ -209,10 +203,6 @@ def _text(value: Any, type_name: str) -> str:
     return value
 
 
-def string_value(type_name: str) -> Converter:
-    return lambda value: _text(value, type_name)
-
-
 def fixed_string_value(type_name: str, length: int) -> Converter:
     def convert(value: Any) -> Any:
         text = _text(value, type_name)
@@ -298,18 +288,9 @@ def datetime_value(type_name: str, precision: int, tz: str | None) -> Converter:
                 if hours > 23 or minutes > 59:
                     raise mismatch(value, type_name, "bad UTC offset")
                 zone_here = _fixed_zone(sign * (hours * 60 + minutes))
+            fields = [int(part or 0) for part in (year, month, day, hour, minute, second)]
             try:
-                local = datetime(
-                    int(year),
-                    int(month),
-                    int(day),
-                    int(hour or 0),
-                    int(minute or 0),
-                    int(second or 0),
-                    micros,
-                    tzinfo=zone_here,
-                )
-                moment = local.astimezone(UTC)
+                moment = datetime(*fields, micros, tzinfo=zone_here).astimezone(UTC)
             except (ValueError, OverflowError):
                 raise mismatch(value, type_name, "not a valid date and time") from None
         moment = moment.replace(microsecond=moment.microsecond - moment.microsecond % cut)
@@ -345,8 +326,7 @@ def _unquote(tz: str) -> str:
 def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     """The value rule for a canonical type, and whether it allows null."""
     base, nullable = unwrap(ch_type)
-    parsed = split_type(base)
-    name = parsed.name
+    name, args = split_type(base)
     if name in _UNSUPPORTED_HINT:
         raise SchemaError(
             f"{where}: type {ch_type} is not supported by both sinks (ClickHouse and Hudi would "
@@ -357,7 +337,7 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name in ("Float32", "Float64"):
         return float_value(name), nullable
     if name == "Decimal":
-        precision, scale = int(parsed.args[0]), int(parsed.args[1])
+        precision, scale = int(args[0]), int(args[1])
         if precision > 38:
             raise SchemaError(
                 f"{where}: {base} holds more than 38 digits, which Spark decimals cannot; "
@@ -367,9 +347,9 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name == "Bool":
         return bool_value, nullable
     if name == "String":
-        return string_value(base), nullable
+        return functools.partial(_text, type_name=base), nullable
     if name == "FixedString":
-        return fixed_string_value(base, int(parsed.args[0])), nullable
+        return fixed_string_value(base, int(args[0])), nullable
     if name == "UUID":
         return uuid_value, nullable
     if name in ("IPv4", "IPv6"):
@@ -377,24 +357,24 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name in DATE_RANGES:
         return date_value(name), nullable
     if name == "DateTime":
-        return datetime_value(base, 0, _unquote(parsed.args[0]) if parsed.args else None), nullable
+        return datetime_value(base, 0, _unquote(args[0]) if args else None), nullable
     if name == "DateTime64":
-        precision = int(parsed.args[0])
+        precision = int(args[0])
         if precision > 6:
             raise SchemaError(
                 f"{where}: {base} keeps nanoseconds, Spark timestamps keep microseconds; "
                 "use DateTime64(6) or less"
             )
-        tz = _unquote(parsed.args[1]) if len(parsed.args) > 1 else None
+        tz = _unquote(args[1]) if len(args) > 1 else None
         return datetime_value(base, precision, tz), nullable
     if name == "Array":
-        element, element_nullable = converter(parsed.args[0], f"{where} element")
+        element, element_nullable = converter(args[0], f"{where} element")
         return _array(base, element, element_nullable), nullable
     if name == "Map":
-        key_base, _ = unwrap(parsed.args[0])
+        key_base, _ = unwrap(args[0])
         if key_base != "String":
             raise SchemaError(f"{where}: {base}: JSON object keys are strings; use Map(String, T)")
-        value, value_nullable = converter(parsed.args[1], f"{where} value")
+        value, value_nullable = converter(args[1], f"{where} value")
         return _map(base, value, value_nullable), nullable
     raise SchemaError(f"{where}: type {ch_type} is not supported by the decoder contract")
 
@@ -515,10 +495,6 @@ def compile_contract(schema: TableSchema) -> Contract:
 _MISSING: Final = object()
 
 
-def _no_constant_for_decimals(name: str) -> float:
-    return float(name)  # NaN, Infinity, -Infinity: kept as floats, Decimal columns refuse them
-
-
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A record's fate: a row (in column order) or an error class and message."""
@@ -556,14 +532,6 @@ def oversized_positions(
     ]
 
 
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def parse_object(raw: bytes, contract: Contract) -> dict[str, Any] | str:
     """The JSON object in ``raw``, or the ``DecodeError`` message."""
     try:
@@ -572,19 +540,19 @@ def parse_object(raw: bytes, contract: Contract) -> dict[str, Any] | str:
         return f"not valid UTF-8: {exc.reason} at byte {exc.start}"
     try:
         if contract.exact_decimals:
-            obj = json.loads(text, parse_float=Decimal, parse_constant=_no_constant_for_decimals)
+            # NaN, Infinity, -Infinity stay floats, which Decimal columns refuse
+            obj = json.loads(text, parse_float=Decimal, parse_constant=float)
         else:
             obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
         return f"not valid JSON: {str(exc)[:120]}"
     if type(obj) is not dict:
         return f"expected a JSON object, got {kind_of(obj)}"
-    if (
-        "\\u" in text
-        and _SURROGATE_ESCAPE.search(text)
-        and _has_lone_surrogate(json.dumps(obj, ensure_ascii=False, default=str))
-    ):
-        return "a string holds an unpaired UTF-16 surrogate escape (not text)"
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            return "a string holds an unpaired UTF-16 surrogate escape (not text)"
     return obj
 
 

@@ -119,21 +119,16 @@ def collect(
 
 # ---- the bulk path --------------------------------------------------------------------------
 
-# Types Arrow's JSON reader accepts exactly as the reference does, with the same values (Float32
-# may round differently parsed straight to float32; times, decimals and nested types differ).
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "Int8": pa.int8(),
-    "Int16": pa.int16(),
-    "Int32": pa.int32(),
-    "Int64": pa.int64(),
-    "UInt8": pa.uint8(),
-    "UInt16": pa.uint16(),
-    "UInt32": pa.uint32(),
-    "UInt64": pa.uint64(),
-    "Float64": pa.float64(),
-    "Bool": pa.bool_(),
-    "String": pa.string(),
+# The types both fast paths (Arrow's JSON reader, ClickHouse's parser) read as the reference does,
+# with the same values (Float32 may round differently parsed straight to float32; times, decimals
+# and nested types differ), by the kind ClickHouse checks their tokens as.
+_FAST_KINDS = {
+    **dict.fromkeys(INT_RANGES, "int"),
+    "Float64": "float",
+    "Bool": "bool",
+    "String": "string",
 }
+_ARROW_TYPES = {name: pa.type_for_alias(name.lower()) for name in _FAST_KINDS}
 # A surrogate escape that is not half of a pair (``\\ud83d\\ude00`` is fine): the reference
 # refuses the record, Arrow's reader would not.
 _SURROGATE_ESCAPE = re.compile(
@@ -187,13 +182,10 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
         return None
     if unpaired_surrogate(data):
         return None  # a \\uD8xx-\\uDFxx escape may be unpaired: the reference judges it
-    if not data.isascii():
-        # Arrow's JSON reader and ClickHouse copy invalid UTF-8 into strings unchecked; the
-        # reference refuses the record (a dead letter), so only valid UTF-8 may go on.
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    # Arrow's JSON reader and ClickHouse copy invalid UTF-8 into strings unchecked; the reference
+    # refuses the record (a dead letter), so only valid UTF-8 may go on.
+    if not data.isascii() and not _valid_utf8(data):
+        return None
     return data
 
 
@@ -408,7 +400,7 @@ def _proto_file(
 
 
 @functools.lru_cache(maxsize=1024)
-def _proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message]:
+def proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message]:
     pool, proto = _proto_file(writer.text, writer.dependencies)
     names: list[str] = []
     messages = proto.message_type
@@ -421,10 +413,6 @@ def _proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
 
 
-def proto_descriptor(writer: WriterSchema, indexes: tuple[int, ...]) -> Descriptor:
-    return _proto_class(writer, indexes).DESCRIPTOR
-
-
 def proto_message_index(writer: WriterSchema, name: str) -> int:
     _pool, proto = _proto_file(writer.text, writer.dependencies)
     names = [m.name for m in proto.message_type]
@@ -432,13 +420,6 @@ def proto_message_index(writer: WriterSchema, name: str) -> int:
     if short not in names:
         raise SchemaError(f"the Protobuf schema has no top-level message {name!r} (has {names})")
     return names.index(short)
-
-
-def decode_protobuf(
-    writer: WriterSchema, indexes: tuple[int, ...], payload: bytes
-) -> dict[str, Any]:
-    message = _proto_class(writer, indexes or (0,)).FromString(payload)
-    return _proto_fields(message)
 
 
 def _proto_fields(message: Message) -> dict[str, Any]:
@@ -517,7 +498,8 @@ def judge_framed(
         if kind is Format.AVRO:
             obj: dict[str, Any] | str = decode_avro(writer, frame.payload)
         elif kind is Format.PROTOBUF:
-            obj = decode_protobuf(writer, frame.message_indexes or (0,), frame.payload)
+            proto = proto_class(writer, frame.message_indexes or (0,))
+            obj = _proto_fields(proto.FromString(frame.payload))
         else:
             obj = parse_object(frame.payload, contract)
     except Exception as exc:  # any failure to decode these bytes is a verdict on them
@@ -580,12 +562,6 @@ class NativePlan:
     columns: tuple[NativeColumn, ...]
 
 
-def _kind(base: str) -> str | None:
-    if base in INT_RANGES:  # 8 to 64 bits
-        return "int"
-    return {"Float64": "float", "Bool": "bool", "String": "string"}.get(base)
-
-
 @functools.lru_cache(maxsize=64)
 def native_plan(schema: TableSchema) -> NativePlan | None:
     """How ClickHouse parses ``schema``'s payload, or None for a column type whose leniency is not
@@ -596,7 +572,7 @@ def native_plan(schema: TableSchema) -> NativePlan | None:
     columns = []
     for col, rule in zip(schema.columns, contract.fields, strict=True):
         base = unwrap(col.ch_type)[0]
-        kind = _kind(base)
+        kind = _FAST_KINDS.get(base)
         if kind is None or col.name.startswith("__eos"):  # the SQL's own names
             return None
         low, high = INT_RANGES[base] if kind == "int" else (None, None)
@@ -647,8 +623,8 @@ def native_payload(
     # The joins are the only control bytes: each value is one line, and no string holds a raw
     # control character (JSON forbids them, ClickHouse keeps them). As signed bytes, everything
     # beyond ASCII is below 0x20 too: one count proves both, the common case.
-    if _count_below(raw.view(np.int8), 0x20) != len(values) - 1:
-        if _count_below(raw, 0x20) != len(values) - 1:
+    if _count(raw.view(np.int8), np.less, 0x20) != len(values) - 1:
+        if _count(raw, np.less, 0x20) != len(values) - 1:
             return None
         if joined is None and not _valid_utf8(data):
             return None  # (``json_lines`` checked the bytes it joined)
@@ -672,7 +648,7 @@ def native_payload(
     return NativePayload(data, quoted)
 
 
-def _valid_utf8(data: mmap.mmap) -> bool:
+def _valid_utf8(data: bytes | mmap.mmap) -> bool:
     try:
         str(data, "utf-8")
     except UnicodeDecodeError:
@@ -684,13 +660,14 @@ def _valid_utf8(data: mmap.mmap) -> bool:
 _BLOCK = 1 << 20
 
 
-def _count_below(raw: np.ndarray, limit: int) -> int:
-    buf = np.empty(min(_BLOCK, raw.size), bool)
+def _count(values: np.ndarray, compare: np.ufunc, operand: int, block: int = _BLOCK) -> int:
+    """How many of ``values`` ``compare`` true against ``operand``, a block at a time."""
+    buf = np.empty(min(block, values.size), bool)
     count = 0
-    for start in range(0, raw.size, _BLOCK):
-        part = raw[start : start + _BLOCK]
+    for start in range(0, values.size, block):
+        part = values[start : start + block]
         out = buf[: part.size]
-        np.less(part, limit, out=out)
+        compare(part, operand, out=out)
         count += int(np.count_nonzero(out))
     return count
 
@@ -699,14 +676,8 @@ def _pairs(raw: np.ndarray, pair: bytes) -> int:
     """How often the two distinct (so never overlapping) bytes ``pair`` occur in ``raw``."""
     assert len(pair) == 2 and pair[0] != pair[1]
     word = int.from_bytes(pair, "little")
-    half = _BLOCK // 2
-    buf = np.empty(min(half, raw.size // 2 + 1), bool)
     count = 0
     for align in (0, 1):  # 16-bit words at both alignments
         words = raw[align : align + (raw.size - align) // 2 * 2].view("<u2")
-        for start in range(0, words.size, half):
-            part = words[start : start + half]
-            out = buf[: part.size]
-            np.equal(part, word, out=out)
-            count += int(np.count_nonzero(out))
+        count += _count(words, np.equal, word, _BLOCK // 2)
     return count

@@ -20,19 +20,6 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-__all__ = [
-    "Fault",
-    "HudiCommitError",
-    "HudiFencedError",
-    "LogChanged",
-    "NeedsPerson",
-    "PipelineError",
-    "Race",
-    "Transient",
-    "fault_of_class",
-    "fault_of_kafka_code",
-]
-
 
 class Fault(StrEnum):
     TRANSIENT = "transient"

@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from eos_pipeline.core.contract import is_required, unwrap
-from eos_pipeline.core.decode import WriterSchema, proto_descriptor, proto_message_index
+from eos_pipeline.core.decode import WriterSchema, proto_class, proto_message_index
 from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 
@@ -216,7 +216,7 @@ def writer_columns(
         indexes = tuple(message_indexes) or (0,)
         if message is not None:
             indexes = (proto_message_index(writer, message),)
-        return protobuf_columns(proto_descriptor(writer, indexes))
+        return protobuf_columns(proto_class(writer, indexes).DESCRIPTOR)
     if writer.schema_type == "JSON":
         return json_schema_columns(writer.text)
     return avro_columns(writer.text)

@@ -372,12 +372,6 @@ class TableSchema:
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.all_columns)
 
-    def column(self, name: str) -> Column:
-        for col in self.all_columns:
-            if col.name == name:
-                return col
-        raise KeyError(name)
-
 
 def validate_identifiers(values: Iterable[object], what: str) -> list[str]:
     return [validate_identifier(v, what) for v in values]

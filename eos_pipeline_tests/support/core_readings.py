@@ -1,0 +1,23 @@
+"""Readings of the core's rules that only the tests ask for."""
+
+from __future__ import annotations
+
+from eos_pipeline.core.dedup import dedup_token
+from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.schema import Column, TableSchema
+
+
+def replay_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange, epoch: int) -> str:
+    """The token a replay inserts ``chunk`` under (``sinks.replay``): never a normal token
+    (pipeline names cannot hold ``~``) and new per attempt (a higher epoch)."""
+    if epoch < 1:
+        raise ValueError(f"epoch must be >= 1, got {epoch}")
+    return dedup_token(f"{pipeline}~replay-{epoch}", tp, chunk)
+
+
+def column(schema: TableSchema, name: str) -> Column:
+    """The column of ``schema`` (source columns included) called ``name``."""
+    for col in schema.all_columns:
+        if col.name == name:
+            return col
+    raise KeyError(name)
