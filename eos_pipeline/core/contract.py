@@ -440,13 +440,15 @@ class ErrorClass(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class FieldRule:
-    """How one declared column is filled from a record (``default``: canonical)."""
+    """How one declared column is filled from a record (``default``: canonical; ``base``: the
+    type without ``LowCardinality``/``Nullable``)."""
 
     name: str
     convert: Converter
     nullable: bool
     default: Any
     has_default: bool
+    base: str
 
     @property
     def required(self) -> bool:
@@ -473,7 +475,6 @@ class Contract:
 @functools.lru_cache(maxsize=128)
 def compile_contract(schema: TableSchema) -> Contract:
     rules = []
-    exact = False
     for col in schema.columns:
         convert, type_nullable = converter(col.ch_type, f"column {col.name!r}")
         default = None
@@ -483,13 +484,10 @@ def compile_contract(schema: TableSchema) -> Contract:
                 default = convert(literal)
             except Reject as exc:
                 raise SchemaError(f"column {col.name!r}: default {col.default!r}: {exc}") from None
-        exact = exact or unwrap(col.ch_type)[0].startswith("Decimal")
-        rules.append(
-            FieldRule(
-                col.name, convert, col.nullable or type_nullable, default, col.default is not None
-            )
-        )
-    return Contract(tuple(rules), exact)
+        nullable = col.nullable or type_nullable
+        base = unwrap(col.ch_type)[0]
+        rules.append(FieldRule(col.name, convert, nullable, default, col.default is not None, base))
+    return Contract(tuple(rules), any(rule.base.startswith("Decimal") for rule in rules))
 
 
 _MISSING: Final = object()

@@ -30,7 +30,7 @@ import re
 import struct
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any, Protocol
@@ -61,12 +61,12 @@ from eos_pipeline.core.contract import (
     TOMBSTONE_VERDICT,
     Contract,
     ErrorClass,
+    FieldRule,
     Verdict,
     compile_contract,
     judge,
     judge_object,
     parse_object,
-    unwrap,
 )
 from eos_pipeline.core.errors import Transient
 from eos_pipeline.core.offsets import TopicPartition
@@ -149,11 +149,10 @@ class _ArrowPlan:
 
 @functools.lru_cache(maxsize=64)
 def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
-    contract = compile_contract(schema)
-    fields = []
+    columns = []
     fills = []
-    for col, rule in zip(schema.columns, contract.fields, strict=True):
-        arrow_type = _ARROW_TYPES.get(unwrap(col.ch_type)[0])
+    for rule in compile_contract(schema).fields:
+        arrow_type = _ARROW_TYPES.get(rule.base)
         if arrow_type is None:
             return None
         fill = None
@@ -162,9 +161,9 @@ def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
                 fill = pa.scalar(rule.default, arrow_type)
             except (pa.ArrowException, ValueError, TypeError, OverflowError):
                 return None
-        fields.append(pa.field(col.name, arrow_type))
-        fills.append((col.name, fill, rule.nullable))
-    return _ArrowPlan(pa.schema(fields), tuple(fills))
+        columns.append(pa.field(rule.name, arrow_type))
+        fills.append((rule.name, fill, rule.nullable))
+    return _ArrowPlan(pa.schema(columns), tuple(fills))
 
 
 def json_lines(values: Sequence[bytes | None]) -> bytes | None:
@@ -539,22 +538,13 @@ _BAD_ESCAPE = re.compile(rb'\\(?:[^"\\/bfnrtu]|u(?![0-9a-fA-F]{4}))')
 
 
 @dataclass(frozen=True, slots=True)
-class NativeColumn:
+class NativeColumn(FieldRule):
     """How ClickHouse reads one payload column: a ``string`` as a String (which refuses every
     other token); ``int``, ``float``, ``bool`` as ``Dynamic``, checked by token type and range."""
 
-    name: str
     kind: str
-    base: str
     low: int | None
     high: int | None
-    default: Any
-    has_default: bool
-    nullable: bool
-
-    @property
-    def required(self) -> bool:
-        return not self.has_default and not self.nullable
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,19 +558,14 @@ def native_plan(schema: TableSchema) -> NativePlan | None:
     closed (Float32 rounding, dates, times, decimals, UUIDs, IPs, FixedString, containers)."""
     if schema.format.kind.framed:
         return None  # ClickHouse parses JSON lines only; framed values are decoded per record
-    contract = compile_contract(schema)
     columns = []
-    for col, rule in zip(schema.columns, contract.fields, strict=True):
-        base = unwrap(col.ch_type)[0]
-        kind = _FAST_KINDS.get(base)
-        if kind is None or col.name.startswith("__eos"):  # the SQL's own names
+    for rule in compile_contract(schema).fields:
+        kind = _FAST_KINDS.get(rule.base)
+        if kind is None or rule.name.startswith("__eos"):  # the SQL's own names
             return None
-        low, high = INT_RANGES[base] if kind == "int" else (None, None)
-        columns.append(
-            NativeColumn(
-                col.name, kind, base, low, high, rule.default, rule.has_default, rule.nullable
-            )
-        )
+        low, high = INT_RANGES[rule.base] if kind == "int" else (None, None)
+        of_rule = {f.name: getattr(rule, f.name) for f in fields(FieldRule)}
+        columns.append(NativeColumn(**of_rule, kind=kind, low=low, high=high))
     return NativePlan(tuple(columns))
 
 
