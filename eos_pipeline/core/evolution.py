@@ -381,7 +381,7 @@ def catch_up(schema: TableSchema, existing: Mapping[str, str]) -> Evolution:
                     schema.schema_id,
                 )
             added.append(col)
-        elif not holds(col, existing[col.name]):
+        else:
             try:
                 actual = Column(col.name, existing[col.name], default=col.default)
             except SchemaError:

@@ -182,16 +182,15 @@ class _TypeParser:
             if has_args:
                 raise _ParseError(f"{name} takes no arguments")
             return name
-        if not has_args and name != "DateTime":
+        if name == "DateTime" and not has_args:
+            return name
+        if not has_args:
             raise _ParseError(f"unknown or incomplete type {name!r}")
+        self._take("(")
         if name == "DateTime":
-            if not has_args:
-                return name
-            self._take("(")
             tz = self._timezone()
             self._take(")")
             return f"DateTime({tz})"
-        self._take("(")
         if name == "DateTime64":
             precision = self._int("DateTime64 precision", 0, 9)
             tz = None
