@@ -170,8 +170,7 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
     """The values joined by newlines if each is ``{...}`` in valid UTF-8 without an unpaired
     surrogate escape, else None. A value holding a line break then fails to parse or yields more
     rows, which the callers' row counts catch."""
-    count = len(values)
-    if count == 0:
+    if not values:
         return None
     try:
         data = b"\n".join(values)  # type: ignore[arg-type]
@@ -216,8 +215,7 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
     if schema.format.kind.framed:
         return None  # Avro/Protobuf/JSON Schema: judged per record (adapters.registry)
     plan = _arrow_plan(schema)
-    count = len(values)
-    if plan is None or count == 0:
+    if plan is None:
         return None
     data = json_lines(values)
     if data is None:
@@ -234,7 +232,7 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
         )
     except (pa.ArrowException, ValueError):
         return None  # invalid JSON, a wrong type, a duplicate key, bad UTF-8, out of range
-    if table.num_rows != count:
+    if table.num_rows != len(values):
         return None  # some line held two objects (`{...} {...}`), which the reference refuses
     columns = []
     for name, fill, nullable in plan.fills:
@@ -308,7 +306,7 @@ class WriterSchemas(Protocol):
 @dataclass(frozen=True, slots=True)
 class Frame:
     schema_id: int
-    message_indexes: tuple[int, ...] | None
+    message_indexes: tuple[int, ...]  # (0,) when there are none (Avro, JSON Schema)
     payload: bytes
 
 
@@ -324,8 +322,8 @@ def read_frame(raw: bytes, kind: Format) -> Frame | str:
         header.from_bytes(buffer)
     except (SerializationError, EOFError, struct.error, ValueError) as exc:
         return f"bad Protobuf message indexes after schema id: {exc}"
-    indexes = None if header.message_indexes is None else tuple(header.message_indexes)
-    if indexes is not None and any(i < 0 for i in indexes):
+    indexes = tuple(header.message_indexes or (0,))
+    if any(i < 0 for i in indexes):
         return f"negative Protobuf message index in {list(indexes)}"
     return Frame(int(header.id), indexes, buffer.read())
 
@@ -476,9 +474,8 @@ def judge_framed(
     if raw is None:
         return TOMBSTONE_VERDICT
     frame = read_frame(raw, kind)
-    if type(frame) is str:
+    if isinstance(frame, str):
         return Verdict(None, ErrorClass.BAD_FRAMING, frame)
-    assert isinstance(frame, Frame)
     writer = schemas.get(frame.schema_id)  # raises RegistryUnavailableError: no verdict
     if writer is None:
         return Verdict(
@@ -497,7 +494,7 @@ def judge_framed(
         if kind is Format.AVRO:
             obj: dict[str, Any] | str = decode_avro(writer, frame.payload)
         elif kind is Format.PROTOBUF:
-            proto = proto_class(writer, frame.message_indexes or (0,))
+            proto = proto_class(writer, frame.message_indexes)
             obj = _proto_fields(proto.FromString(frame.payload))
         else:
             obj = parse_object(frame.payload, contract)
@@ -521,7 +518,7 @@ def writer_ids(values: Sequence[bytes | None], kind: Format) -> dict[int, tuple[
             continue
         frame = read_frame(raw, kind)
         if isinstance(frame, Frame) and frame.schema_id not in found:
-            found[frame.schema_id] = frame.message_indexes or (0,)
+            found[frame.schema_id] = frame.message_indexes
     return found
 
 

@@ -22,7 +22,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from eos_pipeline.core.contract import is_required, unwrap
 from eos_pipeline.core.decode import WriterSchema, proto_class, proto_message_index
 from eos_pipeline.core.errors import NeedsPerson
-from eos_pipeline.core.schema import Column, SchemaError, TableSchema
+from eos_pipeline.core.schema import NOT_NULLABLE, Column, SchemaError, TableSchema
 
 _AVRO_PRIMITIVES = {
     "boolean": "Bool",
@@ -41,8 +41,6 @@ _AVRO_LOGICAL = {
     "local-timestamp-micros": "DateTime64(6)",
     "uuid": "UUID",
 }
-#: Column types ClickHouse refuses to wrap in Nullable(...).
-_NOT_NULLABLE = ("Array(", "Map(")
 
 
 def _avro_type(avro: Any, where: str) -> tuple[str, bool]:
@@ -79,7 +77,7 @@ def _avro_type(avro: Any, where: str) -> tuple[str, bool]:
 
 
 def _nullable(ch_type: str) -> str:
-    return ch_type if ch_type.startswith(_NOT_NULLABLE) else f"Nullable({ch_type})"
+    return ch_type if ch_type.startswith(NOT_NULLABLE) else f"Nullable({ch_type})"
 
 
 def avro_columns(schema_text: str) -> tuple[Column, ...]:

@@ -82,7 +82,7 @@ _PLAIN_TYPES = frozenset(
 # Types that take other types as arguments, with their arity (None: one or more).
 _WRAPPERS: dict[str, int | None] = dict(Nullable=1, LowCardinality=1, Array=1, Map=2, Tuple=None)
 # Types that ClickHouse refuses to wrap in Nullable(...).
-_NOT_NULLABLE = ("Nullable(", "LowCardinality(", "Array(", "Map(", "Tuple(", "JSON")
+NOT_NULLABLE = ("Nullable(", "LowCardinality(", "Array(", "Map(", "Tuple(", "JSON")
 
 _MAX_TYPE_LENGTH = 512
 _MAX_DEPTH = 16
@@ -219,7 +219,7 @@ class _TypeParser:
         arity = _WRAPPERS[name]
         if arity is not None and len(args) != arity:
             raise _ParseError(f"{name} takes {arity} type argument(s), found {len(args)}")
-        if name == "Nullable" and args[0].startswith(_NOT_NULLABLE):
+        if name == "Nullable" and args[0].startswith(NOT_NULLABLE):
             raise _ParseError(f"ClickHouse cannot make {args[0]} Nullable")
         return f"{name}({', '.join(args)})"
 
@@ -255,7 +255,7 @@ class Column:
         object.__setattr__(self, "ch_type", canonical)
         if self.nullable:
             base = _strip_low_cardinality(canonical)
-            if not base.startswith("Nullable(") and base.startswith(_NOT_NULLABLE):
+            if not base.startswith("Nullable(") and base.startswith(NOT_NULLABLE):
                 raise SchemaError(
                     f"column {self.name!r}: ClickHouse cannot make {canonical} Nullable; "
                     "make its elements Nullable or give it a default instead"
