@@ -579,27 +579,19 @@ class NativeRows:
 
 @dataclass(frozen=True, slots=True)
 class NativePayload:
-    """A chunk's JSON lines (bytes, or a memory map of the file ClickHouse reads) and ``quoted``,
-    its count of ``:"`` and ``: "``. Each JSON string value adds exactly one (two spaces after a
-    ``:`` and control bytes are refused; a quote in a string is escaped), so only a string ending
-    in ``:`` adds more. The INSERT requires it to equal the non-null values of String columns:
-    then no other column got a quoted value, and no String column an unquoted one."""
+    """A chunk's ``quoted``: its count of ``:"`` and ``: "``. Each JSON string value adds exactly
+    one (two spaces after a ``:`` and control bytes are refused; a quote in a string is escaped),
+    so only a string ending in ``:`` adds more. The INSERT requires it to equal the non-null
+    values of String columns: then no other column got a quoted value, and no String column an
+    unquoted one."""
 
-    data: bytes | mmap.mmap
     quoted: int
 
 
-def native_payload(
-    values: Sequence[bytes | None], data: bytes | mmap.mmap | None = None
-) -> NativePayload | None:
-    """The chunk for ClickHouse's parser, or None (never a verdict). ``data``: the values joined
-    by newlines when the caller already wrote them (a memory map spares a 40 MB join)."""
-    joined = None
-    if data is None:
-        data = joined = json_lines(values)
-        if data is None:
-            return None
-    elif not values or not lines_framed(values, data):
+def native_payload(values: Sequence[bytes | None], data: bytes | mmap.mmap) -> NativePayload | None:
+    """Whether ClickHouse's parser may read ``data``, the values joined by newlines as the caller
+    wrote them for it (a memory map spares a 40 MB join), or None (never a verdict)."""
+    if not values or not lines_framed(values, data):
         return None
     raw = np.frombuffer(data, np.uint8)
     # The joins are the only control bytes: each value is one line, and no string holds a raw
@@ -608,11 +600,9 @@ def native_payload(
     if _count(raw.view(np.int8), np.less, 0x20) != len(values) - 1:
         if _count(raw, np.less, 0x20) != len(values) - 1:
             return None
-        if joined is None and not _valid_utf8(data):
-            return None  # (``json_lines`` checked the bytes it joined)
-    if data.find(b"\\") >= 0 and (
-        _BAD_ESCAPE.search(data) or (joined is None and unpaired_surrogate(data))
-    ):
+        if not _valid_utf8(data):
+            return None
+    if data.find(b"\\") >= 0 and (_BAD_ESCAPE.search(data) or unpaired_surrogate(data)):
         return None
     if not _pairs(raw, b": "):
         # Compact separators (the common case): count ``:"`` as 16-bit words at both alignments.
@@ -627,7 +617,7 @@ def native_payload(
         quoted = int(np.count_nonzero(first == ord('"'))) + int(
             np.count_nonzero(space & (second == ord('"')))
         )
-    return NativePayload(data, quoted)
+    return NativePayload(quoted)
 
 
 def _valid_utf8(data: bytes | mmap.mmap) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from eos_pipeline.core.decode import NativePayload, json_lines, native_payload
 from eos_pipeline.core.dedup import dedup_token
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.schema import Column, TableSchema
@@ -21,3 +22,9 @@ def column(schema: TableSchema, name: str) -> Column:
         if col.name == name:
             return col
     raise KeyError(name)
+
+
+def joined_native_payload(values: list[bytes | None]) -> NativePayload | None:
+    """:func:`native_payload` over ``values`` joined here (the product passes what it wrote)."""
+    data = json_lines(values)
+    return None if data is None else native_payload(values, data)
