@@ -373,10 +373,18 @@ def decode_avro(writer: WriterSchema, payload: bytes) -> dict[str, Any]:
 
 #: Files every Protobuf schema may import without the registry naming them as references.
 _WELL_KNOWN = (any_pb2, duration_pb2, empty_pb2, struct_pb2, timestamp_pb2, wrappers_pb2)
-_WRAPPERS = frozenset(
-    f"google.protobuf.{n}Value"
-    for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
-)
+#: The wrapper messages read as their value, with the column type each becomes.
+PROTO_WRAPPERS = {
+    "google.protobuf.DoubleValue": "Float64",
+    "google.protobuf.FloatValue": "Float32",
+    "google.protobuf.Int64Value": "Int64",
+    "google.protobuf.UInt64Value": "UInt64",
+    "google.protobuf.Int32Value": "Int32",
+    "google.protobuf.UInt32Value": "UInt32",
+    "google.protobuf.BoolValue": "Bool",
+    "google.protobuf.StringValue": "String",
+    "google.protobuf.BytesValue": "String",
+}
 
 
 @functools.lru_cache(maxsize=256)
@@ -441,7 +449,7 @@ def _proto_value(field: FieldDescriptor, value: Any) -> Any:
         name = field.message_type.full_name
         if name == "google.protobuf.Timestamp":
             return value.ToJsonString()
-        if name in _WRAPPERS:
+        if name in PROTO_WRAPPERS:
             return _proto_value(field.message_type.fields_by_name["value"], value.value)
         if name.startswith("google.protobuf."):
             return json_format.MessageToDict(value)

@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from eos_pipeline.core.contract import is_required, unwrap
-from eos_pipeline.core.decode import WriterSchema, proto_class, proto_message_index
+from eos_pipeline.core.decode import PROTO_WRAPPERS, WriterSchema, proto_class, proto_message_index
 from eos_pipeline.core.errors import NeedsPerson
 from eos_pipeline.core.schema import NOT_NULLABLE, Column, SchemaError, TableSchema
 
@@ -115,25 +115,14 @@ _PROTO_SCALARS = {
     }.items()
     for proto in protos
 }
-_PROTO_WRAPPERS = {
-    "google.protobuf.DoubleValue": "Float64",
-    "google.protobuf.FloatValue": "Float32",
-    "google.protobuf.Int64Value": "Int64",
-    "google.protobuf.UInt64Value": "UInt64",
-    "google.protobuf.Int32Value": "Int32",
-    "google.protobuf.UInt32Value": "UInt32",
-    "google.protobuf.BoolValue": "Bool",
-    "google.protobuf.StringValue": "String",
-    "google.protobuf.BytesValue": "String",
-    "google.protobuf.Timestamp": "DateTime64(6, 'UTC')",
-}
+_PROTO_MESSAGES = {**PROTO_WRAPPERS, "google.protobuf.Timestamp": "DateTime64(6, 'UTC')"}
 
 
 def _proto_type(field: FieldDescriptor) -> str:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         name = field.message_type.full_name
-        if name in _PROTO_WRAPPERS:
-            return _PROTO_WRAPPERS[name]
+        if name in _PROTO_MESSAGES:
+            return _PROTO_MESSAGES[name]
         raise SchemaError(
             f"field {field.name!r}: message {name} has no column type both sinks store alike"
         )
