@@ -293,11 +293,6 @@ class SourceColumns:
     offset: str = "_offset"
     timestamp: str | None = "_timestamp"
 
-    TOPIC_TYPE = "LowCardinality(String)"
-    PARTITION_TYPE = "Int32"
-    OFFSET_TYPE = "Int64"
-    TIMESTAMP_TYPE = "DateTime64(3, 'UTC')"
-
     def __post_init__(self) -> None:
         for what in ("topic", "partition", "offset", "timestamp"):
             value = getattr(self, what)
@@ -310,12 +305,12 @@ class SourceColumns:
 
     def columns(self) -> tuple[Column, ...]:
         cols = [
-            Column(self.topic, self.TOPIC_TYPE),
-            Column(self.partition, self.PARTITION_TYPE),
-            Column(self.offset, self.OFFSET_TYPE),
+            Column(self.topic, "LowCardinality(String)"),
+            Column(self.partition, "Int32"),
+            Column(self.offset, "Int64"),
         ]
         if self.timestamp is not None:
-            cols.append(Column(self.timestamp, self.TIMESTAMP_TYPE))
+            cols.append(Column(self.timestamp, "DateTime64(3, 'UTC')"))
         return tuple(cols)
 
     @property
