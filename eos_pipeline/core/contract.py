@@ -254,6 +254,7 @@ def date_value(type_name: str) -> Converter:
 def _zone(type_name: str, tz: str | None) -> Any:
     if tz is None:
         return UTC
+    tz = tz.strip().strip("'")
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
@@ -319,10 +320,6 @@ _UNSUPPORTED_HINT: Final = {
 }
 
 
-def _unquote(tz: str) -> str:
-    return tz.strip().strip("'")
-
-
 def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     """The value rule for a canonical type, and whether it allows null."""
     base, nullable = unwrap(ch_type)
@@ -357,7 +354,7 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name in DATE_RANGES:
         return date_value(name), nullable
     if name == "DateTime":
-        return datetime_value(base, 0, _unquote(args[0]) if args else None), nullable
+        return datetime_value(base, 0, args[0] if args else None), nullable
     if name == "DateTime64":
         precision = int(args[0])
         if precision > 6:
@@ -365,7 +362,7 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
                 f"{where}: {base} keeps nanoseconds, Spark timestamps keep microseconds; "
                 "use DateTime64(6) or less"
             )
-        tz = _unquote(args[1]) if len(args) > 1 else None
+        tz = args[1] if len(args) > 1 else None
         return datetime_value(base, precision, tz), nullable
     if name == "Array":
         element, element_nullable = converter(args[0], f"{where} element")
