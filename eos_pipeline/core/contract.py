@@ -41,17 +41,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from eos_pipeline.core.schema import Column, SchemaError, TableSchema
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedType:
-    name: str
-    args: tuple[str, ...]
-
-
-def split_type(ch_type: str) -> ParsedType:
+def split_type(ch_type: str) -> tuple[str, tuple[str, ...]]:
     """``Name(arg, arg)`` split at its top-level commas (nested parentheses kept whole)."""
     name, _, rest = ch_type.partition("(")
     if not rest:
-        return ParsedType(name, ())
+        return name, ()
     parts, depth, current = [], 0, ""
     for ch in rest[:-1]:
         if ch == "," and depth == 0:
@@ -61,18 +55,18 @@ def split_type(ch_type: str) -> ParsedType:
         depth += {"(": 1, ")": -1}.get(ch, 0)
         current += ch
     parts.append(current.strip())
-    return ParsedType(name, tuple(parts))
+    return name, tuple(parts)
 
 
 def unwrap(ch_type: str) -> tuple[str, bool]:
     """``ch_type`` without ``LowCardinality``/``Nullable`` wrappers, and whether it was Nullable."""
     nullable = False
     while True:
-        parsed = split_type(ch_type)
-        if parsed.name == "LowCardinality":
-            ch_type = parsed.args[0]
-        elif parsed.name == "Nullable":
-            ch_type, nullable = parsed.args[0], True
+        name, args = split_type(ch_type)
+        if name == "LowCardinality":
+            ch_type = args[0]
+        elif name == "Nullable":
+            ch_type, nullable = args[0], True
         else:
             return ch_type, nullable
 
@@ -209,10 +203,6 @@ def _text(value: Any, type_name: str) -> str:
     return value
 
 
-def string_value(type_name: str) -> Converter:
-    return lambda value: _text(value, type_name)
-
-
 def fixed_string_value(type_name: str, length: int) -> Converter:
     def convert(value: Any) -> Any:
         text = _text(value, type_name)
@@ -264,6 +254,7 @@ def date_value(type_name: str) -> Converter:
 def _zone(type_name: str, tz: str | None) -> Any:
     if tz is None:
         return UTC
+    tz = tz.strip().strip("'")
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
@@ -298,18 +289,9 @@ def datetime_value(type_name: str, precision: int, tz: str | None) -> Converter:
                 if hours > 23 or minutes > 59:
                     raise mismatch(value, type_name, "bad UTC offset")
                 zone_here = _fixed_zone(sign * (hours * 60 + minutes))
+            fields = [int(part or 0) for part in (year, month, day, hour, minute, second)]
             try:
-                local = datetime(
-                    int(year),
-                    int(month),
-                    int(day),
-                    int(hour or 0),
-                    int(minute or 0),
-                    int(second or 0),
-                    micros,
-                    tzinfo=zone_here,
-                )
-                moment = local.astimezone(UTC)
+                moment = datetime(*fields, micros, tzinfo=zone_here).astimezone(UTC)
             except (ValueError, OverflowError):
                 raise mismatch(value, type_name, "not a valid date and time") from None
         moment = moment.replace(microsecond=moment.microsecond - moment.microsecond % cut)
@@ -338,15 +320,10 @@ _UNSUPPORTED_HINT: Final = {
 }
 
 
-def _unquote(tz: str) -> str:
-    return tz.strip().strip("'")
-
-
 def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     """The value rule for a canonical type, and whether it allows null."""
     base, nullable = unwrap(ch_type)
-    parsed = split_type(base)
-    name = parsed.name
+    name, args = split_type(base)
     if name in _UNSUPPORTED_HINT:
         raise SchemaError(
             f"{where}: type {ch_type} is not supported by both sinks (ClickHouse and Hudi would "
@@ -357,7 +334,7 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name in ("Float32", "Float64"):
         return float_value(name), nullable
     if name == "Decimal":
-        precision, scale = int(parsed.args[0]), int(parsed.args[1])
+        precision, scale = int(args[0]), int(args[1])
         if precision > 38:
             raise SchemaError(
                 f"{where}: {base} holds more than 38 digits, which Spark decimals cannot; "
@@ -367,9 +344,9 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name == "Bool":
         return bool_value, nullable
     if name == "String":
-        return string_value(base), nullable
+        return functools.partial(_text, type_name=base), nullable
     if name == "FixedString":
-        return fixed_string_value(base, int(parsed.args[0])), nullable
+        return fixed_string_value(base, int(args[0])), nullable
     if name == "UUID":
         return uuid_value, nullable
     if name in ("IPv4", "IPv6"):
@@ -377,24 +354,24 @@ def converter(ch_type: str, where: str = "column") -> tuple[Converter, bool]:
     if name in DATE_RANGES:
         return date_value(name), nullable
     if name == "DateTime":
-        return datetime_value(base, 0, _unquote(parsed.args[0]) if parsed.args else None), nullable
+        return datetime_value(base, 0, args[0] if args else None), nullable
     if name == "DateTime64":
-        precision = int(parsed.args[0])
+        precision = int(args[0])
         if precision > 6:
             raise SchemaError(
                 f"{where}: {base} keeps nanoseconds, Spark timestamps keep microseconds; "
                 "use DateTime64(6) or less"
             )
-        tz = _unquote(parsed.args[1]) if len(parsed.args) > 1 else None
+        tz = args[1] if len(args) > 1 else None
         return datetime_value(base, precision, tz), nullable
     if name == "Array":
-        element, element_nullable = converter(parsed.args[0], f"{where} element")
+        element, element_nullable = converter(args[0], f"{where} element")
         return _array(base, element, element_nullable), nullable
     if name == "Map":
-        key_base, _ = unwrap(parsed.args[0])
+        key_base, _ = unwrap(args[0])
         if key_base != "String":
             raise SchemaError(f"{where}: {base}: JSON object keys are strings; use Map(String, T)")
-        value, value_nullable = converter(parsed.args[1], f"{where} value")
+        value, value_nullable = converter(args[1], f"{where} value")
         return _map(base, value, value_nullable), nullable
     raise SchemaError(f"{where}: type {ch_type} is not supported by the decoder contract")
 
@@ -460,13 +437,15 @@ class ErrorClass(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class FieldRule:
-    """How one declared column is filled from a record (``default``: canonical)."""
+    """How one declared column is filled from a record (``default``: canonical; ``base``: the
+    type without ``LowCardinality``/``Nullable``)."""
 
     name: str
     convert: Converter
     nullable: bool
     default: Any
     has_default: bool
+    base: str
 
     @property
     def required(self) -> bool:
@@ -493,7 +472,6 @@ class Contract:
 @functools.lru_cache(maxsize=128)
 def compile_contract(schema: TableSchema) -> Contract:
     rules = []
-    exact = False
     for col in schema.columns:
         convert, type_nullable = converter(col.ch_type, f"column {col.name!r}")
         default = None
@@ -503,20 +481,13 @@ def compile_contract(schema: TableSchema) -> Contract:
                 default = convert(literal)
             except Reject as exc:
                 raise SchemaError(f"column {col.name!r}: default {col.default!r}: {exc}") from None
-        exact = exact or unwrap(col.ch_type)[0].startswith("Decimal")
-        rules.append(
-            FieldRule(
-                col.name, convert, col.nullable or type_nullable, default, col.default is not None
-            )
-        )
-    return Contract(tuple(rules), exact)
+        nullable = col.nullable or type_nullable
+        base = unwrap(col.ch_type)[0]
+        rules.append(FieldRule(col.name, convert, nullable, default, col.default is not None, base))
+    return Contract(tuple(rules), any(rule.base.startswith("Decimal") for rule in rules))
 
 
 _MISSING: Final = object()
-
-
-def _no_constant_for_decimals(name: str) -> float:
-    return float(name)  # NaN, Infinity, -Infinity: kept as floats, Decimal columns refuse them
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,14 +527,6 @@ def oversized_positions(
     ]
 
 
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def parse_object(raw: bytes, contract: Contract) -> dict[str, Any] | str:
     """The JSON object in ``raw``, or the ``DecodeError`` message."""
     try:
@@ -572,19 +535,19 @@ def parse_object(raw: bytes, contract: Contract) -> dict[str, Any] | str:
         return f"not valid UTF-8: {exc.reason} at byte {exc.start}"
     try:
         if contract.exact_decimals:
-            obj = json.loads(text, parse_float=Decimal, parse_constant=_no_constant_for_decimals)
+            # NaN, Infinity, -Infinity stay floats, which Decimal columns refuse
+            obj = json.loads(text, parse_float=Decimal, parse_constant=float)
         else:
             obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
         return f"not valid JSON: {str(exc)[:120]}"
     if type(obj) is not dict:
         return f"expected a JSON object, got {kind_of(obj)}"
-    if (
-        "\\u" in text
-        and _SURROGATE_ESCAPE.search(text)
-        and _has_lone_surrogate(json.dumps(obj, ensure_ascii=False, default=str))
-    ):
-        return "a string holds an unpaired UTF-16 surrogate escape (not text)"
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            return "a string holds an unpaired UTF-16 surrogate escape (not text)"
     return obj
 
 

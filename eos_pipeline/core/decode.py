@@ -30,7 +30,7 @@ import re
 import struct
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any, Protocol
@@ -61,12 +61,12 @@ from eos_pipeline.core.contract import (
     TOMBSTONE_VERDICT,
     Contract,
     ErrorClass,
+    FieldRule,
     Verdict,
     compile_contract,
     judge,
     judge_object,
     parse_object,
-    unwrap,
 )
 from eos_pipeline.core.errors import Transient
 from eos_pipeline.core.offsets import TopicPartition
@@ -119,21 +119,16 @@ def collect(
 
 # ---- the bulk path --------------------------------------------------------------------------
 
-# Types Arrow's JSON reader accepts exactly as the reference does, with the same values (Float32
-# may round differently parsed straight to float32; times, decimals and nested types differ).
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "Int8": pa.int8(),
-    "Int16": pa.int16(),
-    "Int32": pa.int32(),
-    "Int64": pa.int64(),
-    "UInt8": pa.uint8(),
-    "UInt16": pa.uint16(),
-    "UInt32": pa.uint32(),
-    "UInt64": pa.uint64(),
-    "Float64": pa.float64(),
-    "Bool": pa.bool_(),
-    "String": pa.string(),
+# The types both fast paths (Arrow's JSON reader, ClickHouse's parser) read as the reference does,
+# with the same values (Float32 may round differently parsed straight to float32; times, decimals
+# and nested types differ), by the kind ClickHouse checks their tokens as.
+_FAST_KINDS = {
+    **dict.fromkeys(INT_RANGES, "int"),
+    "Float64": "float",
+    "Bool": "bool",
+    "String": "string",
 }
+_ARROW_TYPES = {name: pa.type_for_alias(name.lower()) for name in _FAST_KINDS}
 # A surrogate escape that is not half of a pair (``\\ud83d\\ude00`` is fine): the reference
 # refuses the record, Arrow's reader would not.
 _SURROGATE_ESCAPE = re.compile(
@@ -154,11 +149,10 @@ class _ArrowPlan:
 
 @functools.lru_cache(maxsize=64)
 def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
-    contract = compile_contract(schema)
-    fields = []
+    columns = []
     fills = []
-    for col, rule in zip(schema.columns, contract.fields, strict=True):
-        arrow_type = _ARROW_TYPES.get(unwrap(col.ch_type)[0])
+    for rule in compile_contract(schema).fields:
+        arrow_type = _ARROW_TYPES.get(rule.base)
         if arrow_type is None:
             return None
         fill = None
@@ -167,17 +161,16 @@ def _arrow_plan(schema: TableSchema) -> _ArrowPlan | None:
                 fill = pa.scalar(rule.default, arrow_type)
             except (pa.ArrowException, ValueError, TypeError, OverflowError):
                 return None
-        fields.append(pa.field(col.name, arrow_type))
-        fills.append((col.name, fill, rule.nullable))
-    return _ArrowPlan(pa.schema(fields), tuple(fills))
+        columns.append(pa.field(rule.name, arrow_type))
+        fills.append((rule.name, fill, rule.nullable))
+    return _ArrowPlan(pa.schema(columns), tuple(fills))
 
 
 def json_lines(values: Sequence[bytes | None]) -> bytes | None:
     """The values joined by newlines if each is ``{...}`` in valid UTF-8 without an unpaired
     surrogate escape, else None. A value holding a line break then fails to parse or yields more
     rows, which the callers' row counts catch."""
-    count = len(values)
-    if count == 0:
+    if not values:
         return None
     try:
         data = b"\n".join(values)  # type: ignore[arg-type]
@@ -187,13 +180,10 @@ def json_lines(values: Sequence[bytes | None]) -> bytes | None:
         return None
     if unpaired_surrogate(data):
         return None  # a \\uD8xx-\\uDFxx escape may be unpaired: the reference judges it
-    if not data.isascii():
-        # Arrow's JSON reader and ClickHouse copy invalid UTF-8 into strings unchecked; the
-        # reference refuses the record (a dead letter), so only valid UTF-8 may go on.
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    # Arrow's JSON reader and ClickHouse copy invalid UTF-8 into strings unchecked; the reference
+    # refuses the record (a dead letter), so only valid UTF-8 may go on.
+    if not data.isascii() and not _valid_utf8(data):
+        return None
     return data
 
 
@@ -225,8 +215,7 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
     if schema.format.kind.framed:
         return None  # Avro/Protobuf/JSON Schema: judged per record (adapters.registry)
     plan = _arrow_plan(schema)
-    count = len(values)
-    if plan is None or count == 0:
+    if plan is None:
         return None
     data = json_lines(values)
     if data is None:
@@ -243,7 +232,7 @@ def decode_json_arrow(values: Sequence[bytes | None], schema: TableSchema) -> pa
         )
     except (pa.ArrowException, ValueError):
         return None  # invalid JSON, a wrong type, a duplicate key, bad UTF-8, out of range
-    if table.num_rows != count:
+    if table.num_rows != len(values):
         return None  # some line held two objects (`{...} {...}`), which the reference refuses
     columns = []
     for name, fill, nullable in plan.fills:
@@ -317,7 +306,7 @@ class WriterSchemas(Protocol):
 @dataclass(frozen=True, slots=True)
 class Frame:
     schema_id: int
-    message_indexes: tuple[int, ...] | None
+    message_indexes: tuple[int, ...]  # (0,) when there are none (Avro, JSON Schema)
     payload: bytes
 
 
@@ -333,8 +322,8 @@ def read_frame(raw: bytes, kind: Format) -> Frame | str:
         header.from_bytes(buffer)
     except (SerializationError, EOFError, struct.error, ValueError) as exc:
         return f"bad Protobuf message indexes after schema id: {exc}"
-    indexes = None if header.message_indexes is None else tuple(header.message_indexes)
-    if indexes is not None and any(i < 0 for i in indexes):
+    indexes = tuple(header.message_indexes or (0,))
+    if any(i < 0 for i in indexes):
         return f"negative Protobuf message index in {list(indexes)}"
     return Frame(int(header.id), indexes, buffer.read())
 
@@ -384,10 +373,18 @@ def decode_avro(writer: WriterSchema, payload: bytes) -> dict[str, Any]:
 
 #: Files every Protobuf schema may import without the registry naming them as references.
 _WELL_KNOWN = (any_pb2, duration_pb2, empty_pb2, struct_pb2, timestamp_pb2, wrappers_pb2)
-_WRAPPERS = frozenset(
-    f"google.protobuf.{n}Value"
-    for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
-)
+#: The wrapper messages read as their value, with the column type each becomes.
+PROTO_WRAPPERS = {
+    "google.protobuf.DoubleValue": "Float64",
+    "google.protobuf.FloatValue": "Float32",
+    "google.protobuf.Int64Value": "Int64",
+    "google.protobuf.UInt64Value": "UInt64",
+    "google.protobuf.Int32Value": "Int32",
+    "google.protobuf.UInt32Value": "UInt32",
+    "google.protobuf.BoolValue": "Bool",
+    "google.protobuf.StringValue": "String",
+    "google.protobuf.BytesValue": "String",
+}
 
 
 @functools.lru_cache(maxsize=256)
@@ -408,7 +405,7 @@ def _proto_file(
 
 
 @functools.lru_cache(maxsize=1024)
-def _proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message]:
+def proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message]:
     pool, proto = _proto_file(writer.text, writer.dependencies)
     names: list[str] = []
     messages = proto.message_type
@@ -421,10 +418,6 @@ def _proto_class(writer: WriterSchema, indexes: tuple[int, ...]) -> type[Message
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
 
 
-def proto_descriptor(writer: WriterSchema, indexes: tuple[int, ...]) -> Descriptor:
-    return _proto_class(writer, indexes).DESCRIPTOR
-
-
 def proto_message_index(writer: WriterSchema, name: str) -> int:
     _pool, proto = _proto_file(writer.text, writer.dependencies)
     names = [m.name for m in proto.message_type]
@@ -432,13 +425,6 @@ def proto_message_index(writer: WriterSchema, name: str) -> int:
     if short not in names:
         raise SchemaError(f"the Protobuf schema has no top-level message {name!r} (has {names})")
     return names.index(short)
-
-
-def decode_protobuf(
-    writer: WriterSchema, indexes: tuple[int, ...], payload: bytes
-) -> dict[str, Any]:
-    message = _proto_class(writer, indexes or (0,)).FromString(payload)
-    return _proto_fields(message)
 
 
 def _proto_fields(message: Message) -> dict[str, Any]:
@@ -463,7 +449,7 @@ def _proto_value(field: FieldDescriptor, value: Any) -> Any:
         name = field.message_type.full_name
         if name == "google.protobuf.Timestamp":
             return value.ToJsonString()
-        if name in _WRAPPERS:
+        if name in PROTO_WRAPPERS:
             return _proto_value(field.message_type.fields_by_name["value"], value.value)
         if name.startswith("google.protobuf."):
             return json_format.MessageToDict(value)
@@ -496,9 +482,8 @@ def judge_framed(
     if raw is None:
         return TOMBSTONE_VERDICT
     frame = read_frame(raw, kind)
-    if type(frame) is str:
+    if isinstance(frame, str):
         return Verdict(None, ErrorClass.BAD_FRAMING, frame)
-    assert isinstance(frame, Frame)
     writer = schemas.get(frame.schema_id)  # raises RegistryUnavailableError: no verdict
     if writer is None:
         return Verdict(
@@ -517,7 +502,8 @@ def judge_framed(
         if kind is Format.AVRO:
             obj: dict[str, Any] | str = decode_avro(writer, frame.payload)
         elif kind is Format.PROTOBUF:
-            obj = decode_protobuf(writer, frame.message_indexes or (0,), frame.payload)
+            proto = proto_class(writer, frame.message_indexes)
+            obj = _proto_fields(proto.FromString(frame.payload))
         else:
             obj = parse_object(frame.payload, contract)
     except Exception as exc:  # any failure to decode these bytes is a verdict on them
@@ -540,7 +526,7 @@ def writer_ids(values: Sequence[bytes | None], kind: Format) -> dict[int, tuple[
             continue
         frame = read_frame(raw, kind)
         if isinstance(frame, Frame) and frame.schema_id not in found:
-            found[frame.schema_id] = frame.message_indexes or (0,)
+            found[frame.schema_id] = frame.message_indexes
     return found
 
 
@@ -557,33 +543,18 @@ _BAD_ESCAPE = re.compile(rb'\\(?:[^"\\/bfnrtu]|u(?![0-9a-fA-F]{4}))')
 
 
 @dataclass(frozen=True, slots=True)
-class NativeColumn:
+class NativeColumn(FieldRule):
     """How ClickHouse reads one payload column: a ``string`` as a String (which refuses every
     other token); ``int``, ``float``, ``bool`` as ``Dynamic``, checked by token type and range."""
 
-    name: str
     kind: str
-    base: str
     low: int | None
     high: int | None
-    default: Any
-    has_default: bool
-    nullable: bool
-
-    @property
-    def required(self) -> bool:
-        return not self.has_default and not self.nullable
 
 
 @dataclass(frozen=True, slots=True)
 class NativePlan:
     columns: tuple[NativeColumn, ...]
-
-
-def _kind(base: str) -> str | None:
-    if base in INT_RANGES:  # 8 to 64 bits
-        return "int"
-    return {"Float64": "float", "Bool": "bool", "String": "string"}.get(base)
 
 
 @functools.lru_cache(maxsize=64)
@@ -592,19 +563,14 @@ def native_plan(schema: TableSchema) -> NativePlan | None:
     closed (Float32 rounding, dates, times, decimals, UUIDs, IPs, FixedString, containers)."""
     if schema.format.kind.framed:
         return None  # ClickHouse parses JSON lines only; framed values are decoded per record
-    contract = compile_contract(schema)
     columns = []
-    for col, rule in zip(schema.columns, contract.fields, strict=True):
-        base = unwrap(col.ch_type)[0]
-        kind = _kind(base)
-        if kind is None or col.name.startswith("__eos"):  # the SQL's own names
+    for rule in compile_contract(schema).fields:
+        kind = _FAST_KINDS.get(rule.base)
+        if kind is None or rule.name.startswith("__eos"):  # the SQL's own names
             return None
-        low, high = INT_RANGES[base] if kind == "int" else (None, None)
-        columns.append(
-            NativeColumn(
-                col.name, kind, base, low, high, rule.default, rule.has_default, rule.nullable
-            )
-        )
+        low, high = INT_RANGES[rule.base] if kind == "int" else (None, None)
+        of_rule = {f.name: getattr(rule, f.name) for f in fields(FieldRule)}
+        columns.append(NativeColumn(**of_rule, kind=kind, low=low, high=high))
     return NativePlan(tuple(columns))
 
 
@@ -621,40 +587,30 @@ class NativeRows:
 
 @dataclass(frozen=True, slots=True)
 class NativePayload:
-    """A chunk's JSON lines (bytes, or a memory map of the file ClickHouse reads) and ``quoted``,
-    its count of ``:"`` and ``: "``. Each JSON string value adds exactly one (two spaces after a
-    ``:`` and control bytes are refused; a quote in a string is escaped), so only a string ending
-    in ``:`` adds more. The INSERT requires it to equal the non-null values of String columns:
-    then no other column got a quoted value, and no String column an unquoted one."""
+    """A chunk's ``quoted``: its count of ``:"`` and ``: "``. Each JSON string value adds exactly
+    one (two spaces after a ``:`` and control bytes are refused; a quote in a string is escaped),
+    so only a string ending in ``:`` adds more. The INSERT requires it to equal the non-null
+    values of String columns: then no other column got a quoted value, and no String column an
+    unquoted one."""
 
-    data: bytes | mmap.mmap
     quoted: int
 
 
-def native_payload(
-    values: Sequence[bytes | None], data: bytes | mmap.mmap | None = None
-) -> NativePayload | None:
-    """The chunk for ClickHouse's parser, or None (never a verdict). ``data``: the values joined
-    by newlines when the caller already wrote them (a memory map spares a 40 MB join)."""
-    joined = None
-    if data is None:
-        data = joined = json_lines(values)
-        if data is None:
-            return None
-    elif not values or not lines_framed(values, data):
+def native_payload(values: Sequence[bytes | None], data: bytes | mmap.mmap) -> NativePayload | None:
+    """Whether ClickHouse's parser may read ``data``, the values joined by newlines as the caller
+    wrote them for it (a memory map spares a 40 MB join), or None (never a verdict)."""
+    if not values or not lines_framed(values, data):
         return None
     raw = np.frombuffer(data, np.uint8)
     # The joins are the only control bytes: each value is one line, and no string holds a raw
     # control character (JSON forbids them, ClickHouse keeps them). As signed bytes, everything
     # beyond ASCII is below 0x20 too: one count proves both, the common case.
-    if _count_below(raw.view(np.int8), 0x20) != len(values) - 1:
-        if _count_below(raw, 0x20) != len(values) - 1:
+    if _count(raw.view(np.int8), np.less, 0x20) != len(values) - 1:
+        if _count(raw, np.less, 0x20) != len(values) - 1:
             return None
-        if joined is None and not _valid_utf8(data):
-            return None  # (``json_lines`` checked the bytes it joined)
-    if data.find(b"\\") >= 0 and (
-        _BAD_ESCAPE.search(data) or (joined is None and unpaired_surrogate(data))
-    ):
+        if not _valid_utf8(data):
+            return None
+    if data.find(b"\\") >= 0 and (_BAD_ESCAPE.search(data) or unpaired_surrogate(data)):
         return None
     if not _pairs(raw, b": "):
         # Compact separators (the common case): count ``:"`` as 16-bit words at both alignments.
@@ -669,10 +625,10 @@ def native_payload(
         quoted = int(np.count_nonzero(first == ord('"'))) + int(
             np.count_nonzero(space & (second == ord('"')))
         )
-    return NativePayload(data, quoted)
+    return NativePayload(quoted)
 
 
-def _valid_utf8(data: mmap.mmap) -> bool:
+def _valid_utf8(data: bytes | mmap.mmap) -> bool:
     try:
         str(data, "utf-8")
     except UnicodeDecodeError:
@@ -684,13 +640,14 @@ def _valid_utf8(data: mmap.mmap) -> bool:
 _BLOCK = 1 << 20
 
 
-def _count_below(raw: np.ndarray, limit: int) -> int:
-    buf = np.empty(min(_BLOCK, raw.size), bool)
+def _count(values: np.ndarray, compare: np.ufunc, operand: int, block: int = _BLOCK) -> int:
+    """How many of ``values`` ``compare`` true against ``operand``, a block at a time."""
+    buf = np.empty(min(block, values.size), bool)
     count = 0
-    for start in range(0, raw.size, _BLOCK):
-        part = raw[start : start + _BLOCK]
+    for start in range(0, values.size, block):
+        part = values[start : start + block]
         out = buf[: part.size]
-        np.less(part, limit, out=out)
+        compare(part, operand, out=out)
         count += int(np.count_nonzero(out))
     return count
 
@@ -699,14 +656,8 @@ def _pairs(raw: np.ndarray, pair: bytes) -> int:
     """How often the two distinct (so never overlapping) bytes ``pair`` occur in ``raw``."""
     assert len(pair) == 2 and pair[0] != pair[1]
     word = int.from_bytes(pair, "little")
-    half = _BLOCK // 2
-    buf = np.empty(min(half, raw.size // 2 + 1), bool)
     count = 0
     for align in (0, 1):  # 16-bit words at both alignments
         words = raw[align : align + (raw.size - align) // 2 * 2].view("<u2")
-        for start in range(0, words.size, half):
-            part = words[start : start + half]
-            out = buf[: part.size]
-            np.equal(part, word, out=out)
-            count += int(np.count_nonzero(out))
+        count += _count(words, np.equal, word, _BLOCK // 2)
     return count

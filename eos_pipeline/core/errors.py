@@ -1,37 +1,19 @@
-"""What kind of failure an error is, said by its type where the fact is known; the kind decides
-what follows a failed run (:mod:`eos_pipeline.core.retries`): :class:`Transient` (a part of
-the stack did not answer: ask again later), :class:`Race` (another writer got there first: ask
-again, a bounded number of times), :class:`NeedsPerson` (a re-run cannot fix it, going on could
-skip or mix data). Each has a stable ``code`` and a ``fault``. A failed Dagster step reaches the
-sensors as class name and message only, so :func:`fault_of_class` maps names back through the
-classes themselves (every :class:`PipelineError` subclass the process imported: the processes
-that read failures import the Kafka and keeper adapters, as a test checks); no message is
-read. An adapter raises the kind where it learns the cause (``adapters.kafka``: unavailable,
-refused, stalled, offsets deleted).
+"""What kind of failure an error is, said by its type where the fact is known (:class:`Transient`,
+:class:`Race`, :class:`NeedsPerson`, each with a stable ``code``); the kind decides what follows
+a failed run (:mod:`eos_pipeline.core.retries`). An adapter raises the kind where it learns the
+cause. A failed Dagster step reaches the sensors as class name and message only, so
+:func:`fault_of_class` maps names back through the classes themselves (every
+:class:`PipelineError` subclass the process imported: the processes that read failures import
+the Kafka and keeper adapters, as a test checks); no message is read.
 
-A Kafka client error's class (``KafkaException``, or ``KafkaError`` inside it) says nothing of
-its kind, its librdkafka code does: :func:`fault_of_kafka_code` is the one table of codes, used
-by the Kafka adapter to pick the kind it raises and by ``core.retries`` for a ``KafkaException``
-that reached a run's end as it is.
+A Kafka client error's class says nothing of its kind, its librdkafka code does:
+:func:`fault_of_kafka_code` is the one table of codes (for the Kafka adapter and ``core.retries``).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import ClassVar
-
-__all__ = [
-    "Fault",
-    "HudiCommitError",
-    "HudiFencedError",
-    "LogChanged",
-    "NeedsPerson",
-    "PipelineError",
-    "Race",
-    "Transient",
-    "fault_of_class",
-    "fault_of_kafka_code",
-]
 
 
 class Fault(StrEnum):
@@ -93,19 +75,14 @@ class HudiFencedError(Race, HudiCommitError):
     code = "hudi-fenced"
 
 
-def _subclasses(cls: type[PipelineError]) -> list[type[PipelineError]]:
-    found = []
-    for sub in cls.__subclasses__():
-        found.append(sub)
-        found.extend(_subclasses(sub))
-    return found
-
-
 def fault_of_class(name: str) -> Fault | None:
     """The fault of the typed error class called ``name`` (None: not one of ours)."""
-    for cls in (PipelineError, *_subclasses(PipelineError)):
+    stack: list[type[PipelineError]] = [PipelineError]
+    while stack:  # depth first, each class before its subclasses
+        cls = stack.pop()
         if cls.__name__ == name:
             return cls.fault
+        stack.extend(reversed(cls.__subclasses__()))
     return None
 
 

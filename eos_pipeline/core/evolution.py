@@ -20,9 +20,9 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from eos_pipeline.core.contract import is_required, unwrap
-from eos_pipeline.core.decode import WriterSchema, proto_descriptor, proto_message_index
+from eos_pipeline.core.decode import PROTO_WRAPPERS, WriterSchema, proto_class, proto_message_index
 from eos_pipeline.core.errors import NeedsPerson
-from eos_pipeline.core.schema import Column, SchemaError, TableSchema
+from eos_pipeline.core.schema import NOT_NULLABLE, Column, SchemaError, TableSchema
 
 _AVRO_PRIMITIVES = {
     "boolean": "Bool",
@@ -41,8 +41,6 @@ _AVRO_LOGICAL = {
     "local-timestamp-micros": "DateTime64(6)",
     "uuid": "UUID",
 }
-#: Column types ClickHouse refuses to wrap in Nullable(...).
-_NOT_NULLABLE = ("Array(", "Map(")
 
 
 def _avro_type(avro: Any, where: str) -> tuple[str, bool]:
@@ -79,7 +77,7 @@ def _avro_type(avro: Any, where: str) -> tuple[str, bool]:
 
 
 def _nullable(ch_type: str) -> str:
-    return ch_type if ch_type.startswith(_NOT_NULLABLE) else f"Nullable({ch_type})"
+    return ch_type if ch_type.startswith(NOT_NULLABLE) else f"Nullable({ch_type})"
 
 
 def avro_columns(schema_text: str) -> tuple[Column, ...]:
@@ -117,25 +115,14 @@ _PROTO_SCALARS = {
     }.items()
     for proto in protos
 }
-_PROTO_WRAPPERS = {
-    "google.protobuf.DoubleValue": "Float64",
-    "google.protobuf.FloatValue": "Float32",
-    "google.protobuf.Int64Value": "Int64",
-    "google.protobuf.UInt64Value": "UInt64",
-    "google.protobuf.Int32Value": "Int32",
-    "google.protobuf.UInt32Value": "UInt32",
-    "google.protobuf.BoolValue": "Bool",
-    "google.protobuf.StringValue": "String",
-    "google.protobuf.BytesValue": "String",
-    "google.protobuf.Timestamp": "DateTime64(6, 'UTC')",
-}
+_PROTO_MESSAGES = {**PROTO_WRAPPERS, "google.protobuf.Timestamp": "DateTime64(6, 'UTC')"}
 
 
 def _proto_type(field: FieldDescriptor) -> str:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         name = field.message_type.full_name
-        if name in _PROTO_WRAPPERS:
-            return _PROTO_WRAPPERS[name]
+        if name in _PROTO_MESSAGES:
+            return _PROTO_MESSAGES[name]
         raise SchemaError(
             f"field {field.name!r}: message {name} has no column type both sinks store alike"
         )
@@ -216,7 +203,7 @@ def writer_columns(
         indexes = tuple(message_indexes) or (0,)
         if message is not None:
             indexes = (proto_message_index(writer, message),)
-        return protobuf_columns(proto_descriptor(writer, indexes))
+        return protobuf_columns(proto_class(writer, indexes).DESCRIPTOR)
     if writer.schema_type == "JSON":
         return json_schema_columns(writer.text)
     return avro_columns(writer.text)
@@ -381,7 +368,7 @@ def catch_up(schema: TableSchema, existing: Mapping[str, str]) -> Evolution:
                     schema.schema_id,
                 )
             added.append(col)
-        elif not holds(col, existing[col.name]):
+        else:
             try:
                 actual = Column(col.name, existing[col.name], default=col.default)
             except SchemaError:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import reduce
 from operator import or_
 
@@ -104,9 +104,6 @@ class PartitionProof:
         )
 
 
-_PREFIX_KEYS = ("start", "through", "kafka_records", "dead_letters", "offset_sum")
-
-
 @dataclass(frozen=True)
 class ProvenPrefix:
     """What a passing check proved of ``[start, through)``: the table held each offset that was
@@ -123,14 +120,14 @@ class ProvenPrefix:
         return self.kafka_records - self.dead_letters
 
     def to_metadata(self) -> dict[str, int]:
-        return {f"proven_{k}": getattr(self, k) for k in _PREFIX_KEYS}
+        return {f"proven_{f.name}": getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, object]) -> ProvenPrefix | None:
         """From plain or Dagster metadata values; None when absent or implausible."""
         values = []
-        for k in _PREFIX_KEYS:
-            raw = metadata.get(f"proven_{k}")
+        for f in fields(cls):
+            raw = metadata.get(f"proven_{f.name}")
             raw = getattr(raw, "value", raw)
             if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
                 return None

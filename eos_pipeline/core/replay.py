@@ -3,7 +3,7 @@ committed position, on purpose (a fixed decoder, lost rows). Pure; :func:`plan_r
 before anything runs whether it may run and what it will do.
 
 * ClickHouse: **delete** the partition's rows in ``[a, b)``, then re-read and insert in chunks
-  under :func:`replay_token` (with the lease's epoch: the original tokens are still in the
+  under replay tokens (``<pipeline>~replay-<epoch>``: the original tokens are still in the
   dedup window and would drop the re-insert). A crash leaves the replay in flight in its
   journal; running it again deletes and re-inserts all under a new epoch. The position never
   moves.
@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eos_pipeline.core.dedup import Phase, SinkState, dedup_token
+from eos_pipeline.core.dedup import Phase, SinkState
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 
@@ -163,14 +163,6 @@ def plan_replay(
     cuts = range(wanted.start, wanted.end, max_records)
     chunks = tuple(OffsetRange(lo, min(lo + max_records, wanted.end)) for lo in cuts)
     return ReplayPlan(pipeline, sink, tp, wanted, position, chunks, resumes)
-
-
-def replay_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange, epoch: int) -> str:
-    """Never a normal token (pipeline names cannot hold ``~``) and new per attempt (a higher
-    epoch), so an insert after the replay's delete is never dropped as a duplicate."""
-    if epoch < 1:
-        raise ValueError(f"epoch must be >= 1, got {epoch}")
-    return dedup_token(f"{pipeline}~replay-{epoch}", tp, chunk)
 
 
 def marker_headers(

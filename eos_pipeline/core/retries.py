@@ -36,19 +36,6 @@ from dataclasses import dataclass
 from eos_pipeline.core import checkpoint, dedup, keeper, replay  # noqa: F401
 from eos_pipeline.core.errors import Fault, fault_of_class, fault_of_kafka_code
 
-__all__ = [
-    "DEFAULT_BACKOFF",
-    "Backoff",
-    "Diagnosis",
-    "FailureFacts",
-    "Failures",
-    "Fault",
-    "RetryDecision",
-    "decide_retry",
-    "diagnose",
-    "given_up_message",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class FailureFacts:

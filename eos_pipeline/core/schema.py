@@ -82,7 +82,7 @@ _PLAIN_TYPES = frozenset(
 # Types that take other types as arguments, with their arity (None: one or more).
 _WRAPPERS: dict[str, int | None] = dict(Nullable=1, LowCardinality=1, Array=1, Map=2, Tuple=None)
 # Types that ClickHouse refuses to wrap in Nullable(...).
-_NOT_NULLABLE = ("Nullable(", "LowCardinality(", "Array(", "Map(", "Tuple(", "JSON")
+NOT_NULLABLE = ("Nullable(", "LowCardinality(", "Array(", "Map(", "Tuple(", "JSON")
 
 _MAX_TYPE_LENGTH = 512
 _MAX_DEPTH = 16
@@ -182,16 +182,15 @@ class _TypeParser:
             if has_args:
                 raise _ParseError(f"{name} takes no arguments")
             return name
-        if not has_args and name != "DateTime":
+        if name == "DateTime" and not has_args:
+            return name
+        if not has_args:
             raise _ParseError(f"unknown or incomplete type {name!r}")
+        self._take("(")
         if name == "DateTime":
-            if not has_args:
-                return name
-            self._take("(")
             tz = self._timezone()
             self._take(")")
             return f"DateTime({tz})"
-        self._take("(")
         if name == "DateTime64":
             precision = self._int("DateTime64 precision", 0, 9)
             tz = None
@@ -220,7 +219,7 @@ class _TypeParser:
         arity = _WRAPPERS[name]
         if arity is not None and len(args) != arity:
             raise _ParseError(f"{name} takes {arity} type argument(s), found {len(args)}")
-        if name == "Nullable" and args[0].startswith(_NOT_NULLABLE):
+        if name == "Nullable" and args[0].startswith(NOT_NULLABLE):
             raise _ParseError(f"ClickHouse cannot make {args[0]} Nullable")
         return f"{name}({', '.join(args)})"
 
@@ -256,7 +255,7 @@ class Column:
         object.__setattr__(self, "ch_type", canonical)
         if self.nullable:
             base = _strip_low_cardinality(canonical)
-            if not base.startswith("Nullable(") and base.startswith(_NOT_NULLABLE):
+            if not base.startswith("Nullable(") and base.startswith(NOT_NULLABLE):
                 raise SchemaError(
                     f"column {self.name!r}: ClickHouse cannot make {canonical} Nullable; "
                     "make its elements Nullable or give it a default instead"
@@ -294,11 +293,6 @@ class SourceColumns:
     offset: str = "_offset"
     timestamp: str | None = "_timestamp"
 
-    TOPIC_TYPE = "LowCardinality(String)"
-    PARTITION_TYPE = "Int32"
-    OFFSET_TYPE = "Int64"
-    TIMESTAMP_TYPE = "DateTime64(3, 'UTC')"
-
     def __post_init__(self) -> None:
         for what in ("topic", "partition", "offset", "timestamp"):
             value = getattr(self, what)
@@ -311,12 +305,12 @@ class SourceColumns:
 
     def columns(self) -> tuple[Column, ...]:
         cols = [
-            Column(self.topic, self.TOPIC_TYPE),
-            Column(self.partition, self.PARTITION_TYPE),
-            Column(self.offset, self.OFFSET_TYPE),
+            Column(self.topic, "LowCardinality(String)"),
+            Column(self.partition, "Int32"),
+            Column(self.offset, "Int64"),
         ]
         if self.timestamp is not None:
-            cols.append(Column(self.timestamp, self.TIMESTAMP_TYPE))
+            cols.append(Column(self.timestamp, "DateTime64(3, 'UTC')"))
         return tuple(cols)
 
     @property
@@ -371,12 +365,6 @@ class TableSchema:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.all_columns)
-
-    def column(self, name: str) -> Column:
-        for col in self.all_columns:
-            if col.name == name:
-                return col
-        raise KeyError(name)
 
 
 def validate_identifiers(values: Iterable[object], what: str) -> list[str]:

@@ -32,7 +32,6 @@ from eos_pipeline.core.decode import (
     add_source_columns,
     decode_json,
     decode_json_arrow,
-    native_payload,
     native_plan,
 )
 from eos_pipeline.core.offsets import TopicPartition
@@ -48,6 +47,7 @@ from eos_pipeline_tests.adapters.test_decoder_differential import (
     stored,
     valid_values,
 )
+from eos_pipeline_tests.support.core_readings import joined_native_payload
 
 RECORDS = int(os.environ.get("EOS_DIFF_RECORDS", "400"))
 
@@ -199,7 +199,7 @@ class Tables:
 
     def native(self, n: int, values: list[bytes | None]) -> str:
         """``"bytes"``, ``"sql"`` (refused there) or ``"rows"`` (inserted)."""
-        payload = native_payload(values)
+        payload = joined_native_payload(values)
         if payload is None:
             return "bytes"
         offsets, stamps = self.offsets(n, len(values))

@@ -14,8 +14,8 @@ from eos_pipeline.core.replay import (
     dead_offsets,
     marker_headers,
     plan_replay,
-    replay_token,
 )
+from eos_pipeline_tests.support.core_readings import replay_token
 
 TP = TopicPartition("events", 1)
 

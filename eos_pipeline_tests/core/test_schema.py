@@ -14,6 +14,7 @@ from eos_pipeline.core.schema import (
     validate_identifiers,
     validate_type,
 )
+from eos_pipeline_tests.support.core_readings import column
 
 
 @pytest.mark.parametrize("name", ["a", "_", "_topic", "Events_2024", "A" * 128, "x1_y2"])
@@ -206,9 +207,9 @@ def test_source_column_names_are_validated_and_distinct() -> None:
 def test_table_schema_puts_source_columns_first_and_keeps_declared_order() -> None:
     schema = TableSchema.from_mapping({"z": "String", "a": "Int64"})
     assert schema.column_names == ("_topic", "_partition", "_offset", "_timestamp", "z", "a")
-    assert schema.column("a").ch_type == "Int64"
+    assert column(schema, "a").ch_type == "Int64"
     with pytest.raises(KeyError):
-        schema.column("missing")
+        column(schema, "missing")
 
 
 def test_table_schema_rejects_clashes() -> None:
