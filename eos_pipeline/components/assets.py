@@ -1,29 +1,12 @@
-"""Assets (one per target table), built from pipeline config.
+"""Assets, one per target table.
 
-* ClickHouse: each partition of a run is caught up by :class:`ClickHousePartitionSync`: from
-  the keeper's position to the end offset fixed at the start of that partition's sync, capped
-  by the batch limits. On a ClickHouse server the sensor asks for one run per partition; on an
-  embedded chDB path for one key-range run over all lagging partitions, which handles them one
-  after the other, those left in ``BEFORE`` first (``core.planning``: ``recovery_order``).
-* Hudi: all partitions of a run go into ONE Hudi commit (:class:`HudiTableSync`), and the asset
-  uses ``BackfillPolicy.single_run()`` so a backfill over many partitions is one commit too.
+* ClickHouse: each partition of a run is caught up from the keeper's position to the end
+  offset fixed at its start; a run over several partitions (an embedded chDB path) takes those
+  left in ``BEFORE`` first, and sets aside one that needs a person, fails naming it after
+  writing the others (:func:`catch_up`, :func:`fail_naming`; the rule: ``core.planning``).
+* Hudi: all partitions of a run are ONE commit (``BackfillPolicy.single_run()``: a backfill too).
 
-Both record what happened as materialization metadata (offset ranges, records read, rows
-inserted, offsets skipped and cropped by the state machine, dead letters, the state-machine
-case, lag after the run, the partition's rows in the table as ``dagster/row_count``) and as a
-markdown table of the run's partitions. Dagster records one materialization per partition of a
-run; each carries its partition's own numbers (partition-scoped asset metadata) and the table
-is stored once, on the run's last partition; the Hudi commit's totals stay under ``commit_*``
-(all built by :mod:`~eos_pipeline.components.metadata`). The definitions carry each
-table's identity the way Dagster's integrations do: ``dagster/table_name``,
-``dagster/column_schema`` (the declared columns, source columns first), ``dagster/uri`` for the
-Hudi path, and code references (added by the builder).
-
-A ClickHouse run over several partitions (:func:`catch_up`) sets aside one that needs a person
-and goes on with the others, then fails naming it (:func:`fail_naming`; the rule and why:
-``core.planning``).
-
-The exactly-once checks live in :mod:`eos_pipeline.components.checks`.
+What a run shows is built by :mod:`~eos_pipeline.components.metadata`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.

@@ -1,40 +1,18 @@
 """The exactly-once checks: per partition, the table's offsets against Kafka's, on the data.
 
-Each check reads, per partition, the sink's committed position (the keeper record; the Hudi
-table's latest checkpoint), the offsets in the table, the offsets Kafka holds in the committed
-range and the dead letters, and lets :func:`eos_pipeline.core.proof.compare` decide. It files
-one result per partition, in range runs too (:func:`check_events`).
+:func:`eos_pipeline.core.proof.compare` decides from the sink's committed position, the offsets
+in the table, those Kafka holds in the committed range and the dead letters. A check that cannot
+read its evidence (a resource down; a clustered sink's run in flight) files no evaluation, so
+Dagster shows it skipped, never failed: ``passed=False`` means wrong data, and only that. What a
+passing evaluation proved is kept in the keeper (:class:`ProvenStore`), so the next one compares
+only what the sink wrote since.
 
-A check that cannot read its evidence (a broker, keeper, Spark Connect server or ClickHouse
-down; on a clustered pipeline, a run of the sink in flight, e.g. the first one after a switch)
-judges nothing: it files no evaluation, so Dagster shows the check as skipped (not run), never
-failed, and the run that wrote the data stays green; a warning in the run's log and an
-observation on the table (``exactly_once_not_evaluated``) name what it could not read and the
-fix. ``passed=False`` means wrong data, and only that.
-
-What a passing evaluation proved (``core.proof.ProvenPrefix``) is kept in the keeper
-(:class:`ProvenStore`), so the next evaluation compares only what the sink wrote since.
-
-A clustered pipeline's checks go by record identity, over every cluster and every stretch
-(:func:`clickhouse_identity_proofs`, :func:`hudi_identity_proofs`). Per Dagster partition
-``T/p``, for each cluster the pipeline names and each physical topic of ``T`` there (``T`` and
-its MirrorMaker 2 replicas), the sink's committed range on that cluster is read from Kafka with
-each record's fingerprint, and the table's rows from it (source topic ``<cluster>:<topic>``) are
-counted; :func:`~eos_pipeline.core.proof.prove_by_identity` decides. The committed range is
-``[low, position)`` (``low``: the log start, as for one cluster, see
-``core.positions.committed_low``), where the position is:
-
-* ClickHouse: the keeper record under that cluster's key (kept for every cluster it ran on);
-* Hudi: on the cluster of the latest commit, that commit's cluster position. A commit keeps
-  only its own cluster's position, so on the others the range ends after the last row the
-  table holds from there. That loses nothing: a record the table lost after its last row on a
-  cluster was still the last one written there, so the next cluster's stretch starts right
-  after its copy and the copy lies in that cluster's committed range, where it is missing.
-  Records never read on any cluster since (dead letters or markers at a stretch's end) are
-  not compared.
-
-Every cluster must answer: a cluster that is down cannot show what it holds, so the check files
-no verdict and names it (:func:`evaluated`); the next evaluation after it is back judges.
+A clustered pipeline's checks go by record identity (``core.proof.prove_by_identity``) over
+every cluster and physical topic, each in its committed range ``[low, position)``. ClickHouse
+keeps a position per cluster. A Hudi commit keeps only its own cluster's position, so on the
+others the range ends after the table's last row from there; that loses nothing: a record lost
+after it would be missing as its copy in the next cluster's committed range. Every cluster must
+answer, else the check files no verdict.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.

@@ -1,12 +1,8 @@
 """Expected faults named for a person: which resource, where, why, and what to do.
 
-A sensor tick that meets an unreachable broker, keeper, Spark Connect server or ClickHouse is
-not a bug: it is the state of the world, and the tick says so in its skip reason instead of a
-traceback ("Kafka broker 127.0.0.1:9092 unreachable since 15:02:11 UTC (3 failed ticks): ...;
-next try at 15:03:41 UTC. Fix: ..."). The count of failed ticks and the time of the first live in
-the sensor's cursor, beside whatever cursor the sensor keeps itself (:class:`Streak`). A run
-that meets the same fault fails with the same words (:func:`failure_for`). Errors that are not
-an expected fault (a bug) still raise, so they stay visible as one.
+An unreachable broker, keeper, Spark Connect server or ClickHouse is the state of the world, not
+a bug: a sensor tick says so in its skip reason (failed ticks counted in its cursor,
+:class:`Streak`), a run fails with the same words (:func:`failure_for`). Anything else raises.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -22,6 +18,7 @@ from typing import Any
 import dagster as dg
 
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.resources import kafka_resource_key
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 
@@ -33,6 +30,7 @@ __all__ = [
     "guarded",
     "name_fault",
     "named_faults",
+    "pipeline_sensor",
 ]
 
 KAFKA = "Kafka broker"
@@ -270,6 +268,38 @@ def guarded(
         )
 
     return evaluate
+
+
+def pipeline_sensor(
+    pipeline: Pipeline,
+    suffix: str,
+    interval: int,
+    body: Body,
+    description: str,
+    keeper: bool,
+    target: dg.AssetKey | None = None,
+    on_fault: OnFault | None = None,
+) -> dg.SensorDefinition:
+    """``<pipeline>_<suffix>``: ``body`` :func:`guarded`, with ``pipeline``'s Kafka resource
+    (and the keeper if ``keeper``)."""
+    def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
+        return resource_endpoints(context, pipeline)
+
+    evaluate = guarded(body, where, interval, on_fault)
+
+    @dg.sensor(
+        name=f"{pipeline.name}_{suffix}",
+        minimum_interval_seconds=interval,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={kafka_resource_key(pipeline.name)}
+        | ({"keeper"} if keeper else set()),
+        target=None if target is None else dg.AssetSelection.assets(target),
+        description=description,
+    )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return evaluate(context)
+
+    return _sensor
 
 
 def failure_for(exc: BaseException, where: dict[str, str]) -> dg.Failure | None:

@@ -1,20 +1,12 @@
-"""What each asset, check and run shows in Dagster's UI, for both sinks.
+"""What each asset, check and run shows in Dagster's UI, for both sinks, and the partitions.
 
-* Before any run, the definitions: each table's identity the way Dagster's integrations record
-  it (``dagster/table_name``, ``dagster/uri``, ``dagster/column_schema``) and a code version that
-  changes with what decides the rows.
-* After a run, its materializations: the run-wide numbers, a markdown table of the partitions,
-  and each partition's own numbers (partition-scoped metadata, its rows in the table as
-  ``dagster/row_count``); a run that did nothing records its state and no activity numbers.
-  ClickHouse reports one entry per partition synced; Hudi one commit over all of them, whose
-  totals stay under ``commit_*``.
-* Checks shape their results with :func:`markdown_table` too.
+The definitions carry each table's identity the way Dagster's integrations record it and a code
+version that changes with what decides the rows. A run's materializations carry each partition's
+own numbers, and the run's list of partitions once (:func:`record_run`); a run that did nothing
+records no activity numbers (:func:`quiet_when_idle`).
 
-The partitions every asset of a pipeline shares are here as well: one Dagster partition per
-Kafka topic-partition, keyed ``<topic>__p0007``. They are dynamic: the set of keys follows the
-topics' partition counts (the partitions sensor adds new ones, see
-:mod:`eos_pipeline.components.sensors`), so a topic that grows needs no restart and no code
-change. The key format is a pure rule of the core (:mod:`eos_pipeline.core.planning`).
+The partitions are dynamic, one per Kafka topic-partition (``core.planning`` keys them): a topic
+that grows needs no restart and no code change.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.

@@ -1,63 +1,22 @@
 """The component types, loading a defs folder, and the Definitions they build.
 
-::
+A component's attributes are the pydantic models of :mod:`eos_pipeline.components.config`
+themselves (``get_model_cls``): the schema ``dg check yaml`` uses is the one the code validates
+with. ``{{ env.NAME }}`` templates render at load (shown in the UI); ``{env: NAME}`` secrets are
+read by the run's own process only (never stored in the instance).
 
-    eos_pipeline/defs/
-      shared/defs.yaml     type: eos_pipeline.SharedResourcesComponent   (keeper, ClickHouse, Spark)
-      demo/defs.yaml       type: eos_pipeline.KafkaTablesComponent       (one pipeline)
+Dagster refuses two different resources under one key, so what every pipeline uses (keeper,
+ClickHouse, Spark) comes from one ``SharedResourcesComponent``, which each
+``KafkaTablesComponent`` loads. Likewise a topic two pipelines read is one asset, added once
+with the failover job by :func:`location_definitions`.
 
-**Components.** A component's attributes are the pydantic models of
-:mod:`eos_pipeline.components.config` themselves (``get_model_cls``), not a copy of them in
-Dagster's ``Resolvable`` types: the schema ``dg check yaml`` and editors use is the one the code
-validates with, field for field, and its rules (identifiers, decoder contract, Hudi columns) run
-on load with messages naming the field.
+``registry.subject``'s columns are asked of the registry at load (:func:`resolve_subject`):
+without them no table can be created or checked, and a pipeline quietly left out would look
+like a healthy location. An unreachable registry is a transient
+:class:`SubjectUnavailableError`, an unknown subject a :class:`ConfigError`.
 
-Values from the environment, two kinds as before:
-
-* ``{{ env.NAME }}`` / ``{{ env('NAME', 'default') }}`` in a string (Dagster's templating) is
-  rendered when the code location loads: endpoints, ports, data paths, shown in the UI;
-* ``{env: NAME}`` as a value is a secret: never rendered at load, it becomes a Dagster ``EnvVar``
-  (or, in Kafka client settings, a variable name) read by the run's own process, so it is neither
-  stored in the instance nor shown in the UI.
-
-Why two components: Dagster merges the definitions of components and refuses two different
-resources under one key, so the resources every pipeline uses (``keeper``, ``clickhouse``,
-``spark``) come from one ``SharedResourcesComponent``; each ``KafkaTablesComponent`` loads it
-(``context.load_component``, a dependency Dagster tracks) for the sensor interval and the chDB
-path that decides the pipelines' pool.
-
-**Subjects.** ``registry.subject`` replaces a written ``schema:``: the subject's latest writer
-schema is asked of the registry (``adapters.registry.subject_schema``, once per process) when the
-component loads and mapped to columns (``core.evolution``); the assets show them like written
-ones. A registry that cannot be reached at load, or a subject it does not know, fails the load
-with one line naming the pipeline, the subject, the registry and what to do, not a chain of
-tracebacks. Failing is what a user expects here: without the columns no table can be created or
-checked, and a pipeline quietly left out of the definitions would look like a healthy location
-with one pipeline missing. The error keeps its kind: an unreachable registry is
-:class:`SubjectUnavailableError` (transient: reload, or let the run be retried, once it is up),
-an unknown subject or a schema no column can hold is a :class:`ConfigError` (a person fixes it).
-
-**Definitions**, in three parts:
-
-* :func:`shared_definitions`: the keeper, ClickHouse and Spark resources and the executor
-  (``SharedResourcesComponent``);
-* :func:`pipeline_definitions`: one pipeline's table assets, checks, sensors, replay jobs and
-  Kafka resource (``KafkaTablesComponent``). Its table assets also carry what Dagster's catalog
-  knows beyond their metadata: how fresh they must be (a ``FreshnessPolicy`` from
-  ``lag_target_seconds``, shown in Asset Health) and where each column comes from
-  (``dagster/column_lineage``: every table column from a field of the topic's records, whose
-  columns the topic asset declares in ``dagster/column_schema``), applied to the specs the
-  factories build (``dg.map_asset_specs``);
-* :func:`location_definitions`: what spans pipelines, added once to the folder's definitions:
-  the topics (two pipelines may read one topic: one asset for it, as Dagster refuses two
-  different specs under one key) and the failover job.
-
-**Loading.** The project's own folder is ``eos_pipeline/defs`` (``[tool.dg]`` in
-pyproject.toml); ``EOS_DEFS_DIR`` names another one (a deployment's, a test's), laid out the same
-way. The code location (:mod:`eos_pipeline.definitions`), the CLI (``failover``, ``replay``: a
-pipeline by name) and the demo all go through :func:`load_project`, so there is one way in.
-:func:`build_definitions` puts the three parts together for a :class:`PipelinesFile` held in
-memory (the tests, the benchmarks).
+The code location, the CLI and the demo all load through :func:`load_project` (``EOS_DEFS_DIR``
+or ``eos_pipeline/defs``); :func:`build_definitions` does it for a configuration in memory.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.

@@ -1,44 +1,22 @@
 """Sensors: keep the partitions in step with Kafka, and ask for runs where a sink is behind.
 
-Wiring only: each sensor reads the state through the adapters and Dagster's instance, asks the
-planner (:mod:`eos_pipeline.core.planning`, where every rule lives: which partitions, keys,
-priorities, retries, give-up) and turns its plan into Dagster objects.
+Wiring only: each sensor reads the state through the adapters and Dagster's instance, and the
+planner (:mod:`eos_pipeline.core.planning`) decides every rule (which partitions, keys,
+priorities, retries, give-up). A tick reads Kafka's ends, the keeper (one shared session) or the
+Hudi timeline (hudi-rs), and a few run-storage queries; never Spark nor ClickHouse: the sensor
+daemon must not open the chDB data path (one process per path) nor start a JVM.
 
-Cost per evaluation: one DescribeTopics + one ListOffsets request for all topics together
-(``end_offsets_of``, read_committed; a second ListOffsets only when a partition with nothing
-stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``) on the process's shared keeper session (``adapters.keeper``: no new
-session per tick), one run-storage query for runs in flight, one for queued runs (chDB) and one
-for failed runs, plus one event-log query per partition (or range, or table) that has failed
-runs from its current state and is still behind (why its newest run failed). No Spark, no
-ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
-start a JVM.
-
-Where a sink stands:
-
-* ClickHouse: the keeper record of each partition. A partition left in ``BEFORE`` (a run died
-  mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first. On
-  an embedded chDB path (one process at a time) all lagging partitions go into one key-range
-  run, which catches the ``BEFORE`` ones up first.
-* Hudi: the Kafka checkpoint of the table's latest completed commit, read each tick from the
-  table's timeline by hudi-rs (:mod:`eos_pipeline.adapters.hudi_timeline`, no JVM, a few file
-  reads). A commit made by another writer (HoodieStreamer, a backfill, a restore) is therefore
-  seen at the next tick, not after the next run of the asset.
-* A pipeline with several clusters: the active cluster's state, its physical topics folded into
-  one state per partition (:class:`eos_pipeline.sinks.source.ActiveCluster`); nothing while a
-  switch is in flight.
-
-One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
-partition-key-range run over the table's dynamic partitions, which the asset's
-``BackfillPolicy.single_run()`` turns into one ``HudiTableSync.run(partitions=[...])``, i.e.
-one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` and
-:mod:`eos_pipeline.core.retries`; the failed runs' causes are read by
-:mod:`eos_pipeline.components.run_failures`.
+* ClickHouse: a partition left in ``BEFORE`` (a run died mid-step) is requested first; on an
+  embedded chDB path all lagging partitions go into one key-range run.
+* Hudi: one table takes one writer at a time, so all its lagging partitions go into ONE
+  key-range run, which ``BackfillPolicy.single_run()`` makes one commit. A commit by another
+  writer is seen at the next tick (the table's own timeline is read).
+* Several clusters: the active cluster's state; nothing while a switch is in flight.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
@@ -52,9 +30,9 @@ from eos_pipeline.components.assets import (
     hudi_key,
 )
 from eos_pipeline.components.config import Pipeline
-from eos_pipeline.components.health import guarded, resource_endpoints
+from eos_pipeline.components.health import pipeline_sensor
 from eos_pipeline.components.metadata import pipeline_partitions
-from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.resources import KeeperResource, kafka_resource
 from eos_pipeline.components.run_failures import (
     HEAL_TAG,
     DiagnosedFailures,
@@ -169,12 +147,6 @@ def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
     return bool(_runs(instance, sink, _WAITING, 1))
 
 
-def where(pipeline: Pipeline) -> Callable[[dg.SensorEvaluationContext], dict[str, str]]:
-    """The endpoints a tick of ``pipeline``'s sensors may name in a skip reason."""
-
-    return lambda context: resource_endpoints(context, pipeline)
-
-
 def _result(
     context: dg.SensorEvaluationContext,
     plan: Plan,
@@ -236,21 +208,17 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             return dg.SkipReason(new.skip_reason)
         return dg.SensorResult(dynamic_partitions_requests=requests)
 
-    @dg.sensor(
-        name=f"{pipeline.name}_partitions",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if source.needs_keeper else set()),
-        description="Keeps the dynamic partitions in step with the topics' partition counts "
-        "(on the active cluster of a clustered pipeline): adds a key per new Kafka partition, "
-        "removes keys that match none (naming the valid ones). An unreachable broker or keeper "
-        "is a skip reason naming it.",
+    return pipeline_sensor(
+        pipeline,
+        "partitions",
+        interval,
+        _body,
+        "Keeps the dynamic partitions in step with the topics' partition counts (on the active "
+        "cluster of a clustered pipeline): adds a key per new Kafka partition, removes keys that "
+        "match none (naming the valid ones). An unreachable broker or keeper is a skip reason "
+        "naming it.",
+        keeper=source.needs_keeper,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return guarded(_body, where(pipeline), interval)(context)
-
-    return _sensor
 
 
 def _caught_up(topics: list[TopicState]) -> set[str]:
@@ -387,20 +355,17 @@ def clickhouse_lag_sensor(
             )
         return healing
 
-    @dg.sensor(
-        name=f"{pipeline.name}_clickhouse_lag",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name), "keeper"},
-        target=dg.AssetSelection.assets(asset),
-        description="Requests runs for the partitions whose ClickHouse position is behind "
-        "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
-        "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
+    return pipeline_sensor(
+        pipeline,
+        "clickhouse_lag",
+        interval,
+        _evaluate,
+        "Requests runs for the partitions whose ClickHouse position is behind Kafka's last "
+        "stable offset, partitions left in BEFORE first: one run per partition on a ClickHouse "
+        "server, one key-range run for all of them on an embedded chDB path.",
+        keeper=True,
+        target=asset,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return guarded(_evaluate, where(pipeline), interval)(context)
-
-    return _sensor
 
 
 def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
@@ -462,18 +427,14 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         ]
         return _result(context, plan, requests)
 
-    @dg.sensor(
-        name=f"{pipeline.name}_hudi_lag",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if source.needs_keeper else set()),
-        target=dg.AssetSelection.assets(asset),
-        description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
-        "checkpoint is behind Kafka's last stable offset; with hudi.follow the run covers every "
-        "partition and goes on committing what arrives.",
+    return pipeline_sensor(
+        pipeline,
+        "hudi_lag",
+        interval,
+        _evaluate,
+        "Requests ONE run (one Hudi commit) covering every partition whose Hudi checkpoint is "
+        "behind Kafka's last stable offset; with hudi.follow the run covers every partition and "
+        "goes on committing what arrives.",
+        keeper=source.needs_keeper,
+        target=asset,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return guarded(_evaluate, where(pipeline), interval)(context)
-
-    return _sensor

@@ -1,26 +1,11 @@
 """Kafka in the lineage: each pipeline's topics and its dead-letter topic as external assets.
 
-The product does not write the source topics, so they are external assets (``AssetSpec``): the
-graph reads ``topic -> ClickHouse table / Hudi table -> dead-letter topic``. A sensor per
-pipeline observes them (``AssetObservation``): per partition the records Kafka holds, its last
-stable offset and each sink's lag, with totals Dagster plots over time. It records an
-observation when something changed, and at least every :data:`STEADY_SECONDS` otherwise, so a
-plot of lag has a point on a steady cadence (no straight ramp drawn between two far-apart
-changes) while an idle topic adds only one event a minute. When the broker (or keeper) cannot be
-read, every topic of the pipeline gets an observation saying so ("unreachable since <time>",
-the endpoint and the cause) and the tick's skip reason names it
-(:mod:`eos_pipeline.components.health`).
-
-The tables show it too: each carries the check ``source_reachable`` (:func:`source_check`),
-which this sensor evaluates (never a run): failed with severity WARN, naming the endpoint,
-since when and the fix, on every tick that cannot read the source; passed on the first tick
-that can again (and on the first tick ever, and after each new materialization of the table),
-so the table's check status turns yellow and back by itself.
-A clustered pipeline's topics also carry what ``eos-pipeline failover status`` prints, read at
-most every :data:`STEADY_SECONDS` (:mod:`eos_pipeline.components.source`).
-
-Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
-pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
+The product never writes a topic, so they are external assets, observed by one sensor per
+pipeline: per partition the records held, the last stable offset and each sink's lag. It records
+when something changed, and at least every :data:`STEADY_SECONDS`, so a lag plot has a point on
+a steady cadence while an idle topic adds one event a minute. When the source cannot be read,
+every topic says "unreachable since" and each table's :data:`SOURCE_CHECK` (evaluated by this
+sensor only, never a run) fails with severity WARN, passing again by itself once it answers.
 No Spark, no ClickHouse.
 """
 
@@ -54,10 +39,9 @@ from eos_pipeline.components.health import (
     NamedFault,
     OnFault,
     Streak,
-    guarded,
-    resource_endpoints,
+    pipeline_sensor,
 )
-from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.resources import KeeperResource, kafka_resource
 from eos_pipeline.components.source import source_of, status_metadata, status_summary
 from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
@@ -354,30 +338,17 @@ def unreachable_events(pipeline: Pipeline) -> OnFault:
 
 
 def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
-    keeper_needed = pipeline.clickhouse is not None or source_of(pipeline).needs_keeper
-    resources = {kafka_resource_key(pipeline.name)} | ({"keeper"} if keeper_needed else set())
-
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
-            return resource_endpoints(context, pipeline)
-
-        return guarded(_topics_body(pipeline), where, interval, unreachable_events(pipeline))(
-            context
-        )
-
-    @dg.sensor(
-        name=f"{pipeline.name}_topics",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys=resources,
-        description="Observes the pipeline's Kafka topics: records held, last stable offset and "
-        "each sink's lag per partition (on change, and at least every minute); when the broker "
-        "cannot be read, 'unreachable since <time>' on every topic.",
+    return pipeline_sensor(
+        pipeline,
+        "topics",
+        interval,
+        _topics_body(pipeline),
+        "Observes the pipeline's Kafka topics: records held, last stable offset and each sink's "
+        "lag per partition (on change, and at least every minute); when the broker cannot be "
+        "read, 'unreachable since <time>' on every topic.",
+        keeper=pipeline.clickhouse is not None or source_of(pipeline).needs_keeper,
+        on_fault=unreachable_events(pipeline),
     )
-    def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return _sensor(context)
-
-    return _tick
 
 
 def _topics_body(pipeline: Pipeline) -> Body:
