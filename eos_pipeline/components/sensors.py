@@ -90,23 +90,28 @@ FAILED_RUNS_LOOKBACK = 1000
 #: How many of a sink's runs in flight one evaluation looks at.
 IN_FLIGHT_LOOKBACK = 1000
 
-_IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 _WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+_RUNNING = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 
 
 def _runs(
-    instance: dg.DagsterInstance, sink: str, statuses: list[dg.DagsterRunStatus], limit: int
+    instance: dg.DagsterInstance,
+    sink: str,
+    statuses: list[dg.DagsterRunStatus],
+    limit: int = IN_FLIGHT_LOOKBACK,
+    tags: Mapping[str, str] | None = None,
 ) -> list[RunInfo]:
-    """``sink``'s runs in ``statuses``, newest first (one run-storage query)."""
+    """``sink``'s runs in ``statuses`` (and with ``tags``), newest first (one query)."""
     runs = instance.get_runs(
-        filters=dg.RunsFilter(statuses=statuses, tags={SINK_TAG: sink}), limit=limit
+        filters=dg.RunsFilter(statuses=statuses, tags={SINK_TAG: sink, **(tags or {})}),
+        limit=limit,
     )
     return [RunInfo(run.run_id, dict(run.tags)) for run in runs]
+
+
+def _following(instance: dg.DagsterInstance, sink: str) -> bool:
+    """Whether a run of ``sink`` that follows the stream is starting or running."""
+    return bool(_runs(instance, sink, _RUNNING, 1, {FOLLOW_TAG: "true"}))
 
 
 def failed_runs(instance: dg.DagsterInstance, sink: str) -> DiagnosedFailures:
@@ -121,40 +126,31 @@ def _backoff(pipeline: Pipeline) -> Backoff:
 
 
 def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
-    return in_flight_keys(_runs(instance, sink, _IN_FLIGHT, IN_FLIGHT_LOOKBACK))
-
-
-def _following(instance: dg.DagsterInstance, sink: str) -> bool:
-    """Whether a run of ``sink`` that follows the stream is starting or running."""
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
-            tags={SINK_TAG: sink, FOLLOW_TAG: "true"},
-        ),
-        limit=1,
-    )
-    return bool(runs)
-
-
-def _running_ends(instance: dg.DagsterInstance, sink: str) -> dict[str, int] | None:
-    """The ends the running range runs of ``sink`` were asked for (see ``asked_ends``)."""
-    running = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
-    return asked_ends(_runs(instance, sink, running, IN_FLIGHT_LOOKBACK))
-
-
-def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
-    """Whether a run of ``sink`` waits in Dagster's queue (not started yet)."""
-    return bool(_runs(instance, sink, _WAITING, 1))
+    return in_flight_keys(_runs(instance, sink, _WAITING + _RUNNING))
 
 
 def _result(
     context: dg.SensorEvaluationContext,
     plan: Plan,
-    requests: list[dg.RunRequest],
+    asset: dg.AssetKey,
+    heals: Sequence[dg.RunRequest] = (),
     added: Sequence[dg.AddDynamicPartitionsRequest] = (),
 ) -> dg.SensorResult | dg.SkipReason:
+    """The plan's runs of ``asset`` and its exactly_once check (source_reachable is the topics
+    sensor's), the asset named so that the Runs list shows it as the target."""
     for message in plan.given_up:
         context.log.warning(message)
+    requests = [
+        dg.RunRequest(
+            run_key=r.run_key,
+            partition_key=r.partition_key,
+            tags=r.tags,
+            asset_selection=[asset],
+            asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
+        )
+        for r in plan.runs
+    ]
+    requests += heals
     if not requests and not added:
         return dg.SkipReason(plan.skip_reason)
     return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=list(added))
@@ -282,34 +278,18 @@ def clickhouse_lag_sensor(
             reset=pipeline.reset,
             chdb_path=chdb_path,
             ordered_keys=ordered,
-            queued=chdb_path is not None and _queued(context.instance, sink),
-            running_ends=_running_ends(context.instance, sink) if chdb_path else None,
+            queued=chdb_path is not None and bool(_runs(context.instance, sink, _WAITING, 1)),
+            running_ends=asked_ends(_runs(context.instance, sink, _RUNNING)) if chdb_path else None,
             follow=follows,
             following=follows and chdb_path is not None and _following(context.instance, sink),
             backoff=_backoff(pipeline),
             now=time.time(),
         )
-        requests = [
-            dg.RunRequest(
-                run_key=r.run_key,
-                partition_key=r.partition_key,
-                tags=r.tags,
-                # named, so the Runs list shows the asset as the run's target
-                asset_selection=[asset],
-                # exactly_once only: source_reachable is the topics sensor's
-                asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
-            )
-            for r in plan.runs
-        ]
+        heals = []
         if ANY_PARTITION not in busy and not (chdb_path and plan.runs):
             behind = set(ordered) - _caught_up(topics)
-            at = {
-                partition_key(TopicPartition(t.topic, p)): committed(state)
-                for t in topics
-                for p, state in t.records.items()
-            }
-            requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path, at)
-        return _result(context, plan, requests, added)
+            heals = _heals(context, failures.runs, ordered, busy | behind, plan, topics)
+        return _result(context, plan, asset, heals, added)
 
     def _heals(
         context: dg.SensorEvaluationContext,
@@ -317,11 +297,14 @@ def clickhouse_lag_sensor(
         ordered: list[str],
         busy: set[str],
         plan: Plan,
-        chdb_path: str | None,
-        at: dict[str, int | None],
+        topics: list[TopicState],
     ) -> list[dg.RunRequest]:
-        """Runs that record the true state of caught-up partitions a killed run left failed
-        (``at``: each key's committed position, the state a heal run starts from)."""
+        """Runs that record the true state of caught-up partitions a killed run left failed."""
+        at = {
+            partition_key(TopicPartition(t.topic, p)): committed(state)
+            for t in topics
+            for p, state in t.records.items()
+        }
         planned = {r.partition_key for r in plan.runs if r.partition_key}
         for r in plan.runs:
             planned.update(run_partitions(r.tags, ordered))
@@ -416,16 +399,7 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             now=time.time(),
             follow=follows,
         )
-        requests = [
-            dg.RunRequest(
-                run_key=r.run_key,
-                asset_selection=[asset],
-                asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
-                tags=r.tags,
-            )
-            for r in plan.runs
-        ]
-        return _result(context, plan, requests)
+        return _result(context, plan, asset)
 
     return pipeline_sensor(
         pipeline,
