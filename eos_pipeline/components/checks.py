@@ -66,15 +66,39 @@ __all__ = [
 ]
 
 
-def kafka_offsets(kafka: Any, tp: TopicPartition, committed_range: OffsetRange) -> list[int]:
-    """The offsets Kafka holds in the range (read_committed: no aborted records, no markers)."""
-    return read_range(kafka, tp, committed_range).offsets
-
-
-def _clickhouse_committed(store: Any, pipeline: Pipeline, tp: TopicPartition) -> int | None:
+def _clickhouse_committed(
+    store: Any, pipeline: Pipeline, tp: TopicPartition, cluster: str | None = None
+) -> int:
     """The next offset the ClickHouse sink will write: everything below it is committed."""
-    stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, tp))
-    return committed(sink_state(stored.record if stored else None))
+    stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, tp, cluster))
+    return committed(sink_state(stored.record if stored else None)) or 0
+
+
+def _exactly_once_check(
+    pipeline: Pipeline,
+    key: dg.AssetKey,
+    sink: str,
+    pool: str | None,
+    resources: set[str],
+    description: str,
+    events: Callable[[dg.AssetCheckExecutionContext], list[Any]],
+) -> dg.AssetChecksDefinition:
+    """``sink``'s check on ``key``: ``events`` of a context, or none when its evidence cannot
+    be read (:func:`evaluated`)."""
+
+    @dg.asset_check(
+        asset=key,
+        name=CHECK_NAME,
+        partitions_def=pipeline_partitions(pipeline.name),
+        required_resource_keys={kafka_resource_key(pipeline.name), *resources},
+        pool=pool,
+        description=description,
+        blocking=False,
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from evaluated(context, pipeline, key, sink, lambda: events(context))
+
+    return _check
 
 
 def _check_result(
@@ -204,29 +228,16 @@ def check_events(
 
 
 def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     spec = clickhouse_spec(pipeline)
     key = clickhouse_key(pipeline)
 
-    @dg.asset_check(
-        asset=key,
-        name=CHECK_NAME,
-        partitions_def=pipeline_partitions(pipeline.name),
-        required_resource_keys={kafka_key, "keeper", "clickhouse"},
-        pool=pool,
-        description="Per partition: the offsets in the table equal Kafka's offsets in the "
-        "committed range minus dead letters, each exactly once (duplicates and gaps counted). "
-        "With several clusters: over every cluster's committed range, each record (by the "
-        "fingerprint MirrorMaker 2 preserves) is in the table once, whichever cluster it was "
-        "read from, and every row names a record Kafka holds there; every cluster must be up.",
-        blocking=False,
-    )
-    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from evaluated(context, pipeline, key, CLICKHOUSE_SINK, lambda: _events(context))
-
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         if source_of(pipeline).switches:  # by record identity over every cluster
-            return list(_clustered(context, pipeline, spec, key))
+            tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
+            resources = context.resources
+            with resources.clickhouse.sink() as sink, resources.keeper.store() as st:
+                found = clickhouse_identity_proofs(pipeline, st, sink, spec, tps)
+            return identity_events(context, found, key)
         kafka = kafka_resource(context, pipeline.name).settings()
         dead = dead_letter_offsets(
             kafka, pipeline.dead_letter_topic, pipeline.name, CLICKHOUSE_SINK
@@ -247,7 +258,7 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                         f"--partition {tp.partition} --from {pending.range.start} "
                         f"--to {pending.range.end} --yes"
                     )
-                position = _clickhouse_committed(st, pipeline, tp) or 0
+                position = _clickhouse_committed(st, pipeline, tp)
                 lowest = sink.lowest_offset(*where, below=position, source=spec.schema.source)
                 seen = [] if lowest is None else [lowest]
                 low = _low_bound(kafka, tp, pipeline, seen, dead.get(tp, set()), position)
@@ -268,9 +279,8 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                         )
                         detail = committed
                 table = sink.offsets_in_table(*where, within=detail, source=spec.schema.source)
-                proof = compare(
-                    tp, detail, kafka_offsets(kafka, tp, detail), dead.get(tp, set()), dict(table)
-                )
+                held = read_range(kafka, tp, detail).offsets
+                proof = compare(tp, detail, held, dead.get(tp, set()), dict(table))
                 if prefix is not None and detail != committed:
                     proof = extend(prefix, proof)
                 proofs.append(proof)
@@ -280,22 +290,24 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                     kept.clear(tp)
         return list(check_events(context, proofs, key, notes))
 
-    return _check
-
-
-def _clustered(
-    context: dg.AssetCheckExecutionContext, pipeline: Pipeline, spec: Any, key: dg.AssetKey
-) -> Iterable[Any]:
-    """A clustered table's check: by record identity over every cluster (see the module)."""
-    tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
-    with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
-        found = clickhouse_identity_proofs(pipeline, st, sink, spec, tps)
-    return identity_events(context, found, key)
+    return _exactly_once_check(
+        pipeline,
+        key,
+        CLICKHOUSE_SINK,
+        pool,
+        {"keeper", "clickhouse"},
+        "Per partition: the offsets in the table equal Kafka's offsets in the committed range "
+        "minus dead letters, each exactly once (duplicates and gaps counted). With several "
+        "clusters: over every cluster's committed range, each record (by the fingerprint "
+        "MirrorMaker 2 preserves) is in the table once, whichever cluster it was read from, and "
+        "every row names a record Kafka holds there; every cluster must be up.",
+        _events,
+    )
 
 
 def identity_events(
     context: dg.AssetCheckExecutionContext, found: list[Any], key: dg.AssetKey
-) -> Iterable[Any]:
+) -> list[Any]:
     """:func:`check_events` for identity proofs (the clustered checks): the summary says the
     counts are records across clusters (the range shown is the initial cluster's own topic),
     and ``identity`` names the records missing, doubled or unexpected."""
@@ -304,7 +316,7 @@ def identity_events(
         or "counted by record identity over every cluster (a record and its copies once)"
         for p in found
     }
-    return check_events(context, [p.proof for p in found], key, notes, "identity")
+    return list(check_events(context, [p.proof for p in found], key, notes, "identity"))
 
 
 def _low_bound(
@@ -423,28 +435,10 @@ def evaluated(
 
 
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     hudi = pipeline.hudi
     assert hudi is not None
     key = hudi_key(pipeline)
     source = pipeline.table_schema.source
-
-    @dg.asset_check(
-        asset=key,
-        name=CHECK_NAME,
-        partitions_def=pipeline_partitions(pipeline.name),
-        required_resource_keys={kafka_key, "spark"},
-        pool=pool,
-        description="Per partition: the offsets in the Hudi table equal Kafka's offsets below "
-        "the latest commit's checkpoint minus dead letters, each exactly once. With several "
-        "clusters: over every cluster, each record (by the fingerprint MirrorMaker 2 preserves) "
-        "is in the table once; a commit holds only its own cluster's position, so on the other "
-        "clusters the range compared ends after the table's last row from there (a record lost "
-        "at that end shows as its copy missing on the next cluster).",
-        blocking=False,
-    )
-    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from evaluated(context, pipeline, key, "hudi", lambda: _events(context))
 
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         from pyspark.sql import functions as F
@@ -455,8 +449,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if source_of(pipeline).switches:  # every cluster's stretches, by identity
-            found = hudi_identity_proofs(pipeline, spark, tps)
-            return list(identity_events(context, found, key))
+            return identity_events(context, hudi_identity_proofs(pipeline, spark, tps), key)
         checkpoint = latest_checkpoint(spark, hudi.path) or {}
         counts: dict[int, dict[int, int]] = {tp.partition: {} for tp in tps}
         if checkpoint:
@@ -477,18 +470,24 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
                 kafka, tp, pipeline, counts[tp.partition], dead.get(tp, set()), position
             )
             committed = OffsetRange(min(low, position), position)
-            proofs.append(
-                compare(
-                    tp,
-                    committed,
-                    kafka_offsets(kafka, tp, committed),
-                    dead.get(tp, set()),
-                    counts[tp.partition],
-                )
-            )
+            held = read_range(kafka, tp, committed).offsets
+            proofs.append(compare(tp, committed, held, dead.get(tp, set()), counts[tp.partition]))
         return list(check_events(context, proofs, key))
 
-    return _check
+    return _exactly_once_check(
+        pipeline,
+        key,
+        "hudi",
+        pool,
+        {"spark"},
+        "Per partition: the offsets in the Hudi table equal Kafka's offsets below the latest "
+        "commit's checkpoint minus dead letters, each exactly once. With several clusters: over "
+        "every cluster, each record (by the fingerprint MirrorMaker 2 preserves) is in the table "
+        "once; a commit holds only its own cluster's position, so on the other clusters the "
+        "range compared ends after the table's last row from there (a record lost at that end "
+        "shows as its copy missing on the next cluster).",
+        _events,
+    )
 
 
 # ------------------------------------------------------------ clustered pipelines: by identity
@@ -562,8 +561,7 @@ def clickhouse_identity_proofs(
     def stretch(
         alias: str, ptp: TopicPartition, legacy: bool
     ) -> tuple[int, dict[str, dict[int, int]]]:
-        stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, ptp, alias))
-        position = committed(sink_state(stored.record if stored else None)) or 0
+        position = _clickhouse_committed(store, pipeline, ptp, alias)
         names = [row_topic(alias, ptp.topic)] + ([ptp.topic] if legacy else [])
         within = OffsetRange(0, position)
         rows = {
