@@ -109,10 +109,10 @@ def _first_line(exc: Exception) -> str:
 
 #: The fields of a Kafka record that source columns copy, by the role the column plays.
 KAFKA_FIELDS = {
-    "topic": ("topic", "string", "the record's topic"),
-    "partition": ("partition", "int32", "the record's partition"),
-    "offset": ("offset", "int64", "the record's offset in its partition"),
-    "timestamp": ("timestamp", "int64", "the record's timestamp (milliseconds since the epoch)"),
+    "topic": ("string", "the record's topic"),
+    "partition": ("int32", "the record's partition"),
+    "offset": ("int64", "the record's offset in its partition"),
+    "timestamp": ("int64", "the record's timestamp (milliseconds since the epoch)"),
 }
 
 
@@ -121,7 +121,7 @@ def _source_fields(source: SourceColumns) -> dict[str, str]:
     roles = {"topic": source.topic, "partition": source.partition, "offset": source.offset}
     if source.timestamp is not None:
         roles["timestamp"] = source.timestamp
-    return {column: KAFKA_FIELDS[role][0] for role, column in roles.items()}
+    return {column: role for role, column in roles.items()}
 
 
 def freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy | None:
@@ -136,7 +136,7 @@ def topic_columns(pipeline: Pipeline) -> dg.TableSchema:
     """A topic's records as the pipeline reads them: Kafka's own fields, then the payload's."""
     kafka = [
         dg.TableColumn(name=name, type=type_, description=what)
-        for name, type_, what in KAFKA_FIELDS.values()
+        for name, (type_, what) in KAFKA_FIELDS.items()
     ]
     payload = [
         dg.TableColumn(name=name, type=ch_type, description="field of the record's payload")
@@ -200,8 +200,14 @@ SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
 CHDB_POOL = "chdb"
 
 
-def sensor_interval(settings: Settings) -> int:
-    return int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Dagster's beta/preview notes: said on every load of a component (code references, module
+    loaders) or of a feature the project chose."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        yield
 
 
 def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
@@ -210,24 +216,6 @@ def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
     # A URL from a secret is only known at run time: serialize to be safe.
     path = chdb_path(url) if isinstance(url, str) else "(from environment)"
     return path, (CHDB_POOL if path else None)
-
-
-def iter_pipeline_assets(
-    pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
-) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
-    """Each sink's asset followed by its exactly-once check and its source check (evaluated
-    by the topics sensor)."""
-    if pipeline.clickhouse is not None:
-        yield clickhouse_asset(
-            pipeline, clickhouse_pool, hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
-        )
-        yield clickhouse_check(pipeline, clickhouse_pool)
-        yield source_check(pipeline, clickhouse_key(pipeline))
-    if pipeline.hudi is not None:
-        pool = hudi_pool(pipeline)
-        yield hudi_asset(pipeline, pool, hooks(pipeline, "hudi") if hooks else NO_HOOKS)
-        yield hudi_check(pipeline, pool)
-        yield source_check(pipeline, hudi_key(pipeline))
 
 
 def shared_definitions(settings: Settings) -> dg.Definitions:
@@ -243,27 +231,32 @@ def shared_definitions(settings: Settings) -> dg.Definitions:
 def pipeline_definitions(
     pipeline: Pipeline, settings: Settings, hooks: HooksFor | None = None
 ) -> dg.Definitions:
-    """One pipeline: its sinks' assets and checks, sensors, replay jobs and Kafka resource."""
-    interval = sensor_interval(settings)
+    """One pipeline: each sink's asset, its exactly-once check and its source check (evaluated
+    by the topics sensor), its lag sensor and replay job; the pipeline's sensors and Kafka
+    resource."""
+    interval = int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
     path, pool = chdb_of(settings)
-    with warnings.catch_warnings():
-        # Chosen on purpose and covered by tests: partitioned asset checks (preview) and
-        # the single-run backfill policy (beta). Said once here, not on every load.
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        items = list(iter_pipeline_assets(pipeline, pool, hooks))
-    assets = [i for i in items if not isinstance(i, dg.AssetChecksDefinition)]
-    checks = [i for i in items if isinstance(i, dg.AssetChecksDefinition)]
+    assets: list[dg.AssetsDefinition] = []
+    checks: list[dg.AssetChecksDefinition] = []
     sensors = [partitions_sensor(pipeline, interval), topics_sensor(pipeline, interval)]
     jobs: list[dg.JobDefinition] = []
-    if pipeline.clickhouse is not None:
-        sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
-        jobs.append(clickhouse_replay_job(pipeline, pool))
-    if pipeline.hudi is not None:
-        sensors.append(hudi_lag_sensor(pipeline, interval))
-        jobs.append(hudi_replay_job(pipeline))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)  # code references: beta, chosen
+    # Chosen on purpose and covered by tests: partitioned asset checks (preview), the single-run
+    # backfill policy and code references (beta). Said once here, not on every load.
+    with _quiet():
+        if pipeline.clickhouse is not None:
+            key = clickhouse_key(pipeline)
+            hooked = hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
+            assets.append(clickhouse_asset(pipeline, pool, hooked))
+            checks += [clickhouse_check(pipeline, pool), source_check(pipeline, key)]
+            sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
+            jobs.append(clickhouse_replay_job(pipeline, pool))
+        if pipeline.hudi is not None:
+            hudi_one = hudi_pool(pipeline)
+            hooked = hooks(pipeline, "hudi") if hooks else NO_HOOKS
+            assets.append(hudi_asset(pipeline, hudi_one, hooked))
+            checks += [hudi_check(pipeline, hudi_one), source_check(pipeline, hudi_key(pipeline))]
+            sensors.append(hudi_lag_sensor(pipeline, interval))
+            jobs.append(hudi_replay_job(pipeline))
         # "Code references" on each asset page: the file and line of the function that writes it
         referenced = list(dg.with_source_code_references(with_table_facts(pipeline, assets)))
     return dg.Definitions(
@@ -427,16 +420,6 @@ def _defs_module(folder: Path) -> types.ModuleType:
         module.__file__ = str(folder / "__init__.py")
         sys.modules[name] = module
     return module
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Dagster's own beta/preview notes about how it loads components (code references, module
-    loaders), not about anything the project chose: said on every load, so kept out."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        yield
 
 
 @dataclass(frozen=True)
