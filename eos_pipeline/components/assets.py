@@ -28,7 +28,7 @@ from eos_pipeline.components.following import (
     record_caught_up,
     recording,
 )
-from eos_pipeline.components.health import named_faults
+from eos_pipeline.components.health import chain, named_faults
 from eos_pipeline.components.metadata import (
     CLICKHOUSE_SINK,
     clickhouse_definition_metadata,
@@ -181,34 +181,21 @@ def clickhouse_asset(
             order = _run_order(st, pipeline, context.partition_keys)
             reports, stuck = catch_up(context, order, source.partitions, sync, st, pipeline.name)
             policy = policy_of(pipeline, context.run.tags)
+
+            def count(tp: TopicPartition) -> int:  # on the sorting key's prefix: cheap
+                topic = sync.row_topic(tp.topic)
+                return sink.count(
+                    spec.database, spec.table, topic, tp.partition, source=spec.schema.source
+                )
+
+            def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+                return {tp: count(tp) for tp in tps}
+
             if policy is not None and not stuck:
-
-                def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-                    return {
-                        tp: sink.count(
-                            spec.database,
-                            spec.table,
-                            sync.row_topic(tp.topic),
-                            tp.partition,
-                            source=spec.schema.source,
-                        )
-                        for tp in tps
-                    }
-
                 record_caught_up(context, {r.tp: r.end for r in reports}, rows)
                 step = recording(context, sync.run, clickhouse_written, rows)
                 reports = merge_reports(follow_run(context, policy, step, reports, kafka))
-            # one count() per partition on the sorting key's prefix: cheap
-            row_counts = {
-                partition_key(r.tp): sink.count(
-                    spec.database,
-                    spec.table,
-                    sync.row_topic(r.tp.topic),
-                    r.tp.partition,
-                    source=spec.schema.source,
-                )
-                for r in reports
-            }
+            row_counts = {partition_key(r.tp): count(r.tp) for r in reports}
             table_rows = sink.count(spec.database, spec.table)  # every partition's rows
         run = clickhouse_run_metadata(
             reports, row_counts, clustered=source.cluster is not None, table_rows=table_rows
@@ -416,12 +403,8 @@ def catch_up(
 
 def person_cause(exc: BaseException) -> str | None:
     """The cause, if ``exc`` is an error no retry can fix (``core.retries``); else None."""
-    chain: list[tuple[str, str]] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 20:
-        chain.append((type(seen).__name__, str(seen)))
-        seen = seen.__cause__ or seen.__context__
-    diagnosis = diagnose(FailureFacts(errors=tuple(chain)))
+    errors = tuple((type(err).__name__, str(err)) for err in chain(exc))
+    diagnosis = diagnose(FailureFacts(errors=errors))
     return diagnosis.cause if diagnosis.fault is Fault.NEEDS_PERSON else None
 
 

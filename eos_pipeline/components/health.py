@@ -114,7 +114,8 @@ def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
     return found
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes, outer first (at most 20)."""
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 20:
@@ -163,7 +164,7 @@ def _first_line(exc: BaseException, limit: int = 400) -> str:
 def name_fault(exc: BaseException, where: dict[str, str]) -> NamedFault | None:
     """The expected fault behind ``exc`` (its first cause that comes from a known resource),
     or None for anything else."""
-    for err in _chain(exc):
+    for err in chain(exc):
         resource = _resource_of(err)
         if resource is not None:
             cause = _first_line(err)
