@@ -26,15 +26,11 @@ from eos_pipeline.core.failover import TIMESTAMP, UNREACHABLE, ClusterSet, Switc
 from eos_pipeline.sinks.source import ActiveCluster, OneCluster, Source
 
 #: The ``failover`` job's description in the UI.
-FAILOVER_DESCRIPTION = """\
-Wiring of the cluster switch: a pipeline's configuration as a failover pipeline, and the job.
-
-The ``failover`` job does what ``eos-pipeline failover --pipeline P --to B`` does, with the same
-two settings as run config, so that a switch can be launched (and re-launched after a crash)
-from the Dagster UI. Both call :func:`eos_pipeline.adapters.failover.switch`. What
-``eos-pipeline failover status`` prints is on the topics' observations in the UI
-(:func:`status_summary`, read by the topics sensor).
-"""
+FAILOVER_DESCRIPTION = (
+    "Switch a pipeline to another Kafka cluster: what `eos-pipeline failover --pipeline P --to B` "
+    "does, with the same two settings as run config; safe to launch again after a crash. What "
+    "`eos-pipeline failover status` prints is on the topics' observations."
+)
 
 
 @dataclass(frozen=True)

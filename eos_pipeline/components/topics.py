@@ -13,7 +13,7 @@ No Spark, no ClickHouse.
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,13 +63,13 @@ STEADY_SECONDS = 60
 SOURCE_CHECK = "source_reachable"
 
 
+def _sinks(pipeline: Pipeline) -> list[str]:
+    return [s for s, on in ((CLICKHOUSE_SINK, pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+
+
 def sink_keys(pipeline: Pipeline) -> list[dg.AssetKey]:
-    keys = []
-    if pipeline.clickhouse is not None:
-        keys.append(clickhouse_key(pipeline))
-    if pipeline.hudi is not None:
-        keys.append(hudi_key(pipeline))
-    return keys
+    keys = {CLICKHOUSE_SINK: clickhouse_key, "hudi": hudi_key}
+    return [keys[sink](pipeline) for sink in _sinks(pipeline)]
 
 
 def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
@@ -136,9 +136,12 @@ def _table(rows: list[PartitionLag], sinks: list[str]) -> dg.TableMetadataValue:
 
 
 def observation(
-    key: dg.AssetKey, rows: list[PartitionLag], sinks: list[str]
+    key: dg.AssetKey,
+    rows: list[PartitionLag],
+    sinks: list[str],
+    extra: Mapping[str, object] | None = None,
 ) -> dg.AssetObservation:
-    """One observation of a topic: the per-partition table and plottable totals."""
+    """One observation of a topic: the per-partition table and plottable totals (and ``extra``)."""
     metadata: dict[str, object] = {
         # the counterpart of an outage's ``reachable: false`` (``unreachable_events``)
         "reachable": True,
@@ -149,7 +152,7 @@ def observation(
     }
     for sink in sinks:
         metadata[_LAG_COLUMNS[sink]] = sum(r.lags[sink] for r in rows)
-    return dg.AssetObservation(asset_key=key, metadata=metadata)
+    return dg.AssetObservation(asset_key=key, metadata={**metadata, **(extra or {})})
 
 
 def _digest(parts: object) -> str:
@@ -214,7 +217,7 @@ def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, ob
     from eos_pipeline.core.replay import dead_offsets
 
     log = read_dead_letter_log(kafka, pipeline.dead_letter_topic)
-    sinks = [s for s, on in ((CLICKHOUSE_SINK, pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    sinks = _sinks(pipeline)
     per_sink = {sink: dead_offsets(log, pipeline.name, sink) for sink in sinks}
     sources = sorted({tp for found in per_sink.values() for tp in found})
     columns = [dg.TableColumn("source_partition", "string")] + [
@@ -401,8 +404,7 @@ def _topics_body(pipeline: Pipeline) -> Body:
             if pipeline.dead_letter_topic in missing:
                 return events
             dlq = events[-1]
-            counts = dead_letter_counts(kafka, pipeline)
-            metadata = {**dlq.metadata, **counts}
+            metadata = {**dlq.metadata, **dead_letter_counts(kafka, pipeline)}
             return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
 
         return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
@@ -422,7 +424,7 @@ def _clustered(
     kafka = kafka_resource(context, pipeline.name).settings()
     events: list[dg.AssetObservation] = []
     seen: dict[str, object] = {}
-    sinks = [s for s, on in (("clickhouse", pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    sinks = _sinks(pipeline)
     status = _cursor(cursor).get("failover")
     stale = not isinstance(status, dict) or time.time() - status["at"] >= STEADY_SECONDS
     with keeper.store() as store:
@@ -432,25 +434,18 @@ def _clustered(
             if stale:  # what `eos-pipeline failover status` prints, at most once a minute
                 status = status_summary(store, pipeline)
             assert isinstance(status, dict)
-            shown_status = status_metadata(status)
+            extra = {"cluster": dg.MetadataValue.text(active.alias), **status_metadata(status)}
             for index, topic in enumerate(pipeline.kafka.topics):
-                follows_hudi = topic == pipeline.kafka.topics[0]
                 rows = active.topic_lags(
                     store,
                     topic,
                     clickhouse_sink=CLICKHOUSE_SINK if pipeline.clickhouse is not None else None,
-                    hudi_table=pipeline.hudi.path if follows_hudi and pipeline.hudi else None,
+                    hudi_table=pipeline.hudi.path if index == 0 and pipeline.hudi else None,
                     reset=pipeline.reset,
                 )
                 shown = sinks if index == 0 else [s for s in sinks if s != "hudi"]
                 seen[topic] = _seen(rows)
-                event = observation(topic_key(topic), rows, shown)
-                metadata = {
-                    **event.metadata,
-                    "cluster": dg.MetadataValue.text(active.alias),
-                    **shown_status,
-                }
-                events.append(dg.AssetObservation(asset_key=event.asset_key, metadata=metadata))
+                events.append(observation(topic_key(topic), rows, shown, extra))
         except SwitchInProgress as exc:
             return dg.SkipReason(str(exc))
     seen_all = [active.alias, seen]
