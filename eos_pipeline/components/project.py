@@ -16,7 +16,7 @@ like a healthy location. An unreachable registry is a transient
 :class:`SubjectUnavailableError`, an unknown subject a :class:`ConfigError`.
 
 The code location, the CLI and the demo all load through :func:`load_project` (``EOS_DEFS_DIR``
-or ``eos_pipeline/defs``); :func:`build_definitions` does it for a configuration in memory.
+or ``eos_pipeline/defs``).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -491,31 +491,3 @@ def _load(path: Path) -> Project:
     except ValidationError as exc:
         raise explain(str(path), exc) from None
     return Project(path, tree, config)
-
-
-# --------------------------------------------------------------- a configuration held in memory
-
-
-def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:
-    """Assets, checks, sensors, jobs and resources for every pipeline of ``config``.
-
-    ``hooks`` gives each sink's runs their hooks (:mod:`eos_pipeline.sinks.hooks`); the product
-    passes none, the fault suite's code location does.
-    """
-    settings = config.settings
-    resolved = [resolve_subject(p, config.source) for p in config.pipelines]
-    config = config.model_copy(update={"pipelines": resolved})
-    merged = dg.Definitions.merge(
-        shared_definitions(settings),
-        *(pipeline_definitions(p, settings, hooks) for p in config.pipelines),
-    )
-    spanning = location_definitions(config)
-    # Tables before topics, the failover job before the replay jobs: the order tests rely on.
-    return dg.Definitions(
-        assets=[*(merged.assets or ()), *(spanning.assets or ())],
-        asset_checks=merged.asset_checks,
-        sensors=merged.sensors,
-        jobs=[*(spanning.jobs or ()), *(merged.jobs or ())],
-        resources=merged.resources,
-        executor=merged.executor,
-    )
