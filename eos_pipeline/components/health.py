@@ -2,7 +2,7 @@
 
 An unreachable broker, keeper, Spark Connect server or ClickHouse is the state of the world, not
 a bug: a sensor tick says so in its skip reason (failed ticks counted in its cursor,
-:class:`Streak`), a run fails with the same words (:func:`failure_for`). Anything else raises.
+:class:`Streak`), a run fails with the same words (:func:`named_faults`). Anything else raises.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -25,8 +25,6 @@ from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 __all__ = [
     "NamedFault",
     "Streak",
-    "endpoints",
-    "failure_for",
     "guarded",
     "name_fault",
     "named_faults",
@@ -77,17 +75,6 @@ class NamedFault:
         return f"{self.resource} {self.endpoint} {self.state}: {self.cause}. Fix: {self.fix}"
 
 
-def endpoints(pipeline: Pipeline, keeper_hosts: str | None = None) -> dict[str, str]:
-    """Where each resource of ``pipeline`` lives, as the config names it (secrets never);
-    :func:`resource_endpoints` adds what a run's resources say."""
-    found = {KAFKA: source_of(pipeline).endpoint()}
-    if keeper_hosts:
-        found[KEEPER] = keeper_hosts
-    if pipeline.hudi is not None:
-        found[HUDI] = pipeline.hudi.path
-    return found
-
-
 def _without_credentials(url: str) -> str:
     return re.sub(r"//[^/@]*@", "//", url)
 
@@ -101,10 +88,14 @@ def _resource(context: Any, key: str) -> Any:
 
 
 def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
-    """:func:`endpoints`, with the keeper, Spark Connect and ClickHouse of ``context``'s
-    resources where it has them."""
+    """Where each resource of ``pipeline`` lives, as its configuration and ``context``'s
+    resources name it (secrets never)."""
+    found = {KAFKA: source_of(pipeline).endpoint()}
     keeper = _resource(context, "keeper")
-    found = endpoints(pipeline, keeper.hosts if keeper is not None else None)
+    if keeper is not None and keeper.hosts:
+        found[KEEPER] = keeper.hosts
+    if pipeline.hudi is not None:
+        found[HUDI] = pipeline.hudi.path
     spark = _resource(context, "spark")
     if spark is not None:
         found[SPARK] = str(spark.remote) if spark.remote else "(in-process Spark)"
@@ -303,32 +294,18 @@ def pipeline_sensor(
     return _sensor
 
 
-def failure_for(exc: BaseException, where: dict[str, str]) -> dg.Failure | None:
-    """The run failure for an expected fault: the same words a sensor's skip reason uses."""
-    fault = name_fault(exc, where)
-    if fault is None:
-        return None
-    return dg.Failure(
-        description=fault.message(),
-        metadata={
-            "resource": fault.resource,
-            "endpoint": fault.endpoint,
-            "fix": fault.fix,
-        },
-    )
-
-
 @contextmanager
 def named_faults(context: Any, pipeline: Pipeline) -> Iterator[None]:
-    """Inside a run: an expected fault leaves as a ``dg.Failure`` that names the resource, the
-    endpoint and the fix (the original error stays its cause, so the retry rules still read
-    it); anything else leaves unchanged."""
+    """Inside a run: an expected fault leaves as a ``dg.Failure`` in the words a sensor's skip
+    reason uses (the original error stays its cause, so the retry rules still read it);
+    anything else leaves unchanged."""
     try:
         yield
     except dg.Failure:
         raise
     except Exception as exc:
-        failure = failure_for(exc, resource_endpoints(context, pipeline))
-        if failure is None:
+        fault = name_fault(exc, resource_endpoints(context, pipeline))
+        if fault is None:
             raise
-        raise failure from exc
+        metadata = {"resource": fault.resource, "endpoint": fault.endpoint, "fix": fault.fix}
+        raise dg.Failure(description=fault.message(), metadata=metadata) from exc
