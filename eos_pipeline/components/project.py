@@ -397,10 +397,9 @@ def package_defs_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "defs"
 
 
-def defs_dir(environ: Mapping[str, str] | None = None) -> Path:
+def defs_dir() -> Path:
     """``EOS_DEFS_DIR`` if set, else the project's ``eos_pipeline/defs``."""
-    env = os.environ if environ is None else environ
-    named = env.get(DEFS_DIR_ENV)
+    named = os.environ.get(DEFS_DIR_ENV)
     return Path(named).resolve() if named else package_defs_dir()
 
 
