@@ -176,21 +176,16 @@ def _registering(
 def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     """Adds a dynamic partition for every Kafka partition of the pipeline's topics."""
     partitions = pipeline_partitions(pipeline.name)
-
     source = source_of(pipeline)
-
-    def _counts(context: dg.SensorEvaluationContext) -> tuple[dict[str, int], list[str]]:
-        """Partitions per topic (and topics not found), on the active cluster if clustered:
-        a logical topic has as many partitions as the largest of its physical topics there."""
-        kafka = kafka_resource(context, pipeline.name).settings()
-        with source.opened(context, kafka) as reading:
-            return reading.partition_counts(pipeline.kafka.topics)
 
     def _body(
         context: dg.SensorEvaluationContext, _: str | None
     ) -> dg.SensorResult | dg.SkipReason:
         existing = set(context.instance.get_dynamic_partitions(partitions.name))
-        counts, missing = _counts(context)
+        kafka = kafka_resource(context, pipeline.name).settings()
+        # a clustered pipeline's on the active cluster: as many as its largest physical topic
+        with source.opened(context, kafka) as reading:
+            counts, missing = reading.partition_counts(pipeline.kafka.topics)
         new = plan_new_partitions(existing, counts, missing)
         requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
         if new.keys:
