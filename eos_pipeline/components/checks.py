@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import dagster as dg
+from kazoo.exceptions import NoNodeError
 
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of
@@ -352,8 +353,6 @@ class ProvenStore:
         return f"{root}/{self.pipeline}/@check/{self.sink}/{topic}/{tp.partition}"
 
     def read(self, tp: TopicPartition) -> ProvenPrefix | None:
-        from kazoo.exceptions import NoNodeError
-
         try:
             data, _ = self.store.client.get(self.path(tp))
         except NoNodeError:
@@ -364,14 +363,10 @@ class ProvenStore:
             return None  # unreadable: compare in full
 
     def clear(self, tp: TopicPartition) -> None:
-        from kazoo.exceptions import NoNodeError
-
         with contextlib.suppress(NoNodeError):
             self.store.client.delete(self.path(tp))
 
     def write(self, tp: TopicPartition, prefix: ProvenPrefix) -> None:
-        from kazoo.exceptions import NoNodeError
-
         data = json.dumps(prefix.to_metadata()).encode()
         path = self.path(tp)
         try:
