@@ -332,13 +332,8 @@ class PipelineScaffolder(dg.Scaffolder):
 @dg.scaffold_with(PipelineScaffolder)
 @dataclass(frozen=True)
 class KafkaTablesComponent(dg.Component):
-    """A Kafka topic written exactly once into a ClickHouse table and/or a Hudi table.
-
-    Its attributes are one pipeline (:class:`eos_pipeline.components.config.Pipeline`):
-    ``name``, ``kafka``, ``format``, ``schema``, ``batch``, ``retry``, ``clickhouse``, ``hudi``,
-    ``owners``. It builds the topic assets, the table assets with their exactly-once checks, the
-    sensors that drive runs, the replay jobs and the pipeline's Kafka resource.
-    """
+    """A Kafka topic written exactly once into a ClickHouse table and/or a Hudi table; its
+    attributes are one pipeline (:class:`eos_pipeline.components.config.Pipeline`)."""
 
     pipeline: Pipeline
 
