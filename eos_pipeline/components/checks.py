@@ -58,14 +58,6 @@ from eos_pipeline.core.proof import (
 )
 from eos_pipeline.core.replay import RUNNING
 
-__all__ = [
-    "check_events",
-    "clickhouse_check",
-    "clickhouse_identity_proofs",
-    "hudi_check",
-    "hudi_identity_proofs",
-]
-
 
 def _clickhouse_committed(
     store: Any, pipeline: Pipeline, tp: TopicPartition, cluster: str | None = None

@@ -22,15 +22,6 @@ from eos_pipeline.components.resources import kafka_resource_key
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 
-__all__ = [
-    "NamedFault",
-    "Streak",
-    "guarded",
-    "name_fault",
-    "named_faults",
-    "pipeline_sensor",
-]
-
 KAFKA = "Kafka broker"
 KEEPER = "keeper (ZooKeeper)"
 SPARK = "Spark Connect server"

@@ -29,33 +29,6 @@ from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.sinks.clickhouse import case_summary
 from eos_pipeline.sinks.hooks import SinkHooks
 
-__all__ = [
-    "ACTIVITY_KEYS",
-    "CLICKHOUSE_SINK",
-    "HUDI_CHECKPOINT_KEY",
-    "IDLE_CASE",
-    "ROW_COUNT_KEY",
-    "TABLE_MAX_ROWS",
-    "TABLE_ROWS_KEY",
-    "RunMetadata",
-    "clickhouse_definition_metadata",
-    "clickhouse_run_metadata",
-    "clustered_hudi_result",
-    "code_version",
-    "column_schema",
-    "hudi_definition_metadata",
-    "hudi_row_counts",
-    "hudi_run_metadata",
-    "markdown_table",
-    "partitions_name",
-    "partitions_table",
-    "per_partition",
-    "pipeline_partitions",
-    "quiet_when_idle",
-    "record_run",
-]
-
-
 # ------------------------------------------------------------------------------- Partitions
 
 

@@ -30,14 +30,6 @@ from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 if TYPE_CHECKING:
     from eos_pipeline.sinks.replay import ReplayReport
 
-__all__ = [
-    "DRY_RUN_TAG",
-    "ReplayConfig",
-    "clickhouse_replay_job",
-    "hudi_replay_job",
-    "replay_job_name",
-]
-
 
 class ReplayConfig(dg.Config):
     partition: int = Field(description="Kafka partition number to replay")

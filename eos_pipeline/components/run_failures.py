@@ -27,16 +27,6 @@ from eos_pipeline.core.planning import (
 )
 from eos_pipeline.core.retries import FailureFacts, Failures, diagnose
 
-__all__ = [
-    "HEAL_TAG",
-    "MAX_HEALS",
-    "DiagnosedFailures",
-    "failed_run_infos",
-    "failure_facts",
-    "heal_requests",
-    "run_partitions",
-]
-
 _FAILED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 _EVENTS = {
     dg.DagsterEventType.STEP_FAILURE,

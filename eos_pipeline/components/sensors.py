@@ -47,9 +47,7 @@ from eos_pipeline.core.planning import (
     ANY_PARTITION,
     CHDB_PATH_TAG,
     FOLLOW_TAG,
-    HUDI_TABLE_TAG,
     NORMAL_PRIORITY,
-    PARTITION_TAG,
     PRIORITY_TAG,
     SINK_PARTITION_TAG,
     SINK_TAG,
@@ -69,21 +67,6 @@ from eos_pipeline.core.planning import (
 )
 from eos_pipeline.core.positions import committed
 from eos_pipeline.core.retries import Backoff
-
-__all__ = [
-    "CHDB_PATH_TAG",
-    "FAILED_RUNS_LOOKBACK",
-    "HUDI_TABLE_TAG",
-    "PARTITION_TAG",
-    "PRIORITY_TAG",
-    "SINK_PARTITION_TAG",
-    "SINK_TAG",
-    "START_STATE_TAG",
-    "clickhouse_lag_sensor",
-    "failed_runs",
-    "hudi_lag_sensor",
-    "partitions_sensor",
-]
 
 #: How many of a sink's most recent failed runs one evaluation looks at.
 FAILED_RUNS_LOOKBACK = 1000

@@ -46,16 +46,6 @@ from eos_pipeline.components.source import source_of, status_metadata, status_su
 from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
 
-__all__ = [
-    "SOURCE_CHECK",
-    "STEADY_SECONDS",
-    "dead_letter_key",
-    "source_check",
-    "topic_key",
-    "topic_specs",
-    "topics_sensor",
-]
-
 #: Longest time between two observations of a topic, changed or not.
 STEADY_SECONDS = 60
 #: The check on each table saying whether its source can be read (evaluated by the topics
