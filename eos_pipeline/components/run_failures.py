@@ -21,6 +21,7 @@ from eos_pipeline.core.planning import (
     PARTITION_TAG,
     RANGE_END_TAG,
     RANGE_START_TAG,
+    SINK_TAG,
     RunInfo,
     failures_by_start,
     stuck_partitions,
@@ -35,13 +36,15 @@ _EVENTS = {
 }
 
 
-def failed_run_infos(
-    instance: dg.DagsterInstance, tags: Mapping[str, str], limit: int
-) -> tuple[list[RunInfo], set[str]]:
-    """Failed and canceled runs with ``tags``, newest first, with their end times; and the ids
-    of the canceled ones (one run-storage query)."""
+#: How many of a sink's most recent failed runs one evaluation looks at.
+FAILED_RUNS_LOOKBACK = 1000
+
+
+def failed_runs(instance: dg.DagsterInstance, sink: str) -> "DiagnosedFailures":
+    """``sink``'s failed and canceled runs, newest first, with their end times (one run-storage
+    query), grouped for the planner (:class:`DiagnosedFailures`)."""
     records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=_FAILED, tags=dict(tags)), limit=limit
+        filters=dg.RunsFilter(statuses=_FAILED, tags={SINK_TAG: sink}), limit=FAILED_RUNS_LOOKBACK
     )
     infos = [
         RunInfo(r.dagster_run.run_id, dict(r.dagster_run.tags), ended_at=r.end_time)
@@ -52,7 +55,7 @@ def failed_run_infos(
         for r in records
         if r.dagster_run.status == dg.DagsterRunStatus.CANCELED
     }
-    return infos, canceled
+    return DiagnosedFailures(instance, infos, canceled)
 
 
 def _chain(error: Any) -> list[tuple[str, str]]:

@@ -35,8 +35,7 @@ from eos_pipeline.components.metadata import pipeline_partitions
 from eos_pipeline.components.resources import KeeperResource, kafka_resource
 from eos_pipeline.components.run_failures import (
     HEAL_TAG,
-    DiagnosedFailures,
-    failed_run_infos,
+    failed_runs,
     heal_requests,
     run_partitions,
 )
@@ -68,8 +67,6 @@ from eos_pipeline.core.planning import (
 from eos_pipeline.core.positions import committed
 from eos_pipeline.core.retries import Backoff
 
-#: How many of a sink's most recent failed runs one evaluation looks at.
-FAILED_RUNS_LOOKBACK = 1000
 #: How many of a sink's runs in flight one evaluation looks at.
 IN_FLIGHT_LOOKBACK = 1000
 
@@ -95,13 +92,6 @@ def _runs(
 def _following(instance: dg.DagsterInstance, sink: str) -> bool:
     """Whether a run of ``sink`` that follows the stream is starting or running."""
     return bool(_runs(instance, sink, _RUNNING, 1, {FOLLOW_TAG: "true"}))
-
-
-def failed_runs(instance: dg.DagsterInstance, sink: str) -> DiagnosedFailures:
-    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query), each
-    with the cause of its newest run, read when the planner asks (see ``run_failures``)."""
-    runs, canceled = failed_run_infos(instance, {SINK_TAG: sink}, FAILED_RUNS_LOOKBACK)
-    return DiagnosedFailures(instance, runs, canceled)
 
 
 def _backoff(pipeline: Pipeline) -> Backoff:
