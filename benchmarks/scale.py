@@ -53,9 +53,9 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components import sensors as sensors_module
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.metadata import CLICKHOUSE_SINK
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
+from eos_pipeline_tests.support.definitions import build_definitions
 
 #: Keeper calls counted as requests (kazoo's async calls; the sync ones go through them).
 _KEEPER_CALLS = (

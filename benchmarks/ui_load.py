@@ -32,7 +32,7 @@ from typing import Any
 _CODE = """from pathlib import Path
 
 from eos_pipeline.components.config import parse_config
-from eos_pipeline.components.project import build_definitions
+from eos_pipeline_tests.support.definitions import build_definitions
 
 defs = build_definitions(parse_config(Path(__file__).with_name("pipelines.yaml").read_text(), ""))
 """

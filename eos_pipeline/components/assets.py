@@ -1,29 +1,12 @@
-"""Assets (one per target table), built from pipeline config.
+"""Assets, one per target table.
 
-* ClickHouse: each partition of a run is caught up by :class:`ClickHousePartitionSync`: from
-  the keeper's position to the end offset fixed at the start of that partition's sync, capped
-  by the batch limits. On a ClickHouse server the sensor asks for one run per partition; on an
-  embedded chDB path for one key-range run over all lagging partitions, which handles them one
-  after the other, those left in ``BEFORE`` first (``core.planning``: ``recovery_order``).
-* Hudi: all partitions of a run go into ONE Hudi commit (:class:`HudiTableSync`), and the asset
-  uses ``BackfillPolicy.single_run()`` so a backfill over many partitions is one commit too.
+* ClickHouse: each partition of a run is caught up from the keeper's position to the end
+  offset fixed at its start; a run over several partitions (an embedded chDB path) takes those
+  left in ``BEFORE`` first, and sets aside one that needs a person, fails naming it after
+  writing the others (:func:`catch_up`, :func:`fail_naming`; the rule: ``core.planning``).
+* Hudi: all partitions of a run are ONE commit (``BackfillPolicy.single_run()``: a backfill too).
 
-Both record what happened as materialization metadata (offset ranges, records read, rows
-inserted, offsets skipped and cropped by the state machine, dead letters, the state-machine
-case, lag after the run, the partition's rows in the table as ``dagster/row_count``) and as a
-markdown table of the run's partitions. Dagster records one materialization per partition of a
-run; each carries its partition's own numbers (partition-scoped asset metadata) and the table
-is stored once, on the run's last partition; the Hudi commit's totals stay under ``commit_*``
-(all built by :mod:`~eos_pipeline.components.metadata`). The definitions carry each
-table's identity the way Dagster's integrations do: ``dagster/table_name``,
-``dagster/column_schema`` (the declared columns, source columns first), ``dagster/uri`` for the
-Hudi path, and code references (added by the builder).
-
-A ClickHouse run over several partitions (:func:`catch_up`) sets aside one that needs a person
-and goes on with the others, then fails naming it (:func:`fail_naming`; the rule and why:
-``core.planning``).
-
-The exactly-once checks live in :mod:`eos_pipeline.components.checks`.
+What a run shows is built by :mod:`~eos_pipeline.components.metadata`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -45,7 +28,7 @@ from eos_pipeline.components.following import (
     record_caught_up,
     recording,
 )
-from eos_pipeline.components.health import named_faults
+from eos_pipeline.components.health import chain, named_faults
 from eos_pipeline.components.metadata import (
     CLICKHOUSE_SINK,
     clickhouse_definition_metadata,
@@ -198,34 +181,21 @@ def clickhouse_asset(
             order = _run_order(st, pipeline, context.partition_keys)
             reports, stuck = catch_up(context, order, source.partitions, sync, st, pipeline.name)
             policy = policy_of(pipeline, context.run.tags)
+
+            def count(tp: TopicPartition) -> int:  # on the sorting key's prefix: cheap
+                topic = sync.row_topic(tp.topic)
+                return sink.count(
+                    spec.database, spec.table, topic, tp.partition, source=spec.schema.source
+                )
+
+            def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+                return {tp: count(tp) for tp in tps}
+
             if policy is not None and not stuck:
-
-                def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-                    return {
-                        tp: sink.count(
-                            spec.database,
-                            spec.table,
-                            sync.row_topic(tp.topic),
-                            tp.partition,
-                            source=spec.schema.source,
-                        )
-                        for tp in tps
-                    }
-
                 record_caught_up(context, {r.tp: r.end for r in reports}, rows)
                 step = recording(context, sync.run, clickhouse_written, rows)
                 reports = merge_reports(follow_run(context, policy, step, reports, kafka))
-            # one count() per partition on the sorting key's prefix: cheap
-            row_counts = {
-                partition_key(r.tp): sink.count(
-                    spec.database,
-                    spec.table,
-                    sync.row_topic(r.tp.topic),
-                    r.tp.partition,
-                    source=spec.schema.source,
-                )
-                for r in reports
-            }
+            row_counts = {partition_key(r.tp): count(r.tp) for r in reports}
             table_rows = sink.count(spec.database, spec.table)  # every partition's rows
         run = clickhouse_run_metadata(
             reports, row_counts, clustered=source.cluster is not None, table_rows=table_rows
@@ -433,12 +403,8 @@ def catch_up(
 
 def person_cause(exc: BaseException) -> str | None:
     """The cause, if ``exc`` is an error no retry can fix (``core.retries``); else None."""
-    chain: list[tuple[str, str]] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 20:
-        chain.append((type(seen).__name__, str(seen)))
-        seen = seen.__cause__ or seen.__context__
-    diagnosis = diagnose(FailureFacts(errors=tuple(chain)))
+    errors = tuple((type(err).__name__, str(err)) for err in chain(exc))
+    diagnosis = diagnose(FailureFacts(errors=errors))
     return diagnosis.cause if diagnosis.fault is Fault.NEEDS_PERSON else None
 
 

@@ -1,40 +1,18 @@
 """The exactly-once checks: per partition, the table's offsets against Kafka's, on the data.
 
-Each check reads, per partition, the sink's committed position (the keeper record; the Hudi
-table's latest checkpoint), the offsets in the table, the offsets Kafka holds in the committed
-range and the dead letters, and lets :func:`eos_pipeline.core.proof.compare` decide. It files
-one result per partition, in range runs too (:func:`check_events`).
+:func:`eos_pipeline.core.proof.compare` decides from the sink's committed position, the offsets
+in the table, those Kafka holds in the committed range and the dead letters. A check that cannot
+read its evidence (a resource down; a clustered sink's run in flight) files no evaluation, so
+Dagster shows it skipped, never failed: ``passed=False`` means wrong data, and only that. What a
+passing evaluation proved is kept in the keeper (:class:`ProvenStore`), so the next one compares
+only what the sink wrote since.
 
-A check that cannot read its evidence (a broker, keeper, Spark Connect server or ClickHouse
-down; on a clustered pipeline, a run of the sink in flight, e.g. the first one after a switch)
-judges nothing: it files no evaluation, so Dagster shows the check as skipped (not run), never
-failed, and the run that wrote the data stays green; a warning in the run's log and an
-observation on the table (``exactly_once_not_evaluated``) name what it could not read and the
-fix. ``passed=False`` means wrong data, and only that.
-
-What a passing evaluation proved (``core.proof.ProvenPrefix``) is kept in the keeper
-(:class:`ProvenStore`), so the next evaluation compares only what the sink wrote since.
-
-A clustered pipeline's checks go by record identity, over every cluster and every stretch
-(:func:`clickhouse_identity_proofs`, :func:`hudi_identity_proofs`). Per Dagster partition
-``T/p``, for each cluster the pipeline names and each physical topic of ``T`` there (``T`` and
-its MirrorMaker 2 replicas), the sink's committed range on that cluster is read from Kafka with
-each record's fingerprint, and the table's rows from it (source topic ``<cluster>:<topic>``) are
-counted; :func:`~eos_pipeline.core.proof.prove_by_identity` decides. The committed range is
-``[low, position)`` (``low``: the log start, as for one cluster, see
-``core.positions.committed_low``), where the position is:
-
-* ClickHouse: the keeper record under that cluster's key (kept for every cluster it ran on);
-* Hudi: on the cluster of the latest commit, that commit's cluster position. A commit keeps
-  only its own cluster's position, so on the others the range ends after the last row the
-  table holds from there. That loses nothing: a record the table lost after its last row on a
-  cluster was still the last one written there, so the next cluster's stretch starts right
-  after its copy and the copy lies in that cluster's committed range, where it is missing.
-  Records never read on any cluster since (dead letters or markers at a stretch's end) are
-  not compared.
-
-Every cluster must answer: a cluster that is down cannot show what it holds, so the check files
-no verdict and names it (:func:`evaluated`); the next evaluation after it is back judges.
+A clustered pipeline's checks go by record identity (``core.proof.prove_by_identity``) over
+every cluster and physical topic, each in its committed range ``[low, position)``. ClickHouse
+keeps a position per cluster. A Hudi commit keeps only its own cluster's position, so on the
+others the range ends after the table's last row from there; that loses nothing: a record lost
+after it would be missing as its copy in the next cluster's committed range. Every cluster must
+answer, else the check files no verdict.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -44,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import dagster as dg
+from kazoo.exceptions import NoNodeError
 
 from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of
@@ -79,24 +58,40 @@ from eos_pipeline.core.proof import (
 )
 from eos_pipeline.core.replay import RUNNING
 
-__all__ = [
-    "check_events",
-    "clickhouse_check",
-    "clickhouse_identity_proofs",
-    "hudi_check",
-    "hudi_identity_proofs",
-]
 
-
-def kafka_offsets(kafka: Any, tp: TopicPartition, committed_range: OffsetRange) -> list[int]:
-    """The offsets Kafka holds in the range (read_committed: no aborted records, no markers)."""
-    return read_range(kafka, tp, committed_range).offsets
-
-
-def _clickhouse_committed(store: Any, pipeline: Pipeline, tp: TopicPartition) -> int | None:
+def _clickhouse_committed(
+    store: Any, pipeline: Pipeline, tp: TopicPartition, cluster: str | None = None
+) -> int:
     """The next offset the ClickHouse sink will write: everything below it is committed."""
-    stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, tp))
-    return committed(sink_state(stored.record if stored else None))
+    stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, tp, cluster))
+    return committed(sink_state(stored.record if stored else None)) or 0
+
+
+def _exactly_once_check(
+    pipeline: Pipeline,
+    key: dg.AssetKey,
+    sink: str,
+    pool: str | None,
+    resources: set[str],
+    description: str,
+    events: Callable[[dg.AssetCheckExecutionContext], list[Any]],
+) -> dg.AssetChecksDefinition:
+    """``sink``'s check on ``key``: ``events`` of a context, or none when its evidence cannot
+    be read (:func:`evaluated`)."""
+
+    @dg.asset_check(
+        asset=key,
+        name=CHECK_NAME,
+        partitions_def=pipeline_partitions(pipeline.name),
+        required_resource_keys={kafka_resource_key(pipeline.name), *resources},
+        pool=pool,
+        description=description,
+        blocking=False,
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
+        yield from evaluated(context, pipeline, key, sink, lambda: events(context))
+
+    return _check
 
 
 def _check_result(
@@ -226,29 +221,16 @@ def check_events(
 
 
 def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     spec = clickhouse_spec(pipeline)
     key = clickhouse_key(pipeline)
 
-    @dg.asset_check(
-        asset=key,
-        name=CHECK_NAME,
-        partitions_def=pipeline_partitions(pipeline.name),
-        required_resource_keys={kafka_key, "keeper", "clickhouse"},
-        pool=pool,
-        description="Per partition: the offsets in the table equal Kafka's offsets in the "
-        "committed range minus dead letters, each exactly once (duplicates and gaps counted). "
-        "With several clusters: over every cluster's committed range, each record (by the "
-        "fingerprint MirrorMaker 2 preserves) is in the table once, whichever cluster it was "
-        "read from, and every row names a record Kafka holds there; every cluster must be up.",
-        blocking=False,
-    )
-    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from evaluated(context, pipeline, key, CLICKHOUSE_SINK, lambda: _events(context))
-
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         if source_of(pipeline).switches:  # by record identity over every cluster
-            return list(_clustered(context, pipeline, spec, key))
+            tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
+            resources = context.resources
+            with resources.clickhouse.sink() as sink, resources.keeper.store() as st:
+                found = clickhouse_identity_proofs(pipeline, st, sink, spec, tps)
+            return identity_events(context, found, key)
         kafka = kafka_resource(context, pipeline.name).settings()
         dead = dead_letter_offsets(
             kafka, pipeline.dead_letter_topic, pipeline.name, CLICKHOUSE_SINK
@@ -269,7 +251,7 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                         f"--partition {tp.partition} --from {pending.range.start} "
                         f"--to {pending.range.end} --yes"
                     )
-                position = _clickhouse_committed(st, pipeline, tp) or 0
+                position = _clickhouse_committed(st, pipeline, tp)
                 lowest = sink.lowest_offset(*where, below=position, source=spec.schema.source)
                 seen = [] if lowest is None else [lowest]
                 low = _low_bound(kafka, tp, pipeline, seen, dead.get(tp, set()), position)
@@ -290,9 +272,8 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                         )
                         detail = committed
                 table = sink.offsets_in_table(*where, within=detail, source=spec.schema.source)
-                proof = compare(
-                    tp, detail, kafka_offsets(kafka, tp, detail), dead.get(tp, set()), dict(table)
-                )
+                held = read_range(kafka, tp, detail).offsets
+                proof = compare(tp, detail, held, dead.get(tp, set()), dict(table))
                 if prefix is not None and detail != committed:
                     proof = extend(prefix, proof)
                 proofs.append(proof)
@@ -302,22 +283,24 @@ def clickhouse_check(pipeline: Pipeline, pool: str | None) -> dg.AssetChecksDefi
                     kept.clear(tp)
         return list(check_events(context, proofs, key, notes))
 
-    return _check
-
-
-def _clustered(
-    context: dg.AssetCheckExecutionContext, pipeline: Pipeline, spec: Any, key: dg.AssetKey
-) -> Iterable[Any]:
-    """A clustered table's check: by record identity over every cluster (see the module)."""
-    tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
-    with context.resources.clickhouse.sink() as sink, context.resources.keeper.store() as st:
-        found = clickhouse_identity_proofs(pipeline, st, sink, spec, tps)
-    return identity_events(context, found, key)
+    return _exactly_once_check(
+        pipeline,
+        key,
+        CLICKHOUSE_SINK,
+        pool,
+        {"keeper", "clickhouse"},
+        "Per partition: the offsets in the table equal Kafka's offsets in the committed range "
+        "minus dead letters, each exactly once (duplicates and gaps counted). With several "
+        "clusters: over every cluster's committed range, each record (by the fingerprint "
+        "MirrorMaker 2 preserves) is in the table once, whichever cluster it was read from, and "
+        "every row names a record Kafka holds there; every cluster must be up.",
+        _events,
+    )
 
 
 def identity_events(
     context: dg.AssetCheckExecutionContext, found: list[Any], key: dg.AssetKey
-) -> Iterable[Any]:
+) -> list[Any]:
     """:func:`check_events` for identity proofs (the clustered checks): the summary says the
     counts are records across clusters (the range shown is the initial cluster's own topic),
     and ``identity`` names the records missing, doubled or unexpected."""
@@ -326,7 +309,7 @@ def identity_events(
         or "counted by record identity over every cluster (a record and its copies once)"
         for p in found
     }
-    return check_events(context, [p.proof for p in found], key, notes, "identity")
+    return list(check_events(context, [p.proof for p in found], key, notes, "identity"))
 
 
 def _low_bound(
@@ -362,8 +345,6 @@ class ProvenStore:
         return f"{root}/{self.pipeline}/@check/{self.sink}/{topic}/{tp.partition}"
 
     def read(self, tp: TopicPartition) -> ProvenPrefix | None:
-        from kazoo.exceptions import NoNodeError
-
         try:
             data, _ = self.store.client.get(self.path(tp))
         except NoNodeError:
@@ -374,14 +355,10 @@ class ProvenStore:
             return None  # unreadable: compare in full
 
     def clear(self, tp: TopicPartition) -> None:
-        from kazoo.exceptions import NoNodeError
-
         with contextlib.suppress(NoNodeError):
             self.store.client.delete(self.path(tp))
 
     def write(self, tp: TopicPartition, prefix: ProvenPrefix) -> None:
-        from kazoo.exceptions import NoNodeError
-
         data = json.dumps(prefix.to_metadata()).encode()
         path = self.path(tp)
         try:
@@ -445,28 +422,10 @@ def evaluated(
 
 
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
-    kafka_key = kafka_resource_key(pipeline.name)
     hudi = pipeline.hudi
     assert hudi is not None
     key = hudi_key(pipeline)
     source = pipeline.table_schema.source
-
-    @dg.asset_check(
-        asset=key,
-        name=CHECK_NAME,
-        partitions_def=pipeline_partitions(pipeline.name),
-        required_resource_keys={kafka_key, "spark"},
-        pool=pool,
-        description="Per partition: the offsets in the Hudi table equal Kafka's offsets below "
-        "the latest commit's checkpoint minus dead letters, each exactly once. With several "
-        "clusters: over every cluster, each record (by the fingerprint MirrorMaker 2 preserves) "
-        "is in the table once; a commit holds only its own cluster's position, so on the other "
-        "clusters the range compared ends after the table's last row from there (a record lost "
-        "at that end shows as its copy missing on the next cluster).",
-        blocking=False,
-    )
-    def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from evaluated(context, pipeline, key, "hudi", lambda: _events(context))
 
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         from pyspark.sql import functions as F
@@ -477,8 +436,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if source_of(pipeline).switches:  # every cluster's stretches, by identity
-            found = hudi_identity_proofs(pipeline, spark, tps)
-            return list(identity_events(context, found, key))
+            return identity_events(context, hudi_identity_proofs(pipeline, spark, tps), key)
         checkpoint = latest_checkpoint(spark, hudi.path) or {}
         counts: dict[int, dict[int, int]] = {tp.partition: {} for tp in tps}
         if checkpoint:
@@ -499,18 +457,24 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
                 kafka, tp, pipeline, counts[tp.partition], dead.get(tp, set()), position
             )
             committed = OffsetRange(min(low, position), position)
-            proofs.append(
-                compare(
-                    tp,
-                    committed,
-                    kafka_offsets(kafka, tp, committed),
-                    dead.get(tp, set()),
-                    counts[tp.partition],
-                )
-            )
+            held = read_range(kafka, tp, committed).offsets
+            proofs.append(compare(tp, committed, held, dead.get(tp, set()), counts[tp.partition]))
         return list(check_events(context, proofs, key))
 
-    return _check
+    return _exactly_once_check(
+        pipeline,
+        key,
+        "hudi",
+        pool,
+        {"spark"},
+        "Per partition: the offsets in the Hudi table equal Kafka's offsets below the latest "
+        "commit's checkpoint minus dead letters, each exactly once. With several clusters: over "
+        "every cluster, each record (by the fingerprint MirrorMaker 2 preserves) is in the table "
+        "once; a commit holds only its own cluster's position, so on the other clusters the "
+        "range compared ends after the table's last row from there (a record lost at that end "
+        "shows as its copy missing on the next cluster).",
+        _events,
+    )
 
 
 # ------------------------------------------------------------ clustered pipelines: by identity
@@ -584,8 +548,7 @@ def clickhouse_identity_proofs(
     def stretch(
         alias: str, ptp: TopicPartition, legacy: bool
     ) -> tuple[int, dict[str, dict[int, int]]]:
-        stored = store.read(KeeperKey.of(pipeline.name, CLICKHOUSE_SINK, ptp, alias))
-        position = committed(sink_state(stored.record if stored else None)) or 0
+        position = _clickhouse_committed(store, pipeline, ptp, alias)
         names = [row_topic(alias, ptp.topic)] + ([ptp.topic] if legacy else [])
         within = OffsetRange(0, position)
         rows = {

@@ -1,30 +1,12 @@
-"""What a user writes: the pipelines' configuration, its rules, the one-shot move of the old file.
+"""What a user writes: every field of a pipeline and of what pipelines share, with its rules.
 
-A code location's configuration is a defs folder of Dagster components, one ``defs.yaml`` per
-pipeline (``type: eos_pipeline.KafkaTablesComponent``) and one for what they share
-(``shared/defs.yaml``, ``type: eos_pipeline.SharedResourcesComponent``); the component types and
-the loading of the folder are :mod:`eos_pipeline.components.project`. This module holds:
-
-* the schema: every field, its default and the rules it must follow. Each model refuses a
-  misspelt key and checks what a pipeline could only get wrong at run time (names that become
-  Dagster and keeper names, types the decoder contract refuses, a Hudi table on more than one
-  topic, two pipelines writing one table);
-* reading the old single-file shape (``pipelines.yaml``, :func:`parse_config`), used by
-  ``eos-pipeline migrate-config`` and by tests that hold a configuration in memory:
-  ``${NAME}`` / ``${NAME:-default}`` inside any string is replaced when the file is read;
-  ``{env: NAME}`` as a value marks a secret, read by the run's process only (also in
-  ``defs.yaml``);
-* the move itself (:func:`migrate`): each pipeline becomes ``<defs>/<name>/defs.yaml``, the
-  top-level ``keeper``, ``clickhouse``, ``spark`` and ``sensor_interval_seconds`` become
-  ``<defs>/shared/defs.yaml``. ``${NAME:-default}`` becomes Dagster's
-  ``{{ env.NAME or 'default' }}`` (unset or empty: the default, as before) and ``${NAME}`` becomes
-  ``{{ env('NAME') }}`` (unset: an error, as before); ``{env: NAME}`` secrets stay as they are.
-  The file is validated first (with this process's environment), so a bad file moves nothing.
-  Comments do not survive the move.
-
-A bad file fails with the file, the field path and what is wrong, e.g.
-``pipelines.yaml: pipelines[0].clickhouse.table: 'my-table' is not a valid identifier``
-(:func:`explain`, also used for ``defs.yaml``).
+Each model refuses a misspelt key and checks at load what a pipeline could only get wrong at run
+time (names that become Dagster and keeper names, types the decoder contract refuses, a Hudi
+table on more than one topic, two pipelines writing one table); :func:`explain` names the file,
+the field path and what is wrong. ``{env: NAME}`` as a value marks a secret, read by the run's
+process only. The old single-file ``pipelines.yaml`` is still read (:func:`parse_config`:
+``${NAME}`` / ``${NAME:-default}`` replaced when read) so that :func:`migrate` can move it into
+a defs folder, the ``${...}`` becoming Dagster's ``{{ env... }}`` templates.
 
 No Dagster here: the CLI and the core's callers read the configuration without loading it.
 """
@@ -33,12 +15,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -60,6 +43,7 @@ from eos_pipeline.core.schema import (
     SchemaError,
     SourceColumns,
     TableSchema,
+    validate_identifier,
 )
 from eos_pipeline.core.schema import Secret as CoreSecret
 
@@ -73,6 +57,8 @@ IN_PROCESS = ("", "local")
 _PIPELINE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 #: An asset owner as Dagster takes it: an e-mail address or ``team:<name>``.
 _OWNER = re.compile(r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
+#: A ClickHouse or Hudi name (it goes into SQL and paths).
+Identifier = Annotated[str, AfterValidator(lambda value: validate_identifier(value, "name"))]
 
 
 class _Strict(BaseModel):
@@ -194,8 +180,8 @@ class ClickHouseTable(_Strict):
     """A pipeline's ClickHouse table (the server is ``clickhouse.url``, parsed by
     :func:`eos_pipeline.adapters.clickhouse.parse_url` into a ``ClickHouseTarget``)."""
 
-    database: str
-    table: str
+    database: Identifier
+    table: Identifier
     follow: Follow = Follow()
     #: Who parses the records' JSON: ``auto`` (default) lets ClickHouse parse a chunk itself
     #: where it gives the decoder contract's verdict (chDB, integer/Float64/Bool/String columns;
@@ -204,17 +190,10 @@ class ClickHouseTable(_Strict):
     #: (else the pipeline is refused); ``arrow`` never lets ClickHouse parse.
     json_parser: Literal["auto", "native", "arrow"] = "auto"
 
-    @field_validator("database", "table")
-    @classmethod
-    def _identifier(cls, value: str) -> str:
-        from eos_pipeline.core.schema import validate_identifier
-
-        return validate_identifier(value, "name")
-
 
 class HudiTarget(_Strict):
     path: Annotated[str, Field(min_length=1)]
-    table: str
+    table: Identifier
     table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = "COPY_ON_WRITE"
     record_key: Annotated[list[str], Field(min_length=1)] = ["_topic", "_partition", "_offset"]
     ordering_field: str | None = "_offset"
@@ -228,13 +207,6 @@ class HudiTarget(_Strict):
     options: dict[str, str] = Field(default_factory=dict)
     #: The lag sensor's runs go on committing new records as they arrive, one Hudi commit each.
     follow: Follow = Follow()
-
-    @field_validator("table")
-    @classmethod
-    def _identifier(cls, value: str) -> str:
-        from eos_pipeline.core.schema import validate_identifier
-
-        return validate_identifier(value, "name")
 
 
 class SchemaRegistry(_Strict):
@@ -483,26 +455,21 @@ class Settings(_Strict):
     sensor_interval_seconds: Annotated[int, Field(ge=1)] = 30
 
 
-class PipelinesFile(_Strict):
+class PipelinesFile(Settings):
     """A code location's whole configuration in memory: the shared settings and every pipeline
     (the ``defs.yaml`` files of a defs folder, :mod:`eos_pipeline.components.project`)."""
 
-    keeper: KeeperConfig = Field(default_factory=KeeperConfig)
-    clickhouse: ClickHouseConfig = Field(default_factory=ClickHouseConfig)
-    spark: SparkConfig = Field(default_factory=SparkConfig)
     pipelines: Annotated[list[Pipeline], Field(min_length=1)]
-    #: How often the sensors look at Kafka (``EOS_SENSOR_INTERVAL_SECONDS`` overrides).
-    sensor_interval_seconds: Annotated[int, Field(ge=1)] = 30
     #: Where the file came from (for messages); not read from the file.
     source: str = Field(default="<config>", exclude=True)
 
     @model_validator(mode="after")
     def _unique(self) -> PipelinesFile:
-        seen: dict[str, str] = {}
+        seen: set[str] = set()
         for p in self.pipelines:
             if p.name in seen:
                 raise ValueError(f"pipeline name {p.name!r} is used twice")
-            seen[p.name] = p.name
+            seen.add(p.name)
         tables: dict[tuple[str, ...], str] = {}
         for p in self.pipelines:
             keys = []
@@ -526,12 +493,7 @@ class PipelinesFile(_Strict):
 
     @property
     def settings(self) -> Settings:
-        return Settings(
-            keeper=self.keeper,
-            clickhouse=self.clickhouse,
-            spark=self.spark,
-            sensor_interval_seconds=self.sensor_interval_seconds,
-        )
+        return Settings.model_validate({k: getattr(self, k) for k in Settings.model_fields})
 
 
 # ------------------------------------------------------------------- the old single file
@@ -543,24 +505,29 @@ class ConfigError(ValueError):
     """The configuration cannot be used; the message names the file and the field."""
 
 
-def interpolate(value: Any, environ: Mapping[str, str]) -> Any:
-    """Replace ``${NAME}`` / ``${NAME:-default}`` in every string of a parsed YAML tree."""
+def _substitute(value: Any, sub: Callable[[re.Match[str]], str]) -> Any:
+    """``sub`` applied to every ``${NAME}`` / ``${NAME:-default}`` of a parsed YAML tree."""
     if isinstance(value, str):
-
-        def sub(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in environ and environ[name] != "":
-                return environ[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"environment variable {name} is not set and has no default")
-
         return _INTERPOLATION.sub(sub, value)
     if isinstance(value, list):
-        return [interpolate(v, environ) for v in value]
+        return [_substitute(v, sub) for v in value]
     if isinstance(value, dict):
-        return {k: interpolate(v, environ) for k, v in value.items()}
+        return {k: _substitute(v, sub) for k, v in value.items()}
     return value
+
+
+def interpolate(value: Any, environ: Mapping[str, str]) -> Any:
+    """Replace ``${NAME}`` / ``${NAME:-default}`` in every string of a parsed YAML tree."""
+
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ and environ[name] != "":
+            return environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"environment variable {name} is not set and has no default")
+
+    return _substitute(value, sub)
 
 
 _UNION_TAGS = frozenset({"str", "int", "bool", "EnvRef"})
@@ -624,22 +591,17 @@ _SHARED_KEYS = ("keeper", "clickhouse", "spark", "sensor_interval_seconds")
 
 
 def to_template(value: Any) -> Any:
-    """``${...}`` in every string of a parsed YAML tree as Dagster's ``{{ env... }}``."""
-    if isinstance(value, str):
+    """``${...}`` in every string of a parsed YAML tree as Dagster's ``{{ env... }}``: unset or
+    empty gives the default, as before; no default: an error when rendered, as before."""
 
-        def sub(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if default is None:
-                return "{{ env('" + name + "') }}"
-            quoted = default.replace("\\", "\\\\").replace("'", "\\'")
-            return "{{ env." + name + " or '" + quoted + "' }}"
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if default is None:
+            return "{{ env('" + name + "') }}"
+        quoted = default.replace("\\", "\\\\").replace("'", "\\'")
+        return "{{ env." + name + " or '" + quoted + "' }}"
 
-        return _INTERPOLATION.sub(sub, value)
-    if isinstance(value, list):
-        return [to_template(v) for v in value]
-    if isinstance(value, dict):
-        return {k: to_template(v) for k, v in value.items()}
-    return value
+    return _substitute(value, sub)
 
 
 def _write(path: Path, type_name: str, attributes: dict[str, Any], source: str) -> None:

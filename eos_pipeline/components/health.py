@@ -1,12 +1,8 @@
 """Expected faults named for a person: which resource, where, why, and what to do.
 
-A sensor tick that meets an unreachable broker, keeper, Spark Connect server or ClickHouse is
-not a bug: it is the state of the world, and the tick says so in its skip reason instead of a
-traceback ("Kafka broker 127.0.0.1:9092 unreachable since 15:02:11 UTC (3 failed ticks): ...;
-next try at 15:03:41 UTC. Fix: ..."). The count of failed ticks and the time of the first live in
-the sensor's cursor, beside whatever cursor the sensor keeps itself (:class:`Streak`). A run
-that meets the same fault fails with the same words (:func:`failure_for`). Errors that are not
-an expected fault (a bug) still raise, so they stay visible as one.
+An unreachable broker, keeper, Spark Connect server or ClickHouse is the state of the world, not
+a bug: a sensor tick says so in its skip reason (failed ticks counted in its cursor,
+:class:`Streak`), a run fails with the same words (:func:`named_faults`). Anything else raises.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -22,18 +18,9 @@ from typing import Any
 import dagster as dg
 
 from eos_pipeline.components.config import Pipeline
+from eos_pipeline.components.resources import kafka_resource_key
 from eos_pipeline.components.source import source_of
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-
-__all__ = [
-    "NamedFault",
-    "Streak",
-    "endpoints",
-    "failure_for",
-    "guarded",
-    "name_fault",
-    "named_faults",
-]
 
 KAFKA = "Kafka broker"
 KEEPER = "keeper (ZooKeeper)"
@@ -79,17 +66,6 @@ class NamedFault:
         return f"{self.resource} {self.endpoint} {self.state}: {self.cause}. Fix: {self.fix}"
 
 
-def endpoints(pipeline: Pipeline, keeper_hosts: str | None = None) -> dict[str, str]:
-    """Where each resource of ``pipeline`` lives, as the config names it (secrets never);
-    :func:`resource_endpoints` adds what a run's resources say."""
-    found = {KAFKA: source_of(pipeline).endpoint()}
-    if keeper_hosts:
-        found[KEEPER] = keeper_hosts
-    if pipeline.hudi is not None:
-        found[HUDI] = pipeline.hudi.path
-    return found
-
-
 def _without_credentials(url: str) -> str:
     return re.sub(r"//[^/@]*@", "//", url)
 
@@ -103,10 +79,14 @@ def _resource(context: Any, key: str) -> Any:
 
 
 def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
-    """:func:`endpoints`, with the keeper, Spark Connect and ClickHouse of ``context``'s
-    resources where it has them."""
+    """Where each resource of ``pipeline`` lives, as its configuration and ``context``'s
+    resources name it (secrets never)."""
+    found = {KAFKA: source_of(pipeline).endpoint()}
     keeper = _resource(context, "keeper")
-    found = endpoints(pipeline, keeper.hosts if keeper is not None else None)
+    if keeper is not None and keeper.hosts:
+        found[KEEPER] = keeper.hosts
+    if pipeline.hudi is not None:
+        found[HUDI] = pipeline.hudi.path
     spark = _resource(context, "spark")
     if spark is not None:
         found[SPARK] = str(spark.remote) if spark.remote else "(in-process Spark)"
@@ -116,7 +96,8 @@ def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
     return found
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes, outer first (at most 20)."""
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 20:
@@ -165,7 +146,7 @@ def _first_line(exc: BaseException, limit: int = 400) -> str:
 def name_fault(exc: BaseException, where: dict[str, str]) -> NamedFault | None:
     """The expected fault behind ``exc`` (its first cause that comes from a known resource),
     or None for anything else."""
-    for err in _chain(exc):
+    for err in chain(exc):
         resource = _resource_of(err)
         if resource is not None:
             cause = _first_line(err)
@@ -272,32 +253,50 @@ def guarded(
     return evaluate
 
 
-def failure_for(exc: BaseException, where: dict[str, str]) -> dg.Failure | None:
-    """The run failure for an expected fault: the same words a sensor's skip reason uses."""
-    fault = name_fault(exc, where)
-    if fault is None:
-        return None
-    return dg.Failure(
-        description=fault.message(),
-        metadata={
-            "resource": fault.resource,
-            "endpoint": fault.endpoint,
-            "fix": fault.fix,
-        },
+def pipeline_sensor(
+    pipeline: Pipeline,
+    suffix: str,
+    interval: int,
+    body: Body,
+    description: str,
+    keeper: bool,
+    target: dg.AssetKey | None = None,
+    on_fault: OnFault | None = None,
+) -> dg.SensorDefinition:
+    """``<pipeline>_<suffix>``: ``body`` :func:`guarded`, with ``pipeline``'s Kafka resource
+    (and the keeper if ``keeper``)."""
+    def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
+        return resource_endpoints(context, pipeline)
+
+    evaluate = guarded(body, where, interval, on_fault)
+
+    @dg.sensor(
+        name=f"{pipeline.name}_{suffix}",
+        minimum_interval_seconds=interval,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={kafka_resource_key(pipeline.name)}
+        | ({"keeper"} if keeper else set()),
+        target=None if target is None else dg.AssetSelection.assets(target),
+        description=description,
     )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return evaluate(context)
+
+    return _sensor
 
 
 @contextmanager
 def named_faults(context: Any, pipeline: Pipeline) -> Iterator[None]:
-    """Inside a run: an expected fault leaves as a ``dg.Failure`` that names the resource, the
-    endpoint and the fix (the original error stays its cause, so the retry rules still read
-    it); anything else leaves unchanged."""
+    """Inside a run: an expected fault leaves as a ``dg.Failure`` in the words a sensor's skip
+    reason uses (the original error stays its cause, so the retry rules still read it);
+    anything else leaves unchanged."""
     try:
         yield
     except dg.Failure:
         raise
     except Exception as exc:
-        failure = failure_for(exc, resource_endpoints(context, pipeline))
-        if failure is None:
+        fault = name_fault(exc, resource_endpoints(context, pipeline))
+        if fault is None:
             raise
-        raise failure from exc
+        metadata = {"resource": fault.resource, "endpoint": fault.endpoint, "fix": fault.fix}
+        raise dg.Failure(description=fault.message(), metadata=metadata) from exc

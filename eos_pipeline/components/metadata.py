@@ -1,20 +1,12 @@
-"""What each asset, check and run shows in Dagster's UI, for both sinks.
+"""What each asset, check and run shows in Dagster's UI, for both sinks, and the partitions.
 
-* Before any run, the definitions: each table's identity the way Dagster's integrations record
-  it (``dagster/table_name``, ``dagster/uri``, ``dagster/column_schema``) and a code version that
-  changes with what decides the rows.
-* After a run, its materializations: the run-wide numbers, a markdown table of the partitions,
-  and each partition's own numbers (partition-scoped metadata, its rows in the table as
-  ``dagster/row_count``); a run that did nothing records its state and no activity numbers.
-  ClickHouse reports one entry per partition synced; Hudi one commit over all of them, whose
-  totals stay under ``commit_*``.
-* Checks shape their results with :func:`markdown_table` too.
+The definitions carry each table's identity the way Dagster's integrations record it and a code
+version that changes with what decides the rows. A run's materializations carry each partition's
+own numbers, and the run's list of partitions once (:func:`record_run`); a run that did nothing
+records no activity numbers (:func:`quiet_when_idle`).
 
-The partitions every asset of a pipeline shares are here as well: one Dagster partition per
-Kafka topic-partition, keyed ``<topic>__p0007``. They are dynamic: the set of keys follows the
-topics' partition counts (the partitions sensor adds new ones, see
-:mod:`eos_pipeline.components.sensors`), so a topic that grows needs no restart and no code
-change. The key format is a pure rule of the core (:mod:`eos_pipeline.core.planning`).
+The partitions are dynamic, one per Kafka topic-partition (``core.planning`` keys them): a topic
+that grows needs no restart and no code change.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -30,39 +22,12 @@ import dagster as dg
 
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.core.contract import is_required
-from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import lag
 from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.sinks.clickhouse import case_summary
 from eos_pipeline.sinks.hooks import SinkHooks
-
-__all__ = [
-    "ACTIVITY_KEYS",
-    "CLICKHOUSE_SINK",
-    "HUDI_CHECKPOINT_KEY",
-    "IDLE_CASE",
-    "ROW_COUNT_KEY",
-    "TABLE_MAX_ROWS",
-    "TABLE_ROWS_KEY",
-    "RunMetadata",
-    "clickhouse_definition_metadata",
-    "clickhouse_run_metadata",
-    "clustered_hudi_result",
-    "code_version",
-    "column_schema",
-    "hudi_definition_metadata",
-    "hudi_row_counts",
-    "hudi_run_metadata",
-    "markdown_table",
-    "partitions_name",
-    "partitions_table",
-    "per_partition",
-    "pipeline_partitions",
-    "quiet_when_idle",
-    "record_run",
-]
-
 
 # ------------------------------------------------------------------------------- Partitions
 
@@ -239,11 +204,8 @@ def _partition_keys_read_once(instance: dg.DagsterInstance) -> Iterator[None]:
 def per_partition(
     context: dg.AssetExecutionContext, values: Mapping[str, Mapping[str, Any]]
 ) -> None:
-    """Give each partition of the run its own numbers (they override the run-wide ones).
-
-    Dagster records one materialization per partition of a run, all with the run's metadata;
-    partition-scoped asset metadata replaces the run-wide values on that partition's event.
-    """
+    """Give each partition of the run its own numbers: Dagster records one materialization per
+    partition of a run, all with the run's metadata, which these override."""
     with _partition_keys_read_once(context.instance):
         for key, metadata in values.items():
             context.add_asset_metadata(dict(metadata), partition_key=key)
@@ -322,10 +284,6 @@ def quiet_when_idle(
 TABLE_ROWS_KEY = "table_row_count"
 
 
-def _width(ranges: list[OffsetRange]) -> int:
-    return sum(r.width for r in ranges)
-
-
 def clickhouse_run_metadata(
     reports: Sequence[Any],
     row_counts: Mapping[str, int],
@@ -335,30 +293,26 @@ def clickhouse_run_metadata(
 ) -> RunMetadata:
     """The run's metadata and each partition's (none for a run over several clusters).
 
-    ``reports``: one :class:`~eos_pipeline.sinks.clickhouse.SyncReport` per
-    partition synced; ``row_counts``: rows in the table per partition key; ``table_rows``: rows
-    in the whole table, shown beside the partition's own ``dagster/row_count`` (the asset's
-    overview shows the latest partition's numbers: without it "row count" reads as the
-    table's).
+    ``table_rows`` (the whole table's) is shown beside each partition's ``dagster/row_count``:
+    the asset's overview shows the latest partition's numbers, where "row count" alone would
+    read as the table's.
     """
     rows = []
+    partition_values: dict[str, dict[str, Any]] = {}
     for r in reports:
-        skipped = sum(_width(b.skipped) for b in r.batches)
-        cropped = sum(b.cropped.width for b in r.batches if b.cropped is not None)
-        rows.append(
-            [
-                partition_key(r.tp),
-                f"[{r.start}, {r.end})",
-                r.records_read,
-                r.rows_sent,
-                skipped,
-                cropped,
-                r.dead_letters,
-                case_summary(r.cases) or "caught up",
-                lag(r.end, r.target_end),
-                r.epoch,
-            ]
-        )
+        key = partition_key(r.tp)
+        values = {
+            "offset_range": f"[{r.start}, {r.end})",
+            "records_read": r.records_read,
+            "inserted": r.rows_sent,
+            "skipped": sum(b.width for batch in r.batches for b in batch.skipped),
+            "cropped": sum(b.cropped.width for b in r.batches if b.cropped is not None),
+            "dead_letters": r.dead_letters,
+            "case": case_summary(r.cases) or "caught up",
+            "lag_after": lag(r.end, r.target_end),
+        }
+        rows.append([key, *values.values(), r.epoch])
+        partition_values[key] = {**values, ROW_COUNT_KEY: row_counts[key]}
     header = [
         "partition",
         "offset range",
@@ -371,29 +325,12 @@ def clickhouse_run_metadata(
         "lag after",
         "epoch",
     ]
+    totals = ("records_read", "inserted", "skipped", "cropped", "dead_letters")
     metadata: dict[str, Any] = {
         "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
-        "records_read": sum(r.records_read for r in reports),
-        "inserted": sum(r.rows_sent for r in reports),
-        "skipped": sum(row[4] for row in rows),
-        "cropped": sum(row[5] for row in rows),
-        "dead_letters": sum(r.dead_letters for r in reports),
+        **{name: sum(row[i] for row in rows) for i, name in enumerate(totals, start=2)},
         "case": "; ".join(f"{row[0]}: {row[7]}" for row in rows),
         "lag_after": sum(row[8] for row in rows),
-    }
-    partition_values = {
-        row[0]: {
-            "offset_range": row[1],
-            "records_read": row[2],
-            "inserted": row[3],
-            "skipped": row[4],
-            "cropped": row[5],
-            "dead_letters": row[6],
-            "case": row[7],
-            "lag_after": row[8],
-            ROW_COUNT_KEY: row_counts[row[0]],
-        }
-        for row in rows
     }
     if table_rows is not None:
         metadata[TABLE_ROWS_KEY] = table_rows
@@ -416,6 +353,25 @@ def clickhouse_run_metadata(
 HUDI_CHECKPOINT_KEY = "checkpoint_after"
 
 
+def _hudi_rows(
+    report: Any, label: Callable[[TopicPartition], str], before: Mapping | None = None
+) -> list[list[object]]:
+    """A Hudi run's partitions: range, read, written, DLQ, [checkpoint before,] after, lag."""
+    return [
+        [
+            label(tp),
+            str(r),
+            report.records_read.get(tp, 0),
+            report.rows_written.get(tp, 0),
+            report.dead_letters.get(tp, 0),
+            *([] if before is None else [before.get(tp, "new")]),
+            report.checkpoint_after.get(tp),
+            report.lag_after.get(tp, 0),
+        ]
+        for tp, r in sorted(report.ranges.items())
+    ]
+
+
 def clustered_hudi_result(
     context: dg.AssetExecutionContext, report: Any, hooks: SinkHooks
 ) -> dg.MaterializeResult:
@@ -423,19 +379,7 @@ def clustered_hudi_result(
 
     Physical topics (``T``, ``B.T``) are not Dagster partitions: the run-wide numbers stand.
     """
-    lags = report.lag_after
-    rows = [
-        [
-            f"{report.cluster}:{partition_key(tp)}",
-            str(r),
-            report.records_read.get(tp, 0),
-            report.rows_written.get(tp, 0),
-            report.dead_letters.get(tp, 0),
-            report.checkpoint_after.get(tp),
-            lags.get(tp, 0),
-        ]
-        for tp, r in sorted(report.ranges.items())
-    ]
+    rows = _hudi_rows(report, lambda tp: f"{report.cluster}:{partition_key(tp)}")
     header = ["partition", "offset range", "read", "written", "DLQ", "to", "lag after"]
     metadata: dict[str, Any] = {
         "cluster": report.cluster or "",
@@ -448,7 +392,7 @@ def clustered_hudi_result(
         "case": f"commit {report.instant_time}" if report.instant_time else "caught up: no commit",
         "instant_time": report.instant_time or "",
         "operation": report.operation or "",
-        "lag_after": sum(lags.values()),
+        "lag_after": sum(report.lag_after.values()),
         "seconds": round(report.seconds, 2),
         HUDI_CHECKPOINT_KEY: dg.MetadataValue.json(
             {partition_key(tp): off for tp, off in sorted(report.checkpoint_after.items())}
@@ -468,21 +412,8 @@ def hudi_run_metadata(
     Each partition's event overrides the unprefixed numbers with its share; the ``commit_*``
     ones stay. ``row_counts``: rows per partition in the table (None: no table yet).
     """
-    before = report.checkpoint_before or {}
     lags = report.lag_after
-    rows = [
-        [
-            partition_key(tp),
-            str(r),
-            report.records_read.get(tp, 0),
-            report.rows_written.get(tp, 0),
-            report.dead_letters.get(tp, 0),
-            before.get(tp, "new"),
-            report.checkpoint_after.get(tp),
-            lags.get(tp, 0),
-        ]
-        for tp, r in sorted(report.ranges.items())
-    ]
+    rows = _hudi_rows(report, partition_key, report.checkpoint_before or {})
     header = ["partition", "offset range", "read", "written", "DLQ", "from", "to", "lag after"]
     if report.instant_time is None:
         case = "caught up: no commit"

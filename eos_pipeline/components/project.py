@@ -1,63 +1,22 @@
 """The component types, loading a defs folder, and the Definitions they build.
 
-::
+A component's attributes are the pydantic models of :mod:`eos_pipeline.components.config`
+themselves (``get_model_cls``): the schema ``dg check yaml`` uses is the one the code validates
+with. ``{{ env.NAME }}`` templates render at load (shown in the UI); ``{env: NAME}`` secrets are
+read by the run's own process only (never stored in the instance).
 
-    eos_pipeline/defs/
-      shared/defs.yaml     type: eos_pipeline.SharedResourcesComponent   (keeper, ClickHouse, Spark)
-      demo/defs.yaml       type: eos_pipeline.KafkaTablesComponent       (one pipeline)
+Dagster refuses two different resources under one key, so what every pipeline uses (keeper,
+ClickHouse, Spark) comes from one ``SharedResourcesComponent``, which each
+``KafkaTablesComponent`` loads. Likewise a topic two pipelines read is one asset, added once
+with the failover job by :func:`location_definitions`.
 
-**Components.** A component's attributes are the pydantic models of
-:mod:`eos_pipeline.components.config` themselves (``get_model_cls``), not a copy of them in
-Dagster's ``Resolvable`` types: the schema ``dg check yaml`` and editors use is the one the code
-validates with, field for field, and its rules (identifiers, decoder contract, Hudi columns) run
-on load with messages naming the field.
+``registry.subject``'s columns are asked of the registry at load (:func:`resolve_subject`):
+without them no table can be created or checked, and a pipeline quietly left out would look
+like a healthy location. An unreachable registry is a transient
+:class:`SubjectUnavailableError`, an unknown subject a :class:`ConfigError`.
 
-Values from the environment, two kinds as before:
-
-* ``{{ env.NAME }}`` / ``{{ env('NAME', 'default') }}`` in a string (Dagster's templating) is
-  rendered when the code location loads: endpoints, ports, data paths, shown in the UI;
-* ``{env: NAME}`` as a value is a secret: never rendered at load, it becomes a Dagster ``EnvVar``
-  (or, in Kafka client settings, a variable name) read by the run's own process, so it is neither
-  stored in the instance nor shown in the UI.
-
-Why two components: Dagster merges the definitions of components and refuses two different
-resources under one key, so the resources every pipeline uses (``keeper``, ``clickhouse``,
-``spark``) come from one ``SharedResourcesComponent``; each ``KafkaTablesComponent`` loads it
-(``context.load_component``, a dependency Dagster tracks) for the sensor interval and the chDB
-path that decides the pipelines' pool.
-
-**Subjects.** ``registry.subject`` replaces a written ``schema:``: the subject's latest writer
-schema is asked of the registry (``adapters.registry.subject_schema``, once per process) when the
-component loads and mapped to columns (``core.evolution``); the assets show them like written
-ones. A registry that cannot be reached at load, or a subject it does not know, fails the load
-with one line naming the pipeline, the subject, the registry and what to do, not a chain of
-tracebacks. Failing is what a user expects here: without the columns no table can be created or
-checked, and a pipeline quietly left out of the definitions would look like a healthy location
-with one pipeline missing. The error keeps its kind: an unreachable registry is
-:class:`SubjectUnavailableError` (transient: reload, or let the run be retried, once it is up),
-an unknown subject or a schema no column can hold is a :class:`ConfigError` (a person fixes it).
-
-**Definitions**, in three parts:
-
-* :func:`shared_definitions`: the keeper, ClickHouse and Spark resources and the executor
-  (``SharedResourcesComponent``);
-* :func:`pipeline_definitions`: one pipeline's table assets, checks, sensors, replay jobs and
-  Kafka resource (``KafkaTablesComponent``). Its table assets also carry what Dagster's catalog
-  knows beyond their metadata: how fresh they must be (a ``FreshnessPolicy`` from
-  ``lag_target_seconds``, shown in Asset Health) and where each column comes from
-  (``dagster/column_lineage``: every table column from a field of the topic's records, whose
-  columns the topic asset declares in ``dagster/column_schema``), applied to the specs the
-  factories build (``dg.map_asset_specs``);
-* :func:`location_definitions`: what spans pipelines, added once to the folder's definitions:
-  the topics (two pipelines may read one topic: one asset for it, as Dagster refuses two
-  different specs under one key) and the failover job.
-
-**Loading.** The project's own folder is ``eos_pipeline/defs`` (``[tool.dg]`` in
-pyproject.toml); ``EOS_DEFS_DIR`` names another one (a deployment's, a test's), laid out the same
-way. The code location (:mod:`eos_pipeline.definitions`), the CLI (``failover``, ``replay``: a
-pipeline by name) and the demo all go through :func:`load_project`, so there is one way in.
-:func:`build_definitions` puts the three parts together for a :class:`PipelinesFile` held in
-memory (the tests, the benchmarks).
+The code location, the CLI and the demo all load through :func:`load_project` (``EOS_DEFS_DIR``
+or ``eos_pipeline/defs``).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -150,10 +109,10 @@ def _first_line(exc: Exception) -> str:
 
 #: The fields of a Kafka record that source columns copy, by the role the column plays.
 KAFKA_FIELDS = {
-    "topic": ("topic", "string", "the record's topic"),
-    "partition": ("partition", "int32", "the record's partition"),
-    "offset": ("offset", "int64", "the record's offset in its partition"),
-    "timestamp": ("timestamp", "int64", "the record's timestamp (milliseconds since the epoch)"),
+    "topic": ("string", "the record's topic"),
+    "partition": ("int32", "the record's partition"),
+    "offset": ("int64", "the record's offset in its partition"),
+    "timestamp": ("int64", "the record's timestamp (milliseconds since the epoch)"),
 }
 
 
@@ -162,7 +121,7 @@ def _source_fields(source: SourceColumns) -> dict[str, str]:
     roles = {"topic": source.topic, "partition": source.partition, "offset": source.offset}
     if source.timestamp is not None:
         roles["timestamp"] = source.timestamp
-    return {column: KAFKA_FIELDS[role][0] for role, column in roles.items()}
+    return {column: role for role, column in roles.items()}
 
 
 def freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy | None:
@@ -177,7 +136,7 @@ def topic_columns(pipeline: Pipeline) -> dg.TableSchema:
     """A topic's records as the pipeline reads them: Kafka's own fields, then the payload's."""
     kafka = [
         dg.TableColumn(name=name, type=type_, description=what)
-        for name, type_, what in KAFKA_FIELDS.values()
+        for name, (type_, what) in KAFKA_FIELDS.items()
     ]
     payload = [
         dg.TableColumn(name=name, type=ch_type, description="field of the record's payload")
@@ -241,8 +200,14 @@ SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
 CHDB_POOL = "chdb"
 
 
-def sensor_interval(settings: Settings) -> int:
-    return int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Dagster's beta/preview notes: said on every load of a component (code references, module
+    loaders) or of a feature the project chose."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        yield
 
 
 def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
@@ -251,24 +216,6 @@ def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
     # A URL from a secret is only known at run time: serialize to be safe.
     path = chdb_path(url) if isinstance(url, str) else "(from environment)"
     return path, (CHDB_POOL if path else None)
-
-
-def iter_pipeline_assets(
-    pipeline: Pipeline, clickhouse_pool: str | None, hooks: HooksFor | None = None
-) -> Iterator[dg.AssetsDefinition | dg.AssetChecksDefinition]:
-    """Each sink's asset followed by its exactly-once check and its source check (evaluated
-    by the topics sensor)."""
-    if pipeline.clickhouse is not None:
-        yield clickhouse_asset(
-            pipeline, clickhouse_pool, hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
-        )
-        yield clickhouse_check(pipeline, clickhouse_pool)
-        yield source_check(pipeline, clickhouse_key(pipeline))
-    if pipeline.hudi is not None:
-        pool = hudi_pool(pipeline)
-        yield hudi_asset(pipeline, pool, hooks(pipeline, "hudi") if hooks else NO_HOOKS)
-        yield hudi_check(pipeline, pool)
-        yield source_check(pipeline, hudi_key(pipeline))
 
 
 def shared_definitions(settings: Settings) -> dg.Definitions:
@@ -284,27 +231,32 @@ def shared_definitions(settings: Settings) -> dg.Definitions:
 def pipeline_definitions(
     pipeline: Pipeline, settings: Settings, hooks: HooksFor | None = None
 ) -> dg.Definitions:
-    """One pipeline: its sinks' assets and checks, sensors, replay jobs and Kafka resource."""
-    interval = sensor_interval(settings)
+    """One pipeline: each sink's asset, its exactly-once check and its source check (evaluated
+    by the topics sensor), its lag sensor and replay job; the pipeline's sensors and Kafka
+    resource."""
+    interval = int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
     path, pool = chdb_of(settings)
-    with warnings.catch_warnings():
-        # Chosen on purpose and covered by tests: partitioned asset checks (preview) and
-        # the single-run backfill policy (beta). Said once here, not on every load.
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        items = list(iter_pipeline_assets(pipeline, pool, hooks))
-    assets = [i for i in items if not isinstance(i, dg.AssetChecksDefinition)]
-    checks = [i for i in items if isinstance(i, dg.AssetChecksDefinition)]
+    assets: list[dg.AssetsDefinition] = []
+    checks: list[dg.AssetChecksDefinition] = []
     sensors = [partitions_sensor(pipeline, interval), topics_sensor(pipeline, interval)]
     jobs: list[dg.JobDefinition] = []
-    if pipeline.clickhouse is not None:
-        sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
-        jobs.append(clickhouse_replay_job(pipeline, pool))
-    if pipeline.hudi is not None:
-        sensors.append(hudi_lag_sensor(pipeline, interval))
-        jobs.append(hudi_replay_job(pipeline))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)  # code references: beta, chosen
+    # Chosen on purpose and covered by tests: partitioned asset checks (preview), the single-run
+    # backfill policy and code references (beta). Said once here, not on every load.
+    with _quiet():
+        if pipeline.clickhouse is not None:
+            key = clickhouse_key(pipeline)
+            hooked = hooks(pipeline, CLICKHOUSE_SINK) if hooks else NO_HOOKS
+            assets.append(clickhouse_asset(pipeline, pool, hooked))
+            checks += [clickhouse_check(pipeline, pool), source_check(pipeline, key)]
+            sensors.append(clickhouse_lag_sensor(pipeline, interval, path))
+            jobs.append(clickhouse_replay_job(pipeline, pool))
+        if pipeline.hudi is not None:
+            hudi_one = hudi_pool(pipeline)
+            hooked = hooks(pipeline, "hudi") if hooks else NO_HOOKS
+            assets.append(hudi_asset(pipeline, hudi_one, hooked))
+            checks += [hudi_check(pipeline, hudi_one), source_check(pipeline, hudi_key(pipeline))]
+            sensors.append(hudi_lag_sensor(pipeline, interval))
+            jobs.append(hudi_replay_job(pipeline))
         # "Code references" on each asset page: the file and line of the function that writes it
         referenced = list(dg.with_source_code_references(with_table_facts(pipeline, assets)))
     return dg.Definitions(
@@ -380,13 +332,8 @@ class PipelineScaffolder(dg.Scaffolder):
 @dg.scaffold_with(PipelineScaffolder)
 @dataclass(frozen=True)
 class KafkaTablesComponent(dg.Component):
-    """A Kafka topic written exactly once into a ClickHouse table and/or a Hudi table.
-
-    Its attributes are one pipeline (:class:`eos_pipeline.components.config.Pipeline`):
-    ``name``, ``kafka``, ``format``, ``schema``, ``batch``, ``retry``, ``clickhouse``, ``hudi``,
-    ``owners``. It builds the topic assets, the table assets with their exactly-once checks, the
-    sensors that drive runs, the replay jobs and the pipeline's Kafka resource.
-    """
+    """A Kafka topic written exactly once into a ClickHouse table and/or a Hudi table; its
+    attributes are one pipeline (:class:`eos_pipeline.components.config.Pipeline`)."""
 
     pipeline: Pipeline
 
@@ -445,10 +392,9 @@ def package_defs_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "defs"
 
 
-def defs_dir(environ: Mapping[str, str] | None = None) -> Path:
+def defs_dir() -> Path:
     """``EOS_DEFS_DIR`` if set, else the project's ``eos_pipeline/defs``."""
-    env = os.environ if environ is None else environ
-    named = env.get(DEFS_DIR_ENV)
+    named = os.environ.get(DEFS_DIR_ENV)
     return Path(named).resolve() if named else package_defs_dir()
 
 
@@ -468,16 +414,6 @@ def _defs_module(folder: Path) -> types.ModuleType:
         module.__file__ = str(folder / "__init__.py")
         sys.modules[name] = module
     return module
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Dagster's own beta/preview notes about how it loads components (code references, module
-    loaders), not about anything the project chose: said on every load, so kept out."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        yield
 
 
 @dataclass(frozen=True)
@@ -549,31 +485,3 @@ def _load(path: Path) -> Project:
     except ValidationError as exc:
         raise explain(str(path), exc) from None
     return Project(path, tree, config)
-
-
-# --------------------------------------------------------------- a configuration held in memory
-
-
-def build_definitions(config: PipelinesFile, hooks: HooksFor | None = None) -> dg.Definitions:
-    """Assets, checks, sensors, jobs and resources for every pipeline of ``config``.
-
-    ``hooks`` gives each sink's runs their hooks (:mod:`eos_pipeline.sinks.hooks`); the product
-    passes none, the fault suite's code location does.
-    """
-    settings = config.settings
-    resolved = [resolve_subject(p, config.source) for p in config.pipelines]
-    config = config.model_copy(update={"pipelines": resolved})
-    merged = dg.Definitions.merge(
-        shared_definitions(settings),
-        *(pipeline_definitions(p, settings, hooks) for p in config.pipelines),
-    )
-    spanning = location_definitions(config)
-    # Tables before topics, the failover job before the replay jobs: the order tests rely on.
-    return dg.Definitions(
-        assets=[*(merged.assets or ()), *(spanning.assets or ())],
-        asset_checks=merged.asset_checks,
-        sensors=merged.sensors,
-        jobs=[*(spanning.jobs or ()), *(merged.jobs or ())],
-        resources=merged.resources,
-        executor=merged.executor,
-    )

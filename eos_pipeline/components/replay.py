@@ -1,11 +1,7 @@
-"""The replay jobs: re-process a chosen range of one partition on purpose, from the UI or CLI.
-
-One job per pipeline and sink, ``<pipeline>_replay_clickhouse`` and ``<pipeline>_replay_hudi``,
-with run config ``{partition, start, end, dry_run}``. ``dry_run`` is true by default: the run
-shows what the replay would do (in its logs and as metadata) and writes nothing; launched again
-with ``dry_run: false`` it replays. Each job's step is in the pool of its sink's table, so it
-waits for the sink's own runs instead of racing them. The CLI command ``eos-pipeline replay``
-runs these same jobs. What a replay does and why it stays exact: :mod:`eos_pipeline.core.replay`.
+"""The replay jobs, ``<pipeline>_replay_<sink>``: re-process a chosen range of one partition on
+purpose, from the UI or ``eos-pipeline replay``. ``dry_run`` (the default) only shows the plan.
+Each job's step is in its sink's pool, so it waits for the sink's own runs instead of racing
+them. Why a replay stays exact: :mod:`eos_pipeline.core.replay`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -33,14 +29,6 @@ from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 
 if TYPE_CHECKING:
     from eos_pipeline.sinks.replay import ReplayReport
-
-__all__ = [
-    "DRY_RUN_TAG",
-    "ReplayConfig",
-    "clickhouse_replay_job",
-    "hudi_replay_job",
-    "replay_job_name",
-]
 
 
 class ReplayConfig(dg.Config):

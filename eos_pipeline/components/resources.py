@@ -1,13 +1,9 @@
 """Dagster resources: Kafka (one per pipeline), the keeper, ClickHouse and Spark.
 
-Resources hold settings only; connections are opened inside a run, by the code that uses them.
-That matters for chDB (one process per data path: the code server and the sensor daemon must
-never open it) and for Spark (a Connect client, or a JVM per run, made only by the Hudi steps).
-
-Secrets come from ``{env: NAME}`` in the pipelines file: top-level resource fields become
-``dg.EnvVar`` (Dagster resolves them in the run's process and shows only the variable name);
-Kafka client settings keep the variable *name* in ``client_secrets`` and read it when the client
-is built.
+Resources hold settings only; connections are opened inside a run, by the code that uses them:
+the code server and the sensor daemon must never open a chDB path (one process per path) nor
+start a JVM. Secrets (``{env: NAME}``) become ``dg.EnvVar`` (resolved in the run's process, shown
+by name only); Kafka client settings keep the variable's name and read it when the client is built.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -24,7 +20,6 @@ from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.config import (
     EnvRef,
-    KafkaSource,
     Pipeline,
     Secret,
     Settings,
@@ -35,11 +30,16 @@ class MissingSecretError(RuntimeError):
     """A setting refers to an environment variable that is not set in this process."""
 
 
-def _read_env(name: str, what: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise MissingSecretError(f"{what} comes from environment variable {name}, which is unset")
-    return value
+def _with_secrets(plain: dict[str, str], secrets: dict[str, str], what: str) -> dict[str, Any]:
+    """``plain`` and each of ``secrets`` (setting -> environment variable) read now."""
+    out: dict[str, Any] = dict(plain)
+    for key, name in secrets.items():
+        out[key] = os.environ.get(name)
+        if not out[key]:
+            raise MissingSecretError(
+                f"{what} {key!r} comes from environment variable {name}, which is unset"
+            )
+    return out
 
 
 class KafkaResource(dg.ConfigurableResource):
@@ -52,12 +52,10 @@ class KafkaResource(dg.ConfigurableResource):
         default_factory=dict,
         description="librdkafka client settings (security.protocol, sasl.mechanisms, ...)",
     )
-    #: librdkafka setting -> environment variable holding its value (secrets).
     client_secrets: dict[str, str] = Field(
         default_factory=dict,
         description="librdkafka setting -> environment variable holding its secret value",
     )
-    #: Java client properties for Spark's Kafka source, plain and from the environment.
     spark_options: dict[str, str] = Field(
         default_factory=dict,
         description="Java client properties for Spark's Kafka source (kafka.* options)",
@@ -71,39 +69,22 @@ class KafkaResource(dg.ConfigurableResource):
     )
 
     def settings(self) -> KafkaSettings:
-        config: dict[str, Any] = dict(self.client_config)
-        for key, env in self.client_secrets.items():
-            config[key] = _read_env(env, f"Kafka client setting {key!r}")
+        config = _with_secrets(self.client_config, self.client_secrets, "Kafka client setting")
         return KafkaSettings(self.bootstrap_servers, config, self.request_timeout_s)
 
     def spark_kafka_options(self) -> dict[str, str]:
-        options = dict(self.spark_options)
-        for key, env in self.spark_secrets.items():
-            options[key] = _read_env(env, f"Spark Kafka option {key!r}")
-        return options
-
-    @classmethod
-    def from_source(cls, source: KafkaSource) -> "KafkaResource":
-        def split(values: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-            plain = {k: _plain(v) for k, v in values.items() if not isinstance(v, EnvRef)}
-            secret = {k: v.env for k, v in values.items() if isinstance(v, EnvRef)}
-            return plain, secret
-
-        client, client_secrets = split(source.client)
-        spark, spark_secrets = split(source.spark_client)
-        return cls(
-            bootstrap_servers=source.bootstrap_servers,
-            client_config=client,
-            client_secrets=client_secrets,
-            spark_options=spark,
-            spark_secrets=spark_secrets,
-            request_timeout_s=source.request_timeout_s,
-        )
+        return _with_secrets(self.spark_options, self.spark_secrets, "Spark Kafka option")
 
 
-def _plain(value: Any) -> str:
-    # librdkafka takes every setting as a string; YAML may have parsed true/1 as bool/int.
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def _split(values: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """Plain settings as strings (librdkafka takes only strings; YAML may have parsed true/1 as
+    bool/int), and the secrets' variable names."""
+    plain = {
+        k: str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in values.items()
+        if not isinstance(v, EnvRef)
+    }
+    return plain, {k: v.env for k, v in values.items() if isinstance(v, EnvRef)}
 
 
 class KeeperResource(dg.ConfigurableResource):
@@ -153,20 +134,12 @@ class ClickHouseResource(dg.ConfigurableResource):
 
 
 class SparkResource(dg.ConfigurableResource):
-    """Spark for the Hudi asset and its check, made on first use: a Spark Connect client, or
-    Spark in-process.
-
-    With ``remote`` (``sc://host:port``, plus ``token`` for a server that wants one) the run is
-    a thin client: no JVM here, the server does the work (:mod:`eos_pipeline.adapters.spark_remote`
-    checks it is reachable, of the same Spark release and has the jars). Without it, a
-    ``master`` (``local[N]``) session starts in this process with the jars and Hudi settings of
-    :func:`eos_pipeline.adapters.spark.spark_conf`, resolved only then, so loading the code
-    location never fetches jars and a step that never touches Spark never starts a JVM.
+    """Spark for the Hudi asset and its check, made on first use (so loading the code location
+    never fetches jars, and a step that never touches Spark never starts a JVM): a Spark Connect
+    client of ``remote``, or a ``master`` session in this process.
 
     Connect mode is process-wide in PySpark: a process that made a Connect session can no longer
-    make an in-process one and the other way round. Never mix the two in one process; a run
-    uses one resource, so one mode. ``spark_config`` is the session's configuration in process,
-    and runtime (SQL) settings sent to the server over Connect.
+    make an in-process one and the other way round; a run uses one resource, so one mode.
     """
 
     remote: str | None = Field(
@@ -280,7 +253,17 @@ def shared_resources(settings: Settings) -> dict[str, Any]:
 
 def pipeline_resources(pipeline: Pipeline) -> KafkaResource:
     """``pipeline``'s Kafka cluster, keyed :func:`kafka_resource_key`."""
-    return KafkaResource.from_source(pipeline.kafka)
+    source = pipeline.kafka
+    client, client_secrets = _split(source.client)
+    spark, spark_secrets = _split(source.spark_client)
+    return KafkaResource(
+        bootstrap_servers=source.bootstrap_servers,
+        client_config=client,
+        client_secrets=client_secrets,
+        spark_options=spark,
+        spark_secrets=spark_secrets,
+        request_timeout_s=source.request_timeout_s,
+    )
 
 
 def kafka_resource_key(pipeline: str) -> str:

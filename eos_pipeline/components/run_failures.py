@@ -1,21 +1,14 @@
-"""What Dagster recorded about a sink's failed runs, as plain facts for the retry rules.
+"""What Dagster recorded about a sink's failed runs, as plain facts for the retry rules
+(:mod:`eos_pipeline.core.retries`).
 
-Wiring only: the rules (transient or not, how long to wait, when to stop) live in
-:mod:`eos_pipeline.core.retries`. The sensors count failed runs per partition and start state
-from one run-storage query; the cause of a group's newest run is read from its event log only
-when the planner asks for that group (:class:`DiagnosedFailures`), so an evaluation reads the
-logs of the few runs that matter, not of every failed run in storage.
+The cause of a group's newest run is read from its event log only when the planner asks for
+that group (:class:`DiagnosedFailures`), not for every failed run in storage.
 
-Self-healing after a kill reads the same failed runs (:func:`heal_requests`): a caught-up
-partition whose newest run failed gets a run that records its true state, without a person.
-A run killed after its data landed (the keeper moved, the rows are in the table) leaves Dagster
-showing the partition "failed" and its check "execution failed", while nothing is wrong and no
-lag asks for another run. The lag sensor then asks for one run of that partition, asset and
-check: it reads nothing (caught up), records a materialization with the partition's position
-and row count, and evaluates the check on the data. Once per failed run (its run key), and at
-most :data:`MAX_HEALS` heal runs in a row for one partition (a heal run that fails is itself
-the newest failed run), so a partition that keeps failing is left to the retry rules and a
-person.
+Self-healing (:func:`heal_requests`): a run killed after its data landed leaves the partition
+"failed" in the UI while nothing is wrong and no lag asks for another run; the lag sensor asks
+for one run of that partition that reads nothing and records its true state and check. Once
+per failed run, and at most :data:`MAX_HEALS` in a row, so a partition that keeps failing is
+left to the retry rules and a person.
 """
 
 # No `from __future__ import annotations`: kept like the other Dagster modules.
@@ -28,21 +21,12 @@ from eos_pipeline.core.planning import (
     PARTITION_TAG,
     RANGE_END_TAG,
     RANGE_START_TAG,
+    SINK_TAG,
     RunInfo,
     failures_by_start,
     stuck_partitions,
 )
 from eos_pipeline.core.retries import FailureFacts, Failures, diagnose
-
-__all__ = [
-    "HEAL_TAG",
-    "MAX_HEALS",
-    "DiagnosedFailures",
-    "failed_run_infos",
-    "failure_facts",
-    "heal_requests",
-    "run_partitions",
-]
 
 _FAILED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 _EVENTS = {
@@ -52,13 +36,15 @@ _EVENTS = {
 }
 
 
-def failed_run_infos(
-    instance: dg.DagsterInstance, tags: Mapping[str, str], limit: int
-) -> tuple[list[RunInfo], set[str]]:
-    """Failed and canceled runs with ``tags``, newest first, with their end times; and the ids
-    of the canceled ones (one run-storage query)."""
+#: How many of a sink's most recent failed runs one evaluation looks at.
+FAILED_RUNS_LOOKBACK = 1000
+
+
+def failed_runs(instance: dg.DagsterInstance, sink: str) -> "DiagnosedFailures":
+    """``sink``'s failed and canceled runs, newest first, with their end times (one run-storage
+    query), grouped for the planner (:class:`DiagnosedFailures`)."""
     records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=_FAILED, tags=dict(tags)), limit=limit
+        filters=dg.RunsFilter(statuses=_FAILED, tags={SINK_TAG: sink}), limit=FAILED_RUNS_LOOKBACK
     )
     infos = [
         RunInfo(r.dagster_run.run_id, dict(r.dagster_run.tags), ended_at=r.end_time)
@@ -69,7 +55,7 @@ def failed_run_infos(
         for r in records
         if r.dagster_run.status == dg.DagsterRunStatus.CANCELED
     }
-    return infos, canceled
+    return DiagnosedFailures(instance, infos, canceled)
 
 
 def _chain(error: Any) -> list[tuple[str, str]]:

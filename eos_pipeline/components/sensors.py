@@ -1,44 +1,22 @@
 """Sensors: keep the partitions in step with Kafka, and ask for runs where a sink is behind.
 
-Wiring only: each sensor reads the state through the adapters and Dagster's instance, asks the
-planner (:mod:`eos_pipeline.core.planning`, where every rule lives: which partitions, keys,
-priorities, retries, give-up) and turns its plan into Dagster objects.
+Wiring only: each sensor reads the state through the adapters and Dagster's instance, and the
+planner (:mod:`eos_pipeline.core.planning`) decides every rule (which partitions, keys,
+priorities, retries, give-up). A tick reads Kafka's ends, the keeper (one shared session) or the
+Hudi timeline (hudi-rs), and a few run-storage queries; never Spark nor ClickHouse: the sensor
+daemon must not open the chDB data path (one process per path) nor start a JVM.
 
-Cost per evaluation: one DescribeTopics + one ListOffsets request for all topics together
-(``end_offsets_of``, read_committed; a second ListOffsets only when a partition with nothing
-stored starts from ``reset: earliest``), one keeper listing plus pipelined gets per topic
-(``read_many``) on the process's shared keeper session (``adapters.keeper``: no new
-session per tick), one run-storage query for runs in flight, one for queued runs (chDB) and one
-for failed runs, plus one event-log query per partition (or range, or table) that has failed
-runs from its current state and is still behind (why its newest run failed). No Spark, no
-ClickHouse: the sensor daemon must never open the chDB data path (one process per path) nor
-start a JVM.
-
-Where a sink stands:
-
-* ClickHouse: the keeper record of each partition. A partition left in ``BEFORE`` (a run died
-  mid-step) is requested first, with a higher ``dagster/priority``, so it recovers first. On
-  an embedded chDB path (one process at a time) all lagging partitions go into one key-range
-  run, which catches the ``BEFORE`` ones up first.
-* Hudi: the Kafka checkpoint of the table's latest completed commit, read each tick from the
-  table's timeline by hudi-rs (:mod:`eos_pipeline.adapters.hudi_timeline`, no JVM, a few file
-  reads). A commit made by another writer (HoodieStreamer, a backfill, a restore) is therefore
-  seen at the next tick, not after the next run of the asset.
-* A pipeline with several clusters: the active cluster's state, its physical topics folded into
-  one state per partition (:class:`eos_pipeline.sinks.source.ActiveCluster`); nothing while a
-  switch is in flight.
-
-One Hudi table takes one writer at a time, so all its lagging partitions go into ONE run: a
-partition-key-range run over the table's dynamic partitions, which the asset's
-``BackfillPolicy.single_run()`` turns into one ``HudiTableSync.run(partitions=[...])``, i.e.
-one commit. Retries, backoff and give-up: see :mod:`eos_pipeline.core.planning` and
-:mod:`eos_pipeline.core.retries`; the failed runs' causes are read by
-:mod:`eos_pipeline.components.run_failures`.
+* ClickHouse: a partition left in ``BEFORE`` (a run died mid-step) is requested first; on an
+  embedded chDB path all lagging partitions go into one key-range run.
+* Hudi: one table takes one writer at a time, so all its lagging partitions go into ONE
+  key-range run, which ``BackfillPolicy.single_run()`` makes one commit. A commit by another
+  writer is seen at the next tick (the table's own timeline is read).
+* Several clusters: the active cluster's state; nothing while a switch is in flight.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
@@ -52,13 +30,12 @@ from eos_pipeline.components.assets import (
     hudi_key,
 )
 from eos_pipeline.components.config import Pipeline
-from eos_pipeline.components.health import guarded, resource_endpoints
+from eos_pipeline.components.health import pipeline_sensor
 from eos_pipeline.components.metadata import pipeline_partitions
-from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.resources import KeeperResource, kafka_resource
 from eos_pipeline.components.run_failures import (
     HEAL_TAG,
-    DiagnosedFailures,
-    failed_run_infos,
+    failed_runs,
     heal_requests,
     run_partitions,
 )
@@ -69,9 +46,7 @@ from eos_pipeline.core.planning import (
     ANY_PARTITION,
     CHDB_PATH_TAG,
     FOLLOW_TAG,
-    HUDI_TABLE_TAG,
     NORMAL_PRIORITY,
-    PARTITION_TAG,
     PRIORITY_TAG,
     SINK_PARTITION_TAG,
     SINK_TAG,
@@ -92,50 +67,31 @@ from eos_pipeline.core.planning import (
 from eos_pipeline.core.positions import committed
 from eos_pipeline.core.retries import Backoff
 
-__all__ = [
-    "CHDB_PATH_TAG",
-    "FAILED_RUNS_LOOKBACK",
-    "HUDI_TABLE_TAG",
-    "PARTITION_TAG",
-    "PRIORITY_TAG",
-    "SINK_PARTITION_TAG",
-    "SINK_TAG",
-    "START_STATE_TAG",
-    "clickhouse_lag_sensor",
-    "failed_runs",
-    "hudi_lag_sensor",
-    "partitions_sensor",
-]
-
-#: How many of a sink's most recent failed runs one evaluation looks at.
-FAILED_RUNS_LOOKBACK = 1000
 #: How many of a sink's runs in flight one evaluation looks at.
 IN_FLIGHT_LOOKBACK = 1000
 
-_IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 _WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+_RUNNING = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 
 
 def _runs(
-    instance: dg.DagsterInstance, sink: str, statuses: list[dg.DagsterRunStatus], limit: int
+    instance: dg.DagsterInstance,
+    sink: str,
+    statuses: list[dg.DagsterRunStatus],
+    limit: int = IN_FLIGHT_LOOKBACK,
+    tags: Mapping[str, str] | None = None,
 ) -> list[RunInfo]:
-    """``sink``'s runs in ``statuses``, newest first (one run-storage query)."""
+    """``sink``'s runs in ``statuses`` (and with ``tags``), newest first (one query)."""
     runs = instance.get_runs(
-        filters=dg.RunsFilter(statuses=statuses, tags={SINK_TAG: sink}), limit=limit
+        filters=dg.RunsFilter(statuses=statuses, tags={SINK_TAG: sink, **(tags or {})}),
+        limit=limit,
     )
     return [RunInfo(run.run_id, dict(run.tags)) for run in runs]
 
 
-def failed_runs(instance: dg.DagsterInstance, sink: str) -> DiagnosedFailures:
-    """``(partition key or "*", start state) -> Failures`` of ``sink``'s runs (one query), each
-    with the cause of its newest run, read when the planner asks (see ``run_failures``)."""
-    runs, canceled = failed_run_infos(instance, {SINK_TAG: sink}, FAILED_RUNS_LOOKBACK)
-    return DiagnosedFailures(instance, runs, canceled)
+def _following(instance: dg.DagsterInstance, sink: str) -> bool:
+    """Whether a run of ``sink`` that follows the stream is starting or running."""
+    return bool(_runs(instance, sink, _RUNNING, 1, {FOLLOW_TAG: "true"}))
 
 
 def _backoff(pipeline: Pipeline) -> Backoff:
@@ -143,46 +99,31 @@ def _backoff(pipeline: Pipeline) -> Backoff:
 
 
 def _busy(instance: dg.DagsterInstance, sink: str) -> set[str]:
-    return in_flight_keys(_runs(instance, sink, _IN_FLIGHT, IN_FLIGHT_LOOKBACK))
-
-
-def _following(instance: dg.DagsterInstance, sink: str) -> bool:
-    """Whether a run of ``sink`` that follows the stream is starting or running."""
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
-            tags={SINK_TAG: sink, FOLLOW_TAG: "true"},
-        ),
-        limit=1,
-    )
-    return bool(runs)
-
-
-def _running_ends(instance: dg.DagsterInstance, sink: str) -> dict[str, int] | None:
-    """The ends the running range runs of ``sink`` were asked for (see ``asked_ends``)."""
-    running = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
-    return asked_ends(_runs(instance, sink, running, IN_FLIGHT_LOOKBACK))
-
-
-def _queued(instance: dg.DagsterInstance, sink: str) -> bool:
-    """Whether a run of ``sink`` waits in Dagster's queue (not started yet)."""
-    return bool(_runs(instance, sink, _WAITING, 1))
-
-
-def where(pipeline: Pipeline) -> Callable[[dg.SensorEvaluationContext], dict[str, str]]:
-    """The endpoints a tick of ``pipeline``'s sensors may name in a skip reason."""
-
-    return lambda context: resource_endpoints(context, pipeline)
+    return in_flight_keys(_runs(instance, sink, _WAITING + _RUNNING))
 
 
 def _result(
     context: dg.SensorEvaluationContext,
     plan: Plan,
-    requests: list[dg.RunRequest],
+    asset: dg.AssetKey,
+    heals: Sequence[dg.RunRequest] = (),
     added: Sequence[dg.AddDynamicPartitionsRequest] = (),
 ) -> dg.SensorResult | dg.SkipReason:
+    """The plan's runs of ``asset`` and its exactly_once check (source_reachable is the topics
+    sensor's), the asset named so that the Runs list shows it as the target."""
     for message in plan.given_up:
         context.log.warning(message)
+    requests = [
+        dg.RunRequest(
+            run_key=r.run_key,
+            partition_key=r.partition_key,
+            tags=r.tags,
+            asset_selection=[asset],
+            asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
+        )
+        for r in plan.runs
+    ]
+    requests += heals
     if not requests and not added:
         return dg.SkipReason(plan.skip_reason)
     return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=list(added))
@@ -208,21 +149,16 @@ def _registering(
 def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
     """Adds a dynamic partition for every Kafka partition of the pipeline's topics."""
     partitions = pipeline_partitions(pipeline.name)
-
     source = source_of(pipeline)
-
-    def _counts(context: dg.SensorEvaluationContext) -> tuple[dict[str, int], list[str]]:
-        """Partitions per topic (and topics not found), on the active cluster if clustered:
-        a logical topic has as many partitions as the largest of its physical topics there."""
-        kafka = kafka_resource(context, pipeline.name).settings()
-        with source.opened(context, kafka) as reading:
-            return reading.partition_counts(pipeline.kafka.topics)
 
     def _body(
         context: dg.SensorEvaluationContext, _: str | None
     ) -> dg.SensorResult | dg.SkipReason:
         existing = set(context.instance.get_dynamic_partitions(partitions.name))
-        counts, missing = _counts(context)
+        kafka = kafka_resource(context, pipeline.name).settings()
+        # a clustered pipeline's on the active cluster: as many as its largest physical topic
+        with source.opened(context, kafka) as reading:
+            counts, missing = reading.partition_counts(pipeline.kafka.topics)
         new = plan_new_partitions(existing, counts, missing)
         requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
         if new.keys:
@@ -236,21 +172,17 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             return dg.SkipReason(new.skip_reason)
         return dg.SensorResult(dynamic_partitions_requests=requests)
 
-    @dg.sensor(
-        name=f"{pipeline.name}_partitions",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if source.needs_keeper else set()),
-        description="Keeps the dynamic partitions in step with the topics' partition counts "
-        "(on the active cluster of a clustered pipeline): adds a key per new Kafka partition, "
-        "removes keys that match none (naming the valid ones). An unreachable broker or keeper "
-        "is a skip reason naming it.",
+    return pipeline_sensor(
+        pipeline,
+        "partitions",
+        interval,
+        _body,
+        "Keeps the dynamic partitions in step with the topics' partition counts (on the active "
+        "cluster of a clustered pipeline): adds a key per new Kafka partition, removes keys that "
+        "match none (naming the valid ones). An unreachable broker or keeper is a skip reason "
+        "naming it.",
+        keeper=source.needs_keeper,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return guarded(_body, where(pipeline), interval)(context)
-
-    return _sensor
 
 
 def _caught_up(topics: list[TopicState]) -> set[str]:
@@ -314,34 +246,18 @@ def clickhouse_lag_sensor(
             reset=pipeline.reset,
             chdb_path=chdb_path,
             ordered_keys=ordered,
-            queued=chdb_path is not None and _queued(context.instance, sink),
-            running_ends=_running_ends(context.instance, sink) if chdb_path else None,
+            queued=chdb_path is not None and bool(_runs(context.instance, sink, _WAITING, 1)),
+            running_ends=asked_ends(_runs(context.instance, sink, _RUNNING)) if chdb_path else None,
             follow=follows,
             following=follows and chdb_path is not None and _following(context.instance, sink),
             backoff=_backoff(pipeline),
             now=time.time(),
         )
-        requests = [
-            dg.RunRequest(
-                run_key=r.run_key,
-                partition_key=r.partition_key,
-                tags=r.tags,
-                # named, so the Runs list shows the asset as the run's target
-                asset_selection=[asset],
-                # exactly_once only: source_reachable is the topics sensor's
-                asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
-            )
-            for r in plan.runs
-        ]
+        heals = []
         if ANY_PARTITION not in busy and not (chdb_path and plan.runs):
             behind = set(ordered) - _caught_up(topics)
-            at = {
-                partition_key(TopicPartition(t.topic, p)): committed(state)
-                for t in topics
-                for p, state in t.records.items()
-            }
-            requests += _heals(context, failures.runs, ordered, busy | behind, plan, chdb_path, at)
-        return _result(context, plan, requests, added)
+            heals = _heals(context, failures.runs, ordered, busy | behind, plan, topics)
+        return _result(context, plan, asset, heals, added)
 
     def _heals(
         context: dg.SensorEvaluationContext,
@@ -349,11 +265,14 @@ def clickhouse_lag_sensor(
         ordered: list[str],
         busy: set[str],
         plan: Plan,
-        chdb_path: str | None,
-        at: dict[str, int | None],
+        topics: list[TopicState],
     ) -> list[dg.RunRequest]:
-        """Runs that record the true state of caught-up partitions a killed run left failed
-        (``at``: each key's committed position, the state a heal run starts from)."""
+        """Runs that record the true state of caught-up partitions a killed run left failed."""
+        at = {
+            partition_key(TopicPartition(t.topic, p)): committed(state)
+            for t in topics
+            for p, state in t.records.items()
+        }
         planned = {r.partition_key for r in plan.runs if r.partition_key}
         for r in plan.runs:
             planned.update(run_partitions(r.tags, ordered))
@@ -387,20 +306,17 @@ def clickhouse_lag_sensor(
             )
         return healing
 
-    @dg.sensor(
-        name=f"{pipeline.name}_clickhouse_lag",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name), "keeper"},
-        target=dg.AssetSelection.assets(asset),
-        description="Requests runs for the partitions whose ClickHouse position is behind "
-        "Kafka's last stable offset, partitions left in BEFORE first: one run per partition on "
-        "a ClickHouse server, one key-range run for all of them on an embedded chDB path.",
+    return pipeline_sensor(
+        pipeline,
+        "clickhouse_lag",
+        interval,
+        _evaluate,
+        "Requests runs for the partitions whose ClickHouse position is behind Kafka's last "
+        "stable offset, partitions left in BEFORE first: one run per partition on a ClickHouse "
+        "server, one key-range run for all of them on an embedded chDB path.",
+        keeper=True,
+        target=asset,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return guarded(_evaluate, where(pipeline), interval)(context)
-
-    return _sensor
 
 
 def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
@@ -451,29 +367,16 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
             now=time.time(),
             follow=follows,
         )
-        requests = [
-            dg.RunRequest(
-                run_key=r.run_key,
-                asset_selection=[asset],
-                asset_check_keys=[dg.AssetCheckKey(asset, CHECK_NAME)],
-                tags=r.tags,
-            )
-            for r in plan.runs
-        ]
-        return _result(context, plan, requests)
+        return _result(context, plan, asset)
 
-    @dg.sensor(
-        name=f"{pipeline.name}_hudi_lag",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={kafka_resource_key(pipeline.name)}
-        | ({"keeper"} if source.needs_keeper else set()),
-        target=dg.AssetSelection.assets(asset),
-        description="Requests ONE run (one Hudi commit) covering every partition whose Hudi "
-        "checkpoint is behind Kafka's last stable offset; with hudi.follow the run covers every "
-        "partition and goes on committing what arrives.",
+    return pipeline_sensor(
+        pipeline,
+        "hudi_lag",
+        interval,
+        _evaluate,
+        "Requests ONE run (one Hudi commit) covering every partition whose Hudi checkpoint is "
+        "behind Kafka's last stable offset; with hudi.follow the run covers every partition and "
+        "goes on committing what arrives.",
+        keeper=source.needs_keeper,
+        target=asset,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return guarded(_evaluate, where(pipeline), interval)(context)
-
-    return _sensor

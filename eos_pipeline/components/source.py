@@ -1,16 +1,8 @@
 """A pipeline's source as its configuration says: one cluster, or several with a switch.
 
-The one place in the Dagster layer that looks at ``kafka.clusters``. :class:`PipelineSource` is
-built once per pipeline when the definitions are built and answers what the definitions need to
-know (whether the keeper is needed to find the cluster, whether runs may follow, whether replays
-are offered, where the records live); per run or sensor tick, :meth:`PipelineSource.at` gives
-the :class:`~eos_pipeline.sinks.source.Source` to read through. :func:`failover_pipeline` is the
-switch's view of the same configuration.
-
-The switch's wiring is here too: the ``failover`` job (:func:`failover_jobs`) does what
-``eos-pipeline failover --pipeline P --to B`` does, both calling
-:func:`eos_pipeline.adapters.failover.switch`; what ``eos-pipeline failover status`` prints is on
-the topics' observations in the UI (:func:`status_summary`, read by the topics sensor).
+The one place in the Dagster layer that looks at ``kafka.clusters``; also the switch's wiring:
+the ``failover`` job does what ``eos-pipeline failover`` does, and what ``failover status``
+prints is on the topics' observations (:func:`status_summary`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -34,15 +26,11 @@ from eos_pipeline.core.failover import TIMESTAMP, UNREACHABLE, ClusterSet, Switc
 from eos_pipeline.sinks.source import ActiveCluster, OneCluster, Source
 
 #: The ``failover`` job's description in the UI.
-FAILOVER_DESCRIPTION = """\
-Wiring of the cluster switch: a pipeline's configuration as a failover pipeline, and the job.
-
-The ``failover`` job does what ``eos-pipeline failover --pipeline P --to B`` does, with the same
-two settings as run config, so that a switch can be launched (and re-launched after a crash)
-from the Dagster UI. Both call :func:`eos_pipeline.adapters.failover.switch`. What
-``eos-pipeline failover status`` prints is on the topics' observations in the UI
-(:func:`status_summary`, read by the topics sensor).
-"""
+FAILOVER_DESCRIPTION = (
+    "Switch a pipeline to another Kafka cluster: what `eos-pipeline failover --pipeline P --to B` "
+    "does, with the same two settings as run config; safe to launch again after a crash. What "
+    "`eos-pipeline failover status` prints is on the topics' observations."
+)
 
 
 @dataclass(frozen=True)

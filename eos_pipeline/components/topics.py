@@ -1,26 +1,11 @@
 """Kafka in the lineage: each pipeline's topics and its dead-letter topic as external assets.
 
-The product does not write the source topics, so they are external assets (``AssetSpec``): the
-graph reads ``topic -> ClickHouse table / Hudi table -> dead-letter topic``. A sensor per
-pipeline observes them (``AssetObservation``): per partition the records Kafka holds, its last
-stable offset and each sink's lag, with totals Dagster plots over time. It records an
-observation when something changed, and at least every :data:`STEADY_SECONDS` otherwise, so a
-plot of lag has a point on a steady cadence (no straight ramp drawn between two far-apart
-changes) while an idle topic adds only one event a minute. When the broker (or keeper) cannot be
-read, every topic of the pipeline gets an observation saying so ("unreachable since <time>",
-the endpoint and the cause) and the tick's skip reason names it
-(:mod:`eos_pipeline.components.health`).
-
-The tables show it too: each carries the check ``source_reachable`` (:func:`source_check`),
-which this sensor evaluates (never a run): failed with severity WARN, naming the endpoint,
-since when and the fix, on every tick that cannot read the source; passed on the first tick
-that can again (and on the first tick ever, and after each new materialization of the table),
-so the table's check status turns yellow and back by itself.
-A clustered pipeline's topics also carry what ``eos-pipeline failover status`` prints, read at
-most every :data:`STEADY_SECONDS` (:mod:`eos_pipeline.components.source`).
-
-Cost per evaluation: per topic one metadata + two ListOffsets requests, one keeper listing with
-pipelined gets (ClickHouse positions) and a few file reads of the Hudi timeline (hudi-rs).
+The product never writes a topic, so they are external assets, observed by one sensor per
+pipeline: per partition the records held, the last stable offset and each sink's lag. It records
+when something changed, and at least every :data:`STEADY_SECONDS`, so a lag plot has a point on
+a steady cadence while an idle topic adds one event a minute. When the source cannot be read,
+every topic says "unreachable since" and each table's :data:`SOURCE_CHECK` (evaluated by this
+sensor only, never a run) fails with severity WARN, passing again by itself once it answers.
 No Spark, no ClickHouse.
 """
 
@@ -28,7 +13,7 @@ No Spark, no ClickHouse.
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,23 +39,12 @@ from eos_pipeline.components.health import (
     NamedFault,
     OnFault,
     Streak,
-    guarded,
-    resource_endpoints,
+    pipeline_sensor,
 )
-from eos_pipeline.components.resources import KeeperResource, kafka_resource, kafka_resource_key
+from eos_pipeline.components.resources import KeeperResource, kafka_resource
 from eos_pipeline.components.source import source_of, status_metadata, status_summary
 from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import PartitionLag, committed, partition_lags, sink_state
-
-__all__ = [
-    "SOURCE_CHECK",
-    "STEADY_SECONDS",
-    "dead_letter_key",
-    "source_check",
-    "topic_key",
-    "topic_specs",
-    "topics_sensor",
-]
 
 #: Longest time between two observations of a topic, changed or not.
 STEADY_SECONDS = 60
@@ -79,13 +53,13 @@ STEADY_SECONDS = 60
 SOURCE_CHECK = "source_reachable"
 
 
+def _sinks(pipeline: Pipeline) -> list[str]:
+    return [s for s, on in ((CLICKHOUSE_SINK, pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+
+
 def sink_keys(pipeline: Pipeline) -> list[dg.AssetKey]:
-    keys = []
-    if pipeline.clickhouse is not None:
-        keys.append(clickhouse_key(pipeline))
-    if pipeline.hudi is not None:
-        keys.append(hudi_key(pipeline))
-    return keys
+    keys = {CLICKHOUSE_SINK: clickhouse_key, "hudi": hudi_key}
+    return [keys[sink](pipeline) for sink in _sinks(pipeline)]
 
 
 def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
@@ -152,9 +126,12 @@ def _table(rows: list[PartitionLag], sinks: list[str]) -> dg.TableMetadataValue:
 
 
 def observation(
-    key: dg.AssetKey, rows: list[PartitionLag], sinks: list[str]
+    key: dg.AssetKey,
+    rows: list[PartitionLag],
+    sinks: list[str],
+    extra: Mapping[str, object] | None = None,
 ) -> dg.AssetObservation:
-    """One observation of a topic: the per-partition table and plottable totals."""
+    """One observation of a topic: the per-partition table and plottable totals (and ``extra``)."""
     metadata: dict[str, object] = {
         # the counterpart of an outage's ``reachable: false`` (``unreachable_events``)
         "reachable": True,
@@ -165,7 +142,7 @@ def observation(
     }
     for sink in sinks:
         metadata[_LAG_COLUMNS[sink]] = sum(r.lags[sink] for r in rows)
-    return dg.AssetObservation(asset_key=key, metadata=metadata)
+    return dg.AssetObservation(asset_key=key, metadata={**metadata, **(extra or {})})
 
 
 def _digest(parts: object) -> str:
@@ -230,7 +207,7 @@ def dead_letter_counts(kafka: KafkaSettings, pipeline: Pipeline) -> dict[str, ob
     from eos_pipeline.core.replay import dead_offsets
 
     log = read_dead_letter_log(kafka, pipeline.dead_letter_topic)
-    sinks = [s for s, on in ((CLICKHOUSE_SINK, pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    sinks = _sinks(pipeline)
     per_sink = {sink: dead_offsets(log, pipeline.name, sink) for sink in sinks}
     sources = sorted({tp for found in per_sink.values() for tp in found})
     columns = [dg.TableColumn("source_partition", "string")] + [
@@ -354,30 +331,17 @@ def unreachable_events(pipeline: Pipeline) -> OnFault:
 
 
 def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
-    keeper_needed = pipeline.clickhouse is not None or source_of(pipeline).needs_keeper
-    resources = {kafka_resource_key(pipeline.name)} | ({"keeper"} if keeper_needed else set())
-
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
-            return resource_endpoints(context, pipeline)
-
-        return guarded(_topics_body(pipeline), where, interval, unreachable_events(pipeline))(
-            context
-        )
-
-    @dg.sensor(
-        name=f"{pipeline.name}_topics",
-        minimum_interval_seconds=interval,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys=resources,
-        description="Observes the pipeline's Kafka topics: records held, last stable offset and "
-        "each sink's lag per partition (on change, and at least every minute); when the broker "
-        "cannot be read, 'unreachable since <time>' on every topic.",
+    return pipeline_sensor(
+        pipeline,
+        "topics",
+        interval,
+        _topics_body(pipeline),
+        "Observes the pipeline's Kafka topics: records held, last stable offset and each sink's "
+        "lag per partition (on change, and at least every minute); when the broker cannot be "
+        "read, 'unreachable since <time>' on every topic.",
+        keeper=pipeline.clickhouse is not None or source_of(pipeline).needs_keeper,
+        on_fault=unreachable_events(pipeline),
     )
-    def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        return _sensor(context)
-
-    return _tick
 
 
 def _topics_body(pipeline: Pipeline) -> Body:
@@ -430,8 +394,7 @@ def _topics_body(pipeline: Pipeline) -> Body:
             if pipeline.dead_letter_topic in missing:
                 return events
             dlq = events[-1]
-            counts = dead_letter_counts(kafka, pipeline)
-            metadata = {**dlq.metadata, **counts}
+            metadata = {**dlq.metadata, **dead_letter_counts(kafka, pipeline)}
             return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
 
         return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
@@ -451,7 +414,7 @@ def _clustered(
     kafka = kafka_resource(context, pipeline.name).settings()
     events: list[dg.AssetObservation] = []
     seen: dict[str, object] = {}
-    sinks = [s for s, on in (("clickhouse", pipeline.clickhouse), ("hudi", pipeline.hudi)) if on]
+    sinks = _sinks(pipeline)
     status = _cursor(cursor).get("failover")
     stale = not isinstance(status, dict) or time.time() - status["at"] >= STEADY_SECONDS
     with keeper.store() as store:
@@ -461,25 +424,18 @@ def _clustered(
             if stale:  # what `eos-pipeline failover status` prints, at most once a minute
                 status = status_summary(store, pipeline)
             assert isinstance(status, dict)
-            shown_status = status_metadata(status)
+            extra = {"cluster": dg.MetadataValue.text(active.alias), **status_metadata(status)}
             for index, topic in enumerate(pipeline.kafka.topics):
-                follows_hudi = topic == pipeline.kafka.topics[0]
                 rows = active.topic_lags(
                     store,
                     topic,
                     clickhouse_sink=CLICKHOUSE_SINK if pipeline.clickhouse is not None else None,
-                    hudi_table=pipeline.hudi.path if follows_hudi and pipeline.hudi else None,
+                    hudi_table=pipeline.hudi.path if index == 0 and pipeline.hudi else None,
                     reset=pipeline.reset,
                 )
                 shown = sinks if index == 0 else [s for s in sinks if s != "hudi"]
                 seen[topic] = _seen(rows)
-                event = observation(topic_key(topic), rows, shown)
-                metadata = {
-                    **event.metadata,
-                    "cluster": dg.MetadataValue.text(active.alias),
-                    **shown_status,
-                }
-                events.append(dg.AssetObservation(asset_key=event.asset_key, metadata=metadata))
+                events.append(observation(topic_key(topic), rows, shown, extra))
         except SwitchInProgress as exc:
             return dg.SkipReason(str(exc))
     seen_all = [active.alias, seen]

@@ -21,8 +21,9 @@ from dagster._core.storage.tags import (
 
 from eos_pipeline.components.assets import hudi_key
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions, load_project
+from eos_pipeline.components.project import load_project
 from eos_pipeline.core.planning import FOLLOW_TAG
+from eos_pipeline_tests.support.definitions import build_definitions
 
 
 def main(argv: list[str]) -> int:

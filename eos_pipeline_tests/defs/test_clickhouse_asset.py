@@ -18,8 +18,8 @@ from eos_pipeline.adapters.dlq import dead_letter_offsets
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key
 from eos_pipeline.components.metadata import ACTIVITY_KEYS, partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.planning import keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 
 from .conftest import Rig
 

@@ -17,7 +17,6 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import clickhouse_key
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.source import failover_pipeline
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import SINK_TAG, keys_for
@@ -28,6 +27,7 @@ from eos_pipeline_tests.mirror_fixtures import (
     two_cluster_topic,
     wait_for_records,
 )
+from eos_pipeline_tests.support.definitions import build_definitions
 
 pytestmark = pytest.mark.integration
 

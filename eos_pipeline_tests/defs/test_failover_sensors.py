@@ -27,7 +27,6 @@ from eos_pipeline.components.assets import clickhouse_spec, hudi_key, hudi_spec,
 from eos_pipeline.components.checks import hudi_identity_proofs
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.source import failover_pipeline
 from eos_pipeline.core.failover import ActiveState
 from eos_pipeline.core.offsets import TopicPartition
@@ -35,6 +34,7 @@ from eos_pipeline.core.planning import partition_key
 from eos_pipeline.sinks.hudi import HudiTableSync
 from eos_pipeline.sinks.source import ActiveCluster
 from eos_pipeline_tests.mirror_fixtures import produce_events, wait_for_records
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.sensor_tick import tick
 from eos_pipeline_tests.support.sink_runs import run_active_clickhouse
 

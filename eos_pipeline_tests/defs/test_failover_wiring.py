@@ -10,7 +10,6 @@ import pytest
 from eos_pipeline.adapters.failover import FailoverStatus, SwitchReport
 from eos_pipeline.components.assets import topic_key
 from eos_pipeline.components.config import ConfigError, parse_config
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.source import (
     describe,
     failover_pipeline,
@@ -25,6 +24,7 @@ from eos_pipeline.core.failover import (
     SwitchRefused,
     partition_replication,
 )
+from eos_pipeline_tests.support.definitions import build_definitions
 
 ONE = """
 pipelines:

@@ -26,10 +26,9 @@ from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import CHECK_NAME, hudi_key
 from eos_pipeline.components.metadata import ACTIVITY_KEYS, IDLE_CASE, partitions_name
-from eos_pipeline.components.project import build_definitions
-from eos_pipeline.components.sensors import HUDI_TABLE_TAG
 from eos_pipeline.core.offsets import TopicPartition
-from eos_pipeline.core.planning import keys_for
+from eos_pipeline.core.planning import HUDI_TABLE_TAG, keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.defs_folder import write_defs
 from eos_pipeline_tests.support.sensor_tick import tick
 

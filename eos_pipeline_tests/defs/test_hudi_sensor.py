@@ -23,9 +23,9 @@ from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import hudi_key
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
 from eos_pipeline_tests.support.sensor_tick import tick
 

@@ -15,8 +15,8 @@ from eos_pipeline.components.metadata import (
     partitions_name,
     quiet_when_idle,
 )
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.planning import keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 
 from .conftest import Rig
 

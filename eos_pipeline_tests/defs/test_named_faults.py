@@ -14,9 +14,9 @@ from eos_pipeline.components.assets import CHECK_NAME
 from eos_pipeline.components.config import PipelinesFile, parse_config
 from eos_pipeline.components.health import Streak
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.topics import SOURCE_CHECK
 from eos_pipeline.core.planning import keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import pipeline_yaml

@@ -18,11 +18,11 @@ from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key, clickhouse_spec
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.replay import DRY_RUN_TAG, replay_job_name
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import keys_for
 from eos_pipeline.sinks.replay import ClickHouseReplay
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.defs_folder import write_defs
 
 from .conftest import Rig, pipeline_yaml

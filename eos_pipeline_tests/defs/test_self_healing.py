@@ -10,9 +10,9 @@ import dagster as dg
 import pytest
 
 from eos_pipeline.components.assets import CHECK_NAME, clickhouse_key
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.run_failures import HEAL_TAG, MAX_HEALS
 from eos_pipeline.sinks.hooks import SinkHooks
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig

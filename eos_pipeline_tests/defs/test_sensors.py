@@ -15,7 +15,6 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import clickhouse_key
 from eos_pipeline.components.config import PipelinesFile, Retry
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.resources import ClickHouseResource, chdb_path
 from eos_pipeline.components.sensors import (
     CHDB_PATH_TAG,
@@ -28,6 +27,7 @@ from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import keys_for
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig, following, run_in_flight

@@ -19,8 +19,8 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.components.assets import clickhouse_key
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.planning import keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.evolution import V1, V2, v1, v2, writer
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,11 @@ from eos_pipeline.components.assets import clickhouse_key, hudi_key
 from eos_pipeline.components.config import ConfigError, parse_config
 from eos_pipeline.components.project import (
     SubjectUnavailableError,
-    build_definitions,
     resolve_subject,
 )
 from eos_pipeline.core.errors import Fault
 from eos_pipeline.core.schema import RegistrySettings, SchemaError
+from eos_pipeline_tests.support.definitions import build_definitions
 
 AVRO = json.dumps(
     {

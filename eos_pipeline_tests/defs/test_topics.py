@@ -13,9 +13,9 @@ from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import clickhouse_key, dead_letter_key, topic_key
 from eos_pipeline.components.health import Streak
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.components.topics import SOURCE_CHECK, STEADY_SECONDS
 from eos_pipeline.core.planning import keys_for
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.sensor_tick import tick
 
 from .conftest import Rig

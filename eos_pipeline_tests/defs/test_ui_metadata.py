@@ -27,10 +27,10 @@ from eos_pipeline.components.metadata import (
     per_partition,
     record_run,
 )
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.offsets import OffsetRange
 from eos_pipeline.core.planning import keys_for, parse_partition_key
 from eos_pipeline.core.proof import compare
+from eos_pipeline_tests.support.definitions import build_definitions
 
 from .conftest import pipeline_yaml
 

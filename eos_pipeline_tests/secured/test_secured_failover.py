@@ -25,7 +25,6 @@ from eos_pipeline.adapters.kafka import KafkaSettings, idempotent_producer, prod
 from eos_pipeline.cli import main as cli_main
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import keys_for
 from eos_pipeline_tests.mirror_fixtures import wait_for_records
@@ -36,6 +35,7 @@ from eos_pipeline_tests.secured.conftest import (
     outputs_of,
     secrets_of,
 )
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.defs_folder import write_defs
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -30,7 +30,6 @@ from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.adapters.keeper import KeeperAuthError, KeeperStateStore
 from eos_pipeline.components.config import parse_config
 from eos_pipeline.components.metadata import partitions_name
-from eos_pipeline.components.project import build_definitions
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.planning import keys_for
@@ -47,6 +46,7 @@ from eos_pipeline_tests.secured.conftest import (
 )
 from eos_pipeline_tests.sinks.clickhouse_stage import SCHEMA
 from eos_pipeline_tests.support.dead_letters import read_dead_letters
+from eos_pipeline_tests.support.definitions import build_definitions
 
 pytestmark = pytest.mark.integration
 

@@ -2,7 +2,7 @@
 
 ``test_dagster_kills.py`` runs ``dagster dev`` over a workspace naming this module instead of
 :mod:`eos_pipeline.definitions`. Assets, checks, sensors and resources are the product's, built
-by :func:`eos_pipeline.components.project.build_definitions` from the same defs folder
+by :func:`eos_pipeline_tests.support.definitions.build_definitions` from the same defs folder
 (``EOS_DEFS_DIR``); only the sinks' hooks differ: they are the ones of
 :mod:`eos_pipeline_tests.support.faults`, armed by ``EOS_FAULT_STEP`` in the run's environment.
 
@@ -16,9 +16,10 @@ from typing import Any
 
 from eos_pipeline.components.assets import CLICKHOUSE_SINK, HooksFor
 from eos_pipeline.components.config import Pipeline, PipelinesFile
-from eos_pipeline.components.project import build_definitions, load_project
+from eos_pipeline.components.project import load_project
 from eos_pipeline.components.resources import chdb_path
 from eos_pipeline.sinks.hooks import SinkHooks
+from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.faults import clickhouse_fault, hudi_fault, scoped_fault
 
 
