@@ -160,7 +160,7 @@ def hudi_replay_job(pipeline: Pipeline) -> dg.JobDefinition:
     def replay_range(
         context: dg.OpExecutionContext, config: ReplayConfig
     ) -> dg.Output[dict[str, Any]]:
-        from eos_pipeline.sinks.hudi_replay import HudiReplay
+        from eos_pipeline.sinks.hudi import HudiReplay
 
         tp = _tp(pipeline, config)
         source = kafka_resource(context, pipeline.name)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -58,7 +58,6 @@ from eos_pipeline.core.decode import (
     writer_ids,
 )
 from eos_pipeline.core.dedup import (
-    Decision,
     OffsetRegressionError,
     Phase,
     SinkState,
@@ -66,13 +65,23 @@ from eos_pipeline.core.dedup import (
     dedup_token,
 )
 from eos_pipeline.core.errors import LogChanged
-from eos_pipeline.core.failover import row_topic
+from eos_pipeline.core.failover import (
+    MirroredRecord,
+    ReplicaPending,
+    Window,
+    resume_after,
+    row_topic,
+)
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
+from eos_pipeline.core.positions import (
+    check_same_log,
+    needs_log_start,
+    sink_state,
+    start_offset,
+)
 from eos_pipeline.core.schema import TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.resume import resolve_pending
 from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 log = logging.getLogger(__name__)
@@ -142,7 +151,7 @@ class SyncReport:
     #: Cluster alias read from (None: single-cluster pipeline).
     cluster: str | None = None
     #: After a switch: records read again to find the last written one, and how many of them
-    #: were skipped as already written (see :mod:`eos_pipeline.sinks.resume`).
+    #: were skipped as already written (see :func:`locate_copy`).
     reread: int = 0
     skipped: int = 0
 
@@ -175,12 +184,60 @@ def case_summary(cases: list[str]) -> str:
     return ", ".join(case if n == 1 else f"{case} x{n}" for case, n in parts)
 
 
-def state_of(record: KeeperRecord | None) -> SinkState | None:
-    """The sink state a keeper record holds, or None before its first write."""
-    if record is None or not record.has_state:
-        return None
-    assert record.range_start is not None and record.range_end is not None
-    return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
+def locate_copy(
+    kafka: KafkaSettings, tp: TopicPartition, start: int, mark: Mark, target: int
+) -> tuple[int, Mark, int, int]:
+    """Exact resume after a switch: find a pending mark's copy in ``tp`` from ``start``;
+    (position, mark, re-read, skipped).
+
+    A switch (``eos-pipeline failover``) stores, per partition of the new cluster's topics, a
+    translated position (never ahead of the truth) and a *pending mark*: the fingerprint of the
+    last record written from the old cluster, whose copy lies somewhere in ``[position,
+    window_end)``. Before writing anything, the sink reads that window, finds the copy by
+    fingerprint (the core's :func:`~eos_pipeline.core.failover.resume_after`) and moves its
+    position right after it. Every record before the copy was written already, so skipping them
+    is exact, not a guess.
+
+    When the window is open (no offset sync after the position yet) and the copy is not there,
+    MirrorMaker 2 has not copied it yet: everything read is a copy of an earlier record, so all
+    of it is skipped and the mark stays pending until the copy arrives. A closed window without
+    the copy, or two copies, stop the run with the core's error; nothing is written.
+    """
+    assert mark.pending
+    end = target if mark.window_end is None else min(mark.window_end, target)
+    batch = read_range(kafka, tp, OffsetRange(start, max(start, end)))
+    records = [
+        MirroredRecord(
+            batch.offsets[i],
+            batch.keys[i],
+            batch.values[i],
+            batch.timestamps_ms[i],
+            batch.headers.get(i, ()),
+        )
+        for i in range(len(batch))
+    ]
+    window = Window(start, mark.window_end)
+    try:
+        point = resume_after(tp, mark.fingerprint, records, window)
+    except ReplicaPending:
+        log.warning(
+            "%s: the last written record (fingerprint %s) is not copied here yet; skipping the "
+            "%d copies before it and waiting for the rest",
+            tp,
+            mark.fingerprint,
+            len(records),
+        )
+        return batch.range.end, mark, len(records), len(records)
+    log.info(
+        "%s: resumed after offset %d, the copy of the last record written before the switch "
+        "(%d re-read, %d skipped)",
+        tp,
+        point.matched_offset,
+        len(records),
+        point.skipped,
+    )
+    located = Mark(mark.fingerprint, point.matched_offset, None, mark.timestamp_ms)
+    return point.position, located, len(records), point.skipped
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -234,20 +291,24 @@ class ClickHousePartitionSync:
         """Catch ``tp`` up to ``until`` (default: its last stable offset, fixed now)."""
         key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
         lease = self.store.acquire(key, writer=self.writer)
-        state = state_of(lease.record)
+        state = sink_state(lease.record)
         tid = self._same_topic(tp, lease.record)
         log_end = self._log_end(tp, state)
         target = until if until is not None else log_end
         reread = skipped = 0
-        if lease.record.mark is not None and lease.record.mark.pending:
+        mark, stored_end = lease.record.mark, lease.record.range_end
+        if mark is not None and mark.pending:
             # A switch moved the position here: skip the copies of what was already written.
-            reread, skipped = resolve_pending(self.store, lease, self.kafka, tp, target, tid)
-            state = state_of(lease.record)
+            assert stored_end is not None
+            at, found, reread, skipped = locate_copy(self.kafka, tp, stored_end, mark, target)
+            located = None if found.pending else found
+            self.store.write(lease, at, at, Phase.AFTER.value, topic_id=tid, mark=located)
+            state = sink_state(lease.record)
         if state is None and self.spec.reset == "latest":
             # Pin where the partition starts: without a stored position every later run would
             # start at the then-latest offset and skip the records produced in between.
             self.store.write(lease, target, target, Phase.AFTER.value, topic_id=tid)
-            state = state_of(lease.record)
+            state = sink_state(lease.record)
         start = self._next_start(tp, state, target)
         report = SyncReport(
             tp=tp,
@@ -269,7 +330,7 @@ class ClickHousePartitionSync:
         # One consumer for the run's batches: the next batch continues from what it fetched.
         with self._reader() as consumer:
             while True:
-                state = state_of(lease.record)
+                state = sink_state(lease.record)
                 if state is not None and state.phase is Phase.BEFORE:
                     # Recover first: re-read exactly the range that was in flight.
                     wanted, max_bytes = state.range, None
@@ -282,7 +343,7 @@ class ClickHousePartitionSync:
                 batch = read_range(self.kafka, tp, wanted, max_bytes=max_bytes, consumer=consumer)
                 report.batches.append(self._process(lease, state, batch, tid))
                 report.end = batch.range.end
-        final = state_of(lease.record)
+        final = sink_state(lease.record)
         report.end = final.range.end if final else report.end
         log.info(
             "%s: done at offset %d (%d records read, %d rows sent, %d dead letters)",
@@ -373,14 +434,29 @@ class ClickHousePartitionSync:
             cropped=decision.cropped,
             records_read=len(batch),
         )
-        self._log_decision(tp, state, decision)
+        log.info(
+            "%s: batch %s against %s -> %s; steps %s, skipped %s%s%s",
+            tp,
+            decision.batch,
+            state or "no state",
+            decision.label,
+            [str(s) for s in decision.steps],
+            [str(s) for s in decision.skipped],
+            f", cropped {decision.cropped}" if decision.cropped else "",
+            f", unconfirmed {decision.unconfirmed}" if decision.unconfirmed else "",
+        )
         if decision.dead_letter is not None:
-            report.dead_letters += self._send_dead(
-                batch,
-                decision.dead_letter,
-                ErrorClass.UNRECOVERABLE_REPLAY,
+            message = (
                 f"range {decision.dead_letter} is part of {state} which cannot be re-sent "
-                "identically",
+                "identically"
+            )
+            report.dead_letters += self._send_dead(
+                batch.tp,
+                (batch.offsets, batch.keys, batch.values),
+                [
+                    (i, ErrorClass.UNRECOVERABLE_REPLAY, message)
+                    for i in self._slice(batch, decision.dead_letter)
+                ],
             )
         for step in decision.steps:
             self.fault("before_keeper_before")
@@ -403,19 +479,6 @@ class ClickHousePartitionSync:
         report.seconds = time.monotonic() - began
         return report
 
-    def _log_decision(self, tp: TopicPartition, state: SinkState | None, d: Decision) -> None:
-        log.info(
-            "%s: batch %s against %s -> %s; steps %s, skipped %s%s%s",
-            tp,
-            d.batch,
-            state or "no state",
-            d.label,
-            [str(s) for s in d.steps],
-            [str(s) for s in d.skipped],
-            f", cropped {d.cropped}" if d.cropped else "",
-            f", unconfirmed {d.unconfirmed}" if d.unconfirmed else "",
-        )
-
     def _mark(self, batch: KafkaBatch, step: OffsetRange) -> Mark | None:
         """The last record of ``step`` by identity (None for a step of markers only: keep)."""
         rows = self._slice(batch, step)
@@ -432,12 +495,18 @@ class ClickHousePartitionSync:
         hi = bisect.bisect_left(batch.offsets, part.end, lo)
         return range(lo, hi)
 
-    def _send_dead(self, batch: KafkaBatch, part: OffsetRange, cls: str, message: str) -> int:
-        rows = self._slice(batch, part)
+    def _send_dead(
+        self,
+        tp: TopicPartition,
+        records: tuple[Sequence[int], Sequence[bytes | None], Sequence[bytes | None]],
+        verdicts: Iterable[tuple[int, str, str]],
+    ) -> int:
+        """Send the records (offsets, keys, values) at each verdict's index as dead letters."""
+        offsets, keys, values = records
         letters = [
-            DeadLetter(batch.offsets[i], batch.keys[i], batch.values[i], cls, message) for i in rows
+            DeadLetter(offsets[i], keys[i], values[i], cls, message) for i, cls, message in verdicts
         ]
-        return self.dead_letters.send(batch.tp, letters)
+        return self.dead_letters.send(tp, letters)
 
     def insert_rows(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
         """Insert the step's good records as one block under the step's token; DLQ the rest.
@@ -458,16 +527,11 @@ class ClickHousePartitionSync:
         over = oversized_positions(keys, values, self.spec.max_record_bytes)
         if over:
             limit = self.spec.max_record_bytes
-            dead += self.dead_letters.send(
+            dead += self._send_dead(
                 batch.tp,
+                (offsets, keys, values),
                 [
-                    DeadLetter(
-                        offsets[i],
-                        keys[i],
-                        values[i],
-                        ErrorClass.OVERSIZED,
-                        oversized(keys[i], values[i], limit) or "",
-                    )
+                    (i, ErrorClass.OVERSIZED, oversized(keys[i], values[i], limit) or "")
                     for i in over
                 ],
             )
@@ -493,14 +557,10 @@ class ClickHousePartitionSync:
             return sent, dead
         decoded = decode_values(values, self.spec.schema)  # JSON, or framed via the registry
         if decoded.bad:
-            dead += self.dead_letters.send(
+            dead += self._send_dead(
                 batch.tp,
-                [
-                    DeadLetter(
-                        offsets[b.index], keys[b.index], values[b.index], b.error_class, b.message
-                    )
-                    for b in decoded.bad
-                ],
+                (offsets, keys, values),
+                [(b.index, b.error_class, b.message) for b in decoded.bad],
             )
         if not decoded.index:
             return 0, dead  # a range of markers, aborted or bad records: the position still moves
@@ -579,5 +639,5 @@ __all__ = [
     "PositionLogChanged",
     "SyncReport",
     "case_summary",
-    "state_of",
+    "locate_copy",
 ]

@@ -24,7 +24,7 @@ Hudi sink, :class:`~eos_pipeline.sinks.hudi.HudiTableSync`, plans through its so
   active cluster. When a run finds the latest commit on another cluster, the plan moves the
   position with the core's rule: translated through the offset syncs, a pending mark per
   partition, then the copy of the last record written is found by fingerprint in the re-read
-  window (``sinks.resume.locate_copy``) and everything up to it is skipped; the first commit on
+  window (``sinks.clickhouse.locate_copy``) and everything up to it is skipped; the first commit on
   the new cluster stores the result. Because the move starts from whatever commit is latest, a
   write still in flight on the old cluster when the switch ran is carried over as well; Hudi's
   commit fence keeps an old-cluster and a new-cluster writer from both committing. Tables written
@@ -92,9 +92,12 @@ from eos_pipeline.core.positions import (
     partition_lags,
     sink_state,
 )
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+from eos_pipeline.sinks.clickhouse import (
+    ClickHousePartitionSync,
+    ClickHouseTableSpec,
+    locate_copy,
+)
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.resume import locate_copy
 
 log = logging.getLogger(__name__)
 

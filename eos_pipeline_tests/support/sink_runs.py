@@ -17,12 +17,12 @@ from eos_pipeline.core.dedup import OffsetRegressionError, decide
 from eos_pipeline.core.failover import ResumeError
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.positions import sink_state
 from eos_pipeline.sinks.clickhouse import (
     BatchReport,
     ClickHousePartitionSync,
     ClickHouseTableSpec,
     SyncReport,
-    state_of,
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.source import ActiveCluster
@@ -45,13 +45,13 @@ def run_range(
             f"{tp}: a switch moved this partition here and the sink has not found the last "
             "record written before it yet; run the partition (not a range) first"
         )
-    error = decide(state_of(record), wanted, tp).error
+    error = decide(sink_state(record), wanted, tp).error
     if error is not None:
         raise OffsetRegressionError(error)
     lease = sync.store.acquire(key, writer=sync.writer)
     tid = sync._same_topic(tp, lease.record)
     batch = read_range(sync.kafka, tp, wanted)
-    return sync._process(lease, state_of(lease.record), batch, tid)
+    return sync._process(lease, sink_state(lease.record), batch, tid)
 
 
 def run_active_clickhouse(
