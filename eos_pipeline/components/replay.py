@@ -32,7 +32,7 @@ from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 
 if TYPE_CHECKING:
-    from eos_pipeline.sinks.replay import ReplayReport
+    from eos_pipeline.sinks.clickhouse import ReplayReport
 
 __all__ = [
     "DRY_RUN_TAG",
@@ -122,7 +122,7 @@ def clickhouse_replay_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinit
     def replay_range(
         context: dg.OpExecutionContext, config: ReplayConfig
     ) -> dg.Output[dict[str, Any]]:
-        from eos_pipeline.sinks.replay import ClickHouseReplay
+        from eos_pipeline.sinks.clickhouse import ClickHouseReplay
 
         tp = _tp(pipeline, config)
         kafka = kafka_resource(context, pipeline.name).settings()

@@ -87,8 +87,8 @@ from eos_pipeline.core.planning import (
 from eos_pipeline.core.positions import checkpoint_state
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused, plan_replay
 from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.sinks.clickhouse import ReplayReport
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
-from eos_pipeline.sinks.replay import ReplayReport
 from eos_pipeline.sinks.schema_follow import SchemaFollower
 from eos_pipeline.sinks.source import HudiPlan, OneCluster, Source
 
@@ -333,13 +333,6 @@ class HudiTableSync:
         self.follower = SchemaFollower(spec.schema)
 
     # ------------------------------------------------------------------------------- reading
-    def positions(self) -> Checkpoint | None:
-        """Next offset per partition read from the source after the latest completed commit
-        (each physical topic's, with clusters); None for a new table."""
-        commit = latest_commit(self.spark, self.spec.table_path)
-        with _refusals():
-            return self.source.hudi_stored(commit, self.spec.table_path, self.spec.topic)
-
     def plan(
         self,
         partitions: Collection[int] | None = None,

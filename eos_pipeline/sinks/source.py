@@ -58,11 +58,9 @@ from eos_pipeline.adapters.hudi_timeline import CommitInfo, latest_checkpoint, l
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     TopicInfo,
-    TopicMissingError,
     describe,
     end_offsets,
     end_offsets_of,
-    partition_count,
     range_consumer,
     read_range,
     start_offsets,
@@ -189,11 +187,6 @@ class Source(ABC):
         """The source topic a row read here from ``topic`` stores."""
 
     @abstractmethod
-    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
-        """Next offset per partition read here that ``commit`` stores (None: a new table);
-        ``TransactionRefused`` when the commit is not ``topic``'s."""
-
-    @abstractmethod
     def plan_hudi(
         self,
         previous: CommitInfo | None,
@@ -271,9 +264,6 @@ class OneCluster(Source):
 
     def row_topic(self, topic: str) -> str:
         return topic
-
-    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
-        return commit.checkpoint if commit else None
 
     def plan_hudi(
         self,
@@ -393,12 +383,8 @@ class ActiveCluster(Source):
         counts: dict[str, int] = {}
         missing: list[str] = []
         for topic in topics:
-            found = [
-                partition_count(self.kafka, physical)
-                for physical in self.physical_topics(topic)
-                if _exists(self.kafka, physical)
-            ]
-            if found:
+            found = [partitions_of(self.kafka, t) for t in self.physical_topics(topic)]
+            if any(found):
                 counts[topic] = max(found)
             else:
                 missing.append(topic)
@@ -412,22 +398,23 @@ class ActiveCluster(Source):
         """``A:T``: ``T`` on A is not ``T`` on B, and the source coordinates are the key."""
         return row_topic(self.alias, topic)
 
-    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
-        stored = self._table_position(commit, table, topic)
-        return None if stored is None else dict(stored.positions)
-
     def _table_position(
         self, commit: CommitInfo | None, table: str, topic: str
     ) -> TablePosition | None:
+        """:meth:`_stored`, refusing a plain checkpoint of another topic."""
+        if commit is not None and commit.cluster_position is None:
+            foreign = sorted({tp.topic for tp in commit.checkpoint} - {topic})
+            if foreign:
+                raise TransactionRefused(
+                    f"{table}: the table's checkpoint is for topic(s) {foreign}, "
+                    f"not {topic!r}; one Hudi table follows one topic"
+                )
+        return self._stored(commit)
+
+    def _stored(self, commit: CommitInfo | None) -> TablePosition | None:
         """The cluster position of ``commit``; a plain checkpoint is on the initial cluster."""
         if commit is None:
             return None
-        foreign = sorted({tp.topic for tp in commit.checkpoint} - {topic})
-        if commit.cluster_position is None and foreign:
-            raise TransactionRefused(
-                f"{table}: the table's checkpoint is for topic(s) {foreign}, "
-                f"not {topic!r}; one Hudi table follows one topic"
-            )
         return stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
 
     def _carry_over(self, stored: TablePosition, name: str, topic: str) -> TablePosition:
@@ -497,15 +484,11 @@ class ActiveCluster(Source):
             position = self._carry_over(stored, name, topic) if moved else stored
         ends: dict[TopicPartition, int] = {}
         lows: dict[TopicPartition, int] = {}
-        counts = []
-        for physical in self.fp.clusters.topics(topic, active):
-            count = partitions_of(kafka, physical.topic)
-            counts.append(count)
-            if count:
-                for p, e in end_offsets(kafka, physical.topic).items():
-                    ends[TopicPartition(physical.topic, p)] = e
-                for p, low in start_offsets(kafka, physical.topic).items():
-                    lows[TopicPartition(physical.topic, p)] = low
+        found = self.ends(topic)
+        for physical, physical_ends in found.items():
+            ends.update({TopicPartition(physical, p): e for p, e in physical_ends.items()})
+            starts = start_offsets(kafka, physical)
+            lows.update({TopicPartition(physical, p): low for p, low in starts.items()})
         check_same_log(
             f"{table} on {active!r}",
             topic=topic,
@@ -555,6 +538,7 @@ class ActiveCluster(Source):
             since.update(position.positions)
         position = position.advanced(start_at, {}, since)
         after = position.advanced({tp: r.end for tp, r in ranges.items()}, {})
+        counts = [len(e) for e in found.values()]
         summary_count = max([*counts, len(previous.checkpoint) if previous else 0, 1])
         stored_text = previous.cluster_position if previous else None
         return HudiPlan(
@@ -631,12 +615,7 @@ class ActiveCluster(Source):
     ) -> HudiPositions:
         """The table's cluster position folded against this cluster's ends; nothing stored
         folds from 0 (``core.failover.fold``)."""
-        commit = latest_commit(table_path)
-        stored = (
-            None
-            if commit is None
-            else stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
-        )
+        stored = self._stored(latest_commit(table_path))
         moved = stored is not None and stored.cluster != self.alias
         per: dict[int, list[tuple[int, int | None]]] = {}
         for physical, ends in self.ends(topic).items():
@@ -664,13 +643,9 @@ class ActiveCluster(Source):
         with nothing stored does.
         """
         hudi: dict[TopicPartition, int] = {}
-        if hudi_table is not None:
-            commit = latest_commit(hudi_table)
-            if commit is not None:
-                stored = stored_position(
-                    commit.cluster_position, commit.checkpoint, self.fp.initial
-                )
-                hudi = dict(stored.positions) if stored.cluster == self.alias else {}
+        stored = None if hudi_table is None else self._stored(latest_commit(hudi_table))
+        if stored is not None and stored.cluster == self.alias:
+            hudi = dict(stored.positions)
         totals: dict[int, PartitionLag] = {}
         for physical, ends in self.ends(topic).items():
             starts = start_offsets(self.kafka, physical)
@@ -723,15 +698,6 @@ def _marks_before(
                 else None
             )
     return marks
-
-
-def _exists(kafka: KafkaSettings, topic: str) -> bool:
-    """Whether a physical topic exists on a reachable cluster (an unreachable one raises)."""
-    try:
-        partition_count(kafka, topic)
-    except TopicMissingError:  # a missing topic, not a cluster that does not answer
-        return False
-    return True
 
 
 __all__ = ["ActiveCluster", "HudiPlan", "OneCluster", "Source"]
