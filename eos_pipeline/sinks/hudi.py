@@ -87,9 +87,8 @@ from eos_pipeline.core.planning import (
 from eos_pipeline.core.positions import checkpoint_state
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused, plan_replay
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.clickhouse import ReplayReport
+from eos_pipeline.sinks.clickhouse import ReplayReport, SchemaFollower
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
-from eos_pipeline.sinks.schema_follow import SchemaFollower
 from eos_pipeline.sinks.source import HudiPlan, OneCluster, Source
 
 log = logging.getLogger(__name__)
