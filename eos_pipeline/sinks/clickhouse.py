@@ -118,11 +118,6 @@ SESSION_FACTS_MAX_AGE_S = 2.0
 SESSION_FACTS_S_PER_PARTITION = 0.002
 
 
-def session_facts_max_age(partitions: int) -> float:
-    """How long a run over ``partitions`` partitions keeps Kafka's answers."""
-    return max(SESSION_FACTS_MAX_AGE_S, partitions * SESSION_FACTS_S_PER_PARTITION)
-
-
 # ---- what the sink is told, and what it reports -----------------------------------------------
 
 
@@ -452,10 +447,11 @@ class ClickHousePartitionSync:
     def reading(self, partitions: Sequence[TopicPartition] = ()) -> Iterator[None]:
         """Runs inside share one Kafka consumer (a run of several partitions opens one), and
         Kafka's answers for ``partitions`` (topic ids, ends, starts) are asked for all at once
-        and kept for :func:`session_facts_max_age` (``adapters.kafka``)."""
+        and kept a while (``SESSION_FACTS_*``, ``adapters.kafka``)."""
         with range_consumer(self.kafka, {tp.topic for tp in partitions}) as consumer:
             self._consumer = consumer
-            self._facts = TopicFacts(self.kafka, max_age_s=session_facts_max_age(len(partitions)))
+            age = max(SESSION_FACTS_MAX_AGE_S, len(partitions) * SESSION_FACTS_S_PER_PARTITION)
+            self._facts = TopicFacts(self.kafka, max_age_s=age)
             self._facts.want(partitions)
             try:
                 yield

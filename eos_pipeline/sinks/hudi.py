@@ -75,7 +75,6 @@ from eos_pipeline.core.decode import writer_ids
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import (
-    AUTO_STEADY_OPERATION,
     DEFAULT_BULK_INSERT_MIN_RECORDS,
     ConfiguredOperation,
     PlanLogChanged,
@@ -496,19 +495,13 @@ class HudiTableSync:
         partition_count: int,
         previous: Checkpoint | None,
         topic_id: str | None,
-        operation: Operation | None = None,
+        operation: Operation,
         options: Mapping[str, str] | None = None,
         allow_rewind: bool = False,
         cluster_position: str | None = None,
     ) -> CommitInfo:
-        """One fenced commit of ``rows`` carrying ``checkpoint``, keyed as the spec says.
-
-        ``operation`` defaults to the spec's; ``auto`` there means its steady operation, since
-        the size of ``rows`` is not known here (``run_plan`` decides from the plan).
-        """
+        """One fenced commit of ``rows`` carrying ``checkpoint``, keyed as the spec says."""
         spec = self.spec
-        if operation is None:
-            operation = AUTO_STEADY_OPERATION if spec.operation == "auto" else spec.operation
         return write_transaction(
             rows,
             spec.table_path,
