@@ -611,8 +611,6 @@ class HudiReplay:
                 spec.operation,
             )
         self.spec = spec
-        self.kafka = kafka
-        self.spark = spark
         self.dead_letters = DeadLetterWriter(kafka, dlq_topic, spec.pipeline, sink=_REPLAY_SINK)
         # The sink's own reading, decoding and write options, so a replay writes rows alike.
         self.sync = HudiTableSync(spec, OneCluster(kafka), spark, self.dead_letters)
@@ -639,7 +637,7 @@ class HudiReplay:
         )
         # Read and decoded once for the count, the dead letters and the writes (see
         # computed_once: persist() is never hit over Spark Connect).
-        with computed_once(self.spark, decoded) as tagged:
+        with computed_once(self.sync.spark, decoded) as tagged:
             good, bad = split_tagged(tagged, spec.schema)
             # One job reads, decodes and counts; the bad rows are fetched only if there are any.
             total = tagged.agg(F.count(F.lit(1)).alias("n"), F.count(ERROR_COLUMN).alias("bad"))
@@ -670,7 +668,7 @@ class HudiReplay:
     def _plan(
         self, tp: TopicPartition, start: int, end: int | None
     ) -> tuple[ReplayPlan, CommitInfo | None]:
-        commit = latest_commit(self.spark, self.spec.table_path)
+        commit = latest_commit(self.sync.spark, self.spec.table_path)
         position = commit.checkpoint.get(tp) if commit else None
         plan = plan_replay(
             self.spec.pipeline,
@@ -679,7 +677,7 @@ class HudiReplay:
             start=start,
             end=end,
             state=checkpoint_state(position),
-            log_start=start_offsets(self.kafka, tp.topic)[tp.partition],
+            log_start=start_offsets(self.sync.kafka, tp.topic)[tp.partition],
             max_records=max(1, self.spec.max_records_per_partition),
         )
         return plan, commit
@@ -690,7 +688,7 @@ class HudiReplay:
         if not offsets:
             return None, 0
         source = self.spec.schema.source
-        rows = self.spark.read.format("hudi").load(self.spec.table_path)
+        rows = self.sync.spark.read.format("hudi").load(self.spec.table_path)
         rows = rows.where(
             (F.col(source.topic) == tp.topic)
             & (F.col(source.partition) == tp.partition)
