@@ -379,13 +379,11 @@ class HudiTableSync:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        self.follow_writers(wanted)
-        spec = self.spec
-        # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
-        # and counts records and bad rows per partition; the bad rows are only fetched if there
-        # are any, and the write reads the cache (no second Kafka read, no second parse).
-        decoded = tag_json(self.read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes)
-        with computed_once(self.spark, decoded) as tagged:
+        # ONE Spark job both fills the cache of parsed rows and counts records and bad rows per
+        # partition; the bad rows are only fetched if there are any, and the write reads the
+        # cache (no second Kafka read, no second parse).
+        with self.decoded(wanted) as tagged:
+            spec = self.spec  # with the writer schemas the ranges name
             counts = count_read(
                 self.spark, tagged, plan.ranges, table_name=spec.table_name, topic=spec.topic
             )
@@ -451,6 +449,16 @@ class HudiTableSync:
             self.spark, self.kafka.bootstrap_servers, self.spec.kafka_options, wanted
         )
         return raw if self.source_hook is None else self.source_hook(raw)
+
+    @contextlib.contextmanager
+    def decoded(self, wanted: Mapping[TopicPartition, OffsetRange]) -> Iterator[DataFrame]:
+        """The records of ``wanted`` tagged by the contract, with the newest writer schema they
+        name, read and decoded once (:func:`computed_once`)."""
+        self.follow_writers(wanted)
+        spec = self.spec
+        frame = tag_json(self.read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes)
+        with computed_once(self.spark, frame) as tagged:
+            yield tagged
 
     def table_rows(self, good: DataFrame) -> DataFrame:
         """Decoded rows in the table's column names (the contract already filled defaults), the
@@ -622,22 +630,15 @@ class HudiReplay:
 
     def run(self, plan: ReplayPlan) -> ReplayReport:
         began = time.monotonic()
-        spec, tp = self.spec, plan.tp
+        tp = plan.tp
         current, commit = self._plan(tp, plan.range.start, plan.range.end)
         assert commit is not None  # plan_replay refuses a table without a commit
         report = ReplayReport(current)
         report.markers = self.dead_letters.send_marker(tp, _REPLAY_SINK, current.range)
         self.fault("replay_after_marker")
-        self.sync.follow_writers({tp: current.range})  # a subject's newer writer schemas
-        spec = self.sync.spec
-        decoded = tag_json(
-            self.sync.read({tp: current.range}),
-            spec.schema,
-            max_record_bytes=spec.max_record_bytes,
-        )
-        # Read and decoded once for the count, the dead letters and the writes (see
-        # computed_once: persist() is never hit over Spark Connect).
-        with computed_once(self.sync.spark, decoded) as tagged:
+        # Read and decoded once for the count, the dead letters and the writes.
+        with self.sync.decoded({tp: current.range}) as tagged:
+            spec = self.sync.spec  # with the writer schemas the range names
             good, bad = split_tagged(tagged, spec.schema)
             # One job reads, decodes and counts; the bad rows are fetched only if there are any.
             total = tagged.agg(F.count(F.lit(1)).alias("n"), F.count(ERROR_COLUMN).alias("bad"))
