@@ -729,8 +729,6 @@ class ReplayReport:
     """What a replay did (run metadata and the command's printout)."""
 
     plan: ReplayPlan
-    epoch: int | None = None
-    markers: int = 0
     rows_deleted: int = 0
     records_read: int = 0
     rows_written: int = 0
@@ -814,11 +812,11 @@ class ClickHouseReplay:
             topic_id=topic_id(self.kafka, tp.topic),
             error=ReplayLogChanged,
         )
-        report = ReplayReport(current, epoch=lease.epoch)
+        report = ReplayReport(current)
         _, version = self.journal.read(tp)
         version = self.journal.write(tp, JournalEntry(current.range, RUNNING, lease.epoch), version)
         log.info("%s: replay of %s started at epoch %d", tp, current.range, lease.epoch)
-        report.markers = self.dead_letters.send_marker(tp, self.spec.sink, current.range)
+        self.dead_letters.send_marker(tp, self.spec.sink, current.range)
         self.fault("replay_after_marker")
         report.rows_deleted = self.sink.delete_offsets(
             self.spec.database,

@@ -634,7 +634,7 @@ class HudiReplay:
         current, commit = self._plan(tp, plan.range.start, plan.range.end)
         assert commit is not None  # plan_replay refuses a table without a commit
         report = ReplayReport(current)
-        report.markers = self.dead_letters.send_marker(tp, _REPLAY_SINK, current.range)
+        self.dead_letters.send_marker(tp, _REPLAY_SINK, current.range)
         self.fault("replay_after_marker")
         # Read and decoded once for the count, the dead letters and the writes.
         with self.sync.decoded({tp: current.range}) as tagged:
