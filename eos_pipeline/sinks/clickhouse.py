@@ -88,12 +88,7 @@ from eos_pipeline.core.failover import (
 )
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import (
-    check_same_log,
-    needs_log_start,
-    sink_state,
-    start_offset,
-)
+from eos_pipeline.core.positions import check_same_log, needs_log_start, sink_state, start_offset
 from eos_pipeline.core.replay import (
     DONE,
     RUNNING,

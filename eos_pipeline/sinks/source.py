@@ -86,11 +86,7 @@ from eos_pipeline.core.positions import (
     partition_lags,
     sink_state,
 )
-from eos_pipeline.sinks.clickhouse import (
-    ClickHousePartitionSync,
-    ClickHouseTableSpec,
-    locate_copy,
-)
+from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, locate_copy
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 
 log = logging.getLogger(__name__)
