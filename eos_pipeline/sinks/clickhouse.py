@@ -595,7 +595,7 @@ class ClickHousePartitionSync:
     def insert_rows(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
         """Insert the step's good records as one block under the step's token; DLQ the rest.
         Returns rows sent and dead letters. No keeper write: :meth:`_process` writes around it,
-        and a replay (:mod:`eos_pipeline.sinks.replay`) calls it alone.
+        and a replay (:class:`ClickHouseReplay`) calls it alone.
 
         The rows are a pure function of the step's bytes, so a retried step sends exactly the
         block it sent the first time. ClickHouse parses the JSON itself where it gives the
