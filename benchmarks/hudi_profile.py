@@ -194,7 +194,7 @@ def _profile(args: argparse.Namespace, kafka: KafkaSettings, topic: str, work: P
             (hudi_source, "start_offsets", "plan: start_offsets"),
             (hudi_sink, "read_kafka_ranges", "read: set-up"),
             (hudi_sink, "tag_json", "decode: set-up"),
-            (HudiTableSync, "_send_dead_letters", "dead letters (action)"),
+            (hudi_sink, "send_dead_letters", "dead letters (action)"),
             (hudi_adapter, "latest_commit", "write: latest_commit x2 (Java API)"),
             (hudi_sink, "write_transaction", "write_transaction (total)"),
         ]

@@ -54,10 +54,9 @@ from eos_pipeline.core.planning import (
 )
 from eos_pipeline.core.positions import sink_state
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
-from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec, SyncReport
+from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec, SchemaFollower, SyncReport
 from eos_pipeline.sinks.follow import merge_hudi_reports, merge_reports
 from eos_pipeline.sinks.hooks import NO_HOOKS, SinkHooks
-from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 CHECK_NAME = "exactly_once"
 #: The hooks of a pipeline's sink (``"clickhouse"`` or ``"hudi"``) in its runs: the product

@@ -28,7 +28,7 @@ from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.replay import ReplayPlan, ReplayRefused
 
 if TYPE_CHECKING:
-    from eos_pipeline.sinks.replay import ReplayReport
+    from eos_pipeline.sinks.clickhouse import ReplayReport
 
 
 class ReplayConfig(dg.Config):
@@ -110,7 +110,7 @@ def clickhouse_replay_job(pipeline: Pipeline, pool: str | None) -> dg.JobDefinit
     def replay_range(
         context: dg.OpExecutionContext, config: ReplayConfig
     ) -> dg.Output[dict[str, Any]]:
-        from eos_pipeline.sinks.replay import ClickHouseReplay
+        from eos_pipeline.sinks.clickhouse import ClickHouseReplay
 
         tp = _tp(pipeline, config)
         kafka = kafka_resource(context, pipeline.name).settings()
@@ -148,7 +148,7 @@ def hudi_replay_job(pipeline: Pipeline) -> dg.JobDefinition:
     def replay_range(
         context: dg.OpExecutionContext, config: ReplayConfig
     ) -> dg.Output[dict[str, Any]]:
-        from eos_pipeline.sinks.hudi_replay import HudiReplay
+        from eos_pipeline.sinks.hudi import HudiReplay
 
         tp = _tp(pipeline, config)
         source = kafka_resource(context, pipeline.name)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -46,9 +46,17 @@ from eos_pipeline.adapters.kafka import (
     TopicFacts,
     range_consumer,
     read_range,
+    start_offsets,
+    topic_id,
 )
-from eos_pipeline.adapters.keeper import Lease, StateStore, default_writer_id
-from eos_pipeline.adapters.registry import decode_values
+from eos_pipeline.adapters.keeper import (
+    KeeperStateStore,
+    Lease,
+    ReplayJournal,
+    StateStore,
+    default_writer_id,
+)
+from eos_pipeline.adapters.registry import decode_values, schemas_for
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import (
     NativeRows,
@@ -58,7 +66,6 @@ from eos_pipeline.core.decode import (
     writer_ids,
 )
 from eos_pipeline.core.dedup import (
-    Decision,
     OffsetRegressionError,
     Phase,
     SinkState,
@@ -66,14 +73,32 @@ from eos_pipeline.core.dedup import (
     dedup_token,
 )
 from eos_pipeline.core.errors import LogChanged
-from eos_pipeline.core.failover import row_topic
+from eos_pipeline.core.evolution import (
+    Evolution,
+    IncompatibleSchemaChange,
+    plan_evolution,
+    writer_columns,
+)
+from eos_pipeline.core.failover import (
+    MirroredRecord,
+    ReplicaPending,
+    Window,
+    resume_after,
+    row_topic,
+)
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
-from eos_pipeline.core.positions import check_same_log, needs_log_start, start_offset
-from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.core.positions import check_same_log, needs_log_start, sink_state, start_offset
+from eos_pipeline.core.replay import (
+    DONE,
+    RUNNING,
+    JournalEntry,
+    ReplayLogChanged,
+    ReplayPlan,
+    plan_replay,
+)
+from eos_pipeline.core.schema import SchemaError, TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.resume import resolve_pending
-from eos_pipeline.sinks.schema_follow import SchemaFollower
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +111,6 @@ SESSION_FACTS_MAX_AGE_S = 2.0
 #: A target read this much earlier is still exact (at or below the last stable offset); the
 #: records produced since are the next run's.
 SESSION_FACTS_S_PER_PARTITION = 0.002
-
-
-def session_facts_max_age(partitions: int) -> float:
-    """How long a run over ``partitions`` partitions keeps Kafka's answers."""
-    return max(SESSION_FACTS_MAX_AGE_S, partitions * SESSION_FACTS_S_PER_PARTITION)
 
 
 # ---- what the sink is told, and what it reports -----------------------------------------------
@@ -142,7 +162,7 @@ class SyncReport:
     #: Cluster alias read from (None: single-cluster pipeline).
     cluster: str | None = None
     #: After a switch: records read again to find the last written one, and how many of them
-    #: were skipped as already written (see :mod:`eos_pipeline.sinks.resume`).
+    #: were skipped as already written (see :func:`locate_copy`).
     reread: int = 0
     skipped: int = 0
 
@@ -175,12 +195,132 @@ def case_summary(cases: list[str]) -> str:
     return ", ".join(case if n == 1 else f"{case} x{n}" for case, n in parts)
 
 
-def state_of(record: KeeperRecord | None) -> SinkState | None:
-    """The sink state a keeper record holds, or None before its first write."""
-    if record is None or not record.has_state:
-        return None
-    assert record.range_start is not None and record.range_end is not None
-    return SinkState(OffsetRange(record.range_start, record.range_end), Phase(record.phase))
+def locate_copy(
+    kafka: KafkaSettings, tp: TopicPartition, start: int, mark: Mark, target: int
+) -> tuple[int, Mark, int, int]:
+    """Exact resume after a switch: find a pending mark's copy in ``tp`` from ``start``;
+    (position, mark, re-read, skipped).
+
+    A switch (``eos-pipeline failover``) stores, per partition of the new cluster's topics, a
+    translated position (never ahead of the truth) and a *pending mark*: the fingerprint of the
+    last record written from the old cluster, whose copy lies somewhere in ``[position,
+    window_end)``. Before writing anything, the sink reads that window, finds the copy by
+    fingerprint (the core's :func:`~eos_pipeline.core.failover.resume_after`) and moves its
+    position right after it. Every record before the copy was written already, so skipping them
+    is exact, not a guess.
+
+    When the window is open (no offset sync after the position yet) and the copy is not there,
+    MirrorMaker 2 has not copied it yet: everything read is a copy of an earlier record, so all
+    of it is skipped and the mark stays pending until the copy arrives. A closed window without
+    the copy, or two copies, stop the run with the core's error; nothing is written.
+    """
+    assert mark.pending
+    end = target if mark.window_end is None else min(mark.window_end, target)
+    batch = read_range(kafka, tp, OffsetRange(start, max(start, end)))
+    records = [
+        MirroredRecord(
+            batch.offsets[i],
+            batch.keys[i],
+            batch.values[i],
+            batch.timestamps_ms[i],
+            batch.headers.get(i, ()),
+        )
+        for i in range(len(batch))
+    ]
+    window = Window(start, mark.window_end)
+    try:
+        point = resume_after(tp, mark.fingerprint, records, window)
+    except ReplicaPending:
+        log.warning(
+            "%s: the last written record (fingerprint %s) is not copied here yet; skipping the "
+            "%d copies before it and waiting for the rest",
+            tp,
+            mark.fingerprint,
+            len(records),
+        )
+        return batch.range.end, mark, len(records), len(records)
+    log.info(
+        "%s: resumed after offset %d, the copy of the last record written before the switch "
+        "(%d re-read, %d skipped)",
+        tp,
+        point.matched_offset,
+        len(records),
+        point.skipped,
+    )
+    located = Mark(mark.fingerprint, point.matched_offset, None, mark.timestamp_ms)
+    return point.position, located, len(records), point.skipped
+
+
+class SchemaFollower:
+    """The table schema a sink writes with, as it follows a registry subject's newer writer
+    schemas (both sinks).
+
+    A table whose columns come from a registry subject (``TableSchema.schema_id`` set) follows
+    the writer schemas its records name: before the rows of a range are written, the sink asks
+    which evolutions the range's writer ids need (:func:`core.evolution.plan_evolution`, in id
+    order, each against the schema the previous one left), applies each to its table, and then
+    adopts it. The writer schemas come from the process's registry cache (an id's schema never
+    changes), so a retried range plans the same evolutions; the DDL that applies them is
+    idempotent.
+    """
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        #: Writer ids already settled against ``schema`` (their records need no change).
+        self._settled: set[int] = set() if schema.schema_id is None else {schema.schema_id}
+        #: What was applied in this process, for the materialization's metadata.
+        self.applied: list[dict[str, object]] = []
+
+    @property
+    def follows(self) -> bool:
+        """Only a subject's columns evolve; a written ``schema:`` stays as written."""
+        return self.schema.schema_id is not None and self.schema.format.kind.framed
+
+    def plan(self, writer_ids: Mapping[int, tuple[int, ...]]) -> list[Evolution]:
+        """The evolutions the ids ask for, in id order (none when every id is settled).
+
+        Raises :class:`IncompatibleSchemaChange` for a writer schema the tables cannot follow,
+        ``RegistryUnavailableError`` when the registry cannot answer (transient). Ids the
+        registry does not know, or of another format, are left to the decoder's verdicts.
+        """
+        if not self.follows:
+            return []
+        registry = self.schema.format.registry
+        assert registry is not None
+        schemas = schemas_for(registry)
+        kind = self.schema.format.kind
+        schema, out = self.schema, []
+        for schema_id in sorted(set(writer_ids) - self._settled):
+            writer = schemas.get(schema_id)
+            if writer is None or writer.schema_type != kind.schema_type:
+                continue
+            try:
+                columns = writer_columns(writer, writer_ids[schema_id])
+            except SchemaError as exc:
+                raise IncompatibleSchemaChange(
+                    f"writer schema id {schema_id} has no columns both tables can hold "
+                    f"(the table's are from schema id {schema.schema_id}): {exc}",
+                    table_id=schema.schema_id,
+                    writer_id=schema_id,
+                ) from None
+            evolution = plan_evolution(schema, columns, writer_id=schema_id)
+            if not evolution.empty:
+                out.append(evolution)
+                schema = evolution.apply(schema)
+        return out
+
+    def adopt(self, evolution: Evolution) -> None:
+        """``evolution`` is applied to the table: write with the evolved schema from now on."""
+        self.schema = evolution.apply(self.schema)
+        self._settled.add(evolution.writer_id)
+        self.applied.append(
+            {**evolution.describe(), "at": datetime.now(UTC).isoformat(timespec="seconds")}
+        )
+
+    def settle(self, writer_ids: Mapping[int, tuple[int, ...]]) -> None:
+        """Every id of a range whose evolutions were adopted needs nothing more."""
+        if self.follows:
+            self._settled.update(writer_ids)
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -234,20 +374,24 @@ class ClickHousePartitionSync:
         """Catch ``tp`` up to ``until`` (default: its last stable offset, fixed now)."""
         key = KeeperKey.of(self.spec.pipeline, self.spec.sink, tp, self.cluster)
         lease = self.store.acquire(key, writer=self.writer)
-        state = state_of(lease.record)
+        state = sink_state(lease.record)
         tid = self._same_topic(tp, lease.record)
         log_end = self._log_end(tp, state)
         target = until if until is not None else log_end
         reread = skipped = 0
-        if lease.record.mark is not None and lease.record.mark.pending:
+        mark, stored_end = lease.record.mark, lease.record.range_end
+        if mark is not None and mark.pending:
             # A switch moved the position here: skip the copies of what was already written.
-            reread, skipped = resolve_pending(self.store, lease, self.kafka, tp, target, tid)
-            state = state_of(lease.record)
+            assert stored_end is not None
+            at, found, reread, skipped = locate_copy(self.kafka, tp, stored_end, mark, target)
+            located = None if found.pending else found
+            self.store.write(lease, at, at, Phase.AFTER.value, topic_id=tid, mark=located)
+            state = sink_state(lease.record)
         if state is None and self.spec.reset == "latest":
             # Pin where the partition starts: without a stored position every later run would
             # start at the then-latest offset and skip the records produced in between.
             self.store.write(lease, target, target, Phase.AFTER.value, topic_id=tid)
-            state = state_of(lease.record)
+            state = sink_state(lease.record)
         start = self._next_start(tp, state, target)
         report = SyncReport(
             tp=tp,
@@ -269,7 +413,7 @@ class ClickHousePartitionSync:
         # One consumer for the run's batches: the next batch continues from what it fetched.
         with self._reader() as consumer:
             while True:
-                state = state_of(lease.record)
+                state = sink_state(lease.record)
                 if state is not None and state.phase is Phase.BEFORE:
                     # Recover first: re-read exactly the range that was in flight.
                     wanted, max_bytes = state.range, None
@@ -282,7 +426,7 @@ class ClickHousePartitionSync:
                 batch = read_range(self.kafka, tp, wanted, max_bytes=max_bytes, consumer=consumer)
                 report.batches.append(self._process(lease, state, batch, tid))
                 report.end = batch.range.end
-        final = state_of(lease.record)
+        final = sink_state(lease.record)
         report.end = final.range.end if final else report.end
         log.info(
             "%s: done at offset %d (%d records read, %d rows sent, %d dead letters)",
@@ -298,10 +442,11 @@ class ClickHousePartitionSync:
     def reading(self, partitions: Sequence[TopicPartition] = ()) -> Iterator[None]:
         """Runs inside share one Kafka consumer (a run of several partitions opens one), and
         Kafka's answers for ``partitions`` (topic ids, ends, starts) are asked for all at once
-        and kept for :func:`session_facts_max_age` (``adapters.kafka``)."""
+        and kept a while (``SESSION_FACTS_*``, ``adapters.kafka``)."""
         with range_consumer(self.kafka, {tp.topic for tp in partitions}) as consumer:
             self._consumer = consumer
-            self._facts = TopicFacts(self.kafka, max_age_s=session_facts_max_age(len(partitions)))
+            age = max(SESSION_FACTS_MAX_AGE_S, len(partitions) * SESSION_FACTS_S_PER_PARTITION)
+            self._facts = TopicFacts(self.kafka, max_age_s=age)
             self._facts.want(partitions)
             try:
                 yield
@@ -373,14 +518,29 @@ class ClickHousePartitionSync:
             cropped=decision.cropped,
             records_read=len(batch),
         )
-        self._log_decision(tp, state, decision)
+        log.info(
+            "%s: batch %s against %s -> %s; steps %s, skipped %s%s%s",
+            tp,
+            decision.batch,
+            state or "no state",
+            decision.label,
+            [str(s) for s in decision.steps],
+            [str(s) for s in decision.skipped],
+            f", cropped {decision.cropped}" if decision.cropped else "",
+            f", unconfirmed {decision.unconfirmed}" if decision.unconfirmed else "",
+        )
         if decision.dead_letter is not None:
-            report.dead_letters += self._send_dead(
-                batch,
-                decision.dead_letter,
-                ErrorClass.UNRECOVERABLE_REPLAY,
+            message = (
                 f"range {decision.dead_letter} is part of {state} which cannot be re-sent "
-                "identically",
+                "identically"
+            )
+            report.dead_letters += self._send_dead(
+                batch.tp,
+                (batch.offsets, batch.keys, batch.values),
+                [
+                    (i, ErrorClass.UNRECOVERABLE_REPLAY, message)
+                    for i in self._slice(batch, decision.dead_letter)
+                ],
             )
         for step in decision.steps:
             self.fault("before_keeper_before")
@@ -403,19 +563,6 @@ class ClickHousePartitionSync:
         report.seconds = time.monotonic() - began
         return report
 
-    def _log_decision(self, tp: TopicPartition, state: SinkState | None, d: Decision) -> None:
-        log.info(
-            "%s: batch %s against %s -> %s; steps %s, skipped %s%s%s",
-            tp,
-            d.batch,
-            state or "no state",
-            d.label,
-            [str(s) for s in d.steps],
-            [str(s) for s in d.skipped],
-            f", cropped {d.cropped}" if d.cropped else "",
-            f", unconfirmed {d.unconfirmed}" if d.unconfirmed else "",
-        )
-
     def _mark(self, batch: KafkaBatch, step: OffsetRange) -> Mark | None:
         """The last record of ``step`` by identity (None for a step of markers only: keep)."""
         rows = self._slice(batch, step)
@@ -432,17 +579,23 @@ class ClickHousePartitionSync:
         hi = bisect.bisect_left(batch.offsets, part.end, lo)
         return range(lo, hi)
 
-    def _send_dead(self, batch: KafkaBatch, part: OffsetRange, cls: str, message: str) -> int:
-        rows = self._slice(batch, part)
+    def _send_dead(
+        self,
+        tp: TopicPartition,
+        records: tuple[Sequence[int], Sequence[bytes | None], Sequence[bytes | None]],
+        verdicts: Iterable[tuple[int, str, str]],
+    ) -> int:
+        """Send the records (offsets, keys, values) at each verdict's index as dead letters."""
+        offsets, keys, values = records
         letters = [
-            DeadLetter(batch.offsets[i], batch.keys[i], batch.values[i], cls, message) for i in rows
+            DeadLetter(offsets[i], keys[i], values[i], cls, message) for i, cls, message in verdicts
         ]
-        return self.dead_letters.send(batch.tp, letters)
+        return self.dead_letters.send(tp, letters)
 
     def insert_rows(self, batch: KafkaBatch, step: OffsetRange) -> tuple[int, int]:
         """Insert the step's good records as one block under the step's token; DLQ the rest.
         Returns rows sent and dead letters. No keeper write: :meth:`_process` writes around it,
-        and a replay (:mod:`eos_pipeline.sinks.replay`) calls it alone.
+        and a replay (:class:`ClickHouseReplay`) calls it alone.
 
         The rows are a pure function of the step's bytes, so a retried step sends exactly the
         block it sent the first time. ClickHouse parses the JSON itself where it gives the
@@ -458,16 +611,11 @@ class ClickHousePartitionSync:
         over = oversized_positions(keys, values, self.spec.max_record_bytes)
         if over:
             limit = self.spec.max_record_bytes
-            dead += self.dead_letters.send(
+            dead += self._send_dead(
                 batch.tp,
+                (offsets, keys, values),
                 [
-                    DeadLetter(
-                        offsets[i],
-                        keys[i],
-                        values[i],
-                        ErrorClass.OVERSIZED,
-                        oversized(keys[i], values[i], limit) or "",
-                    )
+                    (i, ErrorClass.OVERSIZED, oversized(keys[i], values[i], limit) or "")
                     for i in over
                 ],
             )
@@ -493,14 +641,10 @@ class ClickHousePartitionSync:
             return sent, dead
         decoded = decode_values(values, self.spec.schema)  # JSON, or framed via the registry
         if decoded.bad:
-            dead += self.dead_letters.send(
+            dead += self._send_dead(
                 batch.tp,
-                [
-                    DeadLetter(
-                        offsets[b.index], keys[b.index], values[b.index], b.error_class, b.message
-                    )
-                    for b in decoded.bad
-                ],
+                (offsets, keys, values),
+                [(b.index, b.error_class, b.message) for b in decoded.bad],
             )
         if not decoded.index:
             return 0, dead  # a range of markers, aborted or bad records: the position still moves
@@ -553,7 +697,7 @@ class ClickHousePartitionSync:
 
     def _follow_writers(self, values: Sequence[bytes | None]) -> None:
         """Evolve the table for the step's newer writer schemas before its rows are written
-        (``sinks.schema_follow``); a kill after the ALTER leaves a table the retry accepts."""
+        (:class:`SchemaFollower`); a kill after the ALTER leaves a table the retry accepts."""
         if not self.follower.follows:
             return
         ids = writer_ids(values, self.spec.schema.format.kind)
@@ -572,12 +716,171 @@ class ClickHousePartitionSync:
         return topic if self.cluster is None else row_topic(self.cluster, topic)
 
 
+# ---- deliberate replays --------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayReport:
+    """What a replay did (run metadata and the command's printout)."""
+
+    plan: ReplayPlan
+    rows_deleted: int = 0
+    records_read: int = 0
+    rows_written: int = 0
+    dead_letters: int = 0
+    commits: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def metadata(self) -> dict[str, str | int | float]:
+        out: dict[str, str | int | float] = {
+            "replayed": f"{self.plan.tp} {self.plan.range}",
+            "sink": self.plan.sink,
+            "position (unchanged)": self.plan.position,
+            "rows deleted": self.rows_deleted,
+            "records read": self.records_read,
+            "rows written": self.rows_written,
+            "dead letters": self.dead_letters,
+            "seconds": round(self.seconds, 3),
+        }
+        if self.commits:
+            out["commits"] = ", ".join(self.commits)
+        return out
+
+
+class ClickHouseReplay:
+    """A deliberate replay into ClickHouse: delete a range's rows, then insert the range again.
+
+    The rule and its reasons are in :mod:`eos_pipeline.core.replay`. In order, each step safe
+    to repeat:
+
+    1. take the partition's lease (a higher epoch fences any other writer of the partition) and
+       re-plan under it; record ``RUNNING [a, b)`` in the replay journal;
+    2. write the replay marker to the dead-letter topic (earlier letters of the range stop
+       counting for this sink; the letters of this replay are sent after it, naming the sink);
+    3. delete the partition's rows with offsets in ``[a, b)`` (a synchronous mutation);
+    4. per chunk: check the lease still holds (a compare-and-set of the unchanged keeper
+       record), read the chunk from Kafka, insert its good rows under a replay token carrying
+       the epoch;
+    5. record ``DONE``.
+
+    Killed anywhere, the journal stays ``RUNNING``; the same replay run again takes a new
+    epoch, deletes the range again and re-inserts all of it under new tokens: nothing is lost
+    or doubled. The sink's keeper position never moves.
+    """
+
+    def __init__(
+        self,
+        spec: ClickHouseTableSpec,
+        kafka: KafkaSettings,
+        store: KeeperStateStore,
+        sink: ClickHouseSink,
+        dlq_topic: str,
+        *,
+        writer: str | None = None,
+        fault: FaultHook = no_fault,
+    ) -> None:
+        self.spec = spec
+        self.kafka = kafka
+        self.store = store
+        self.sink = sink
+        # Letters of a replay name their sink: they count for this sink's proof only.
+        self.dead_letters = DeadLetterWriter(kafka, dlq_topic, spec.pipeline, sink=spec.sink)
+        self.journal = ReplayJournal(store, spec.pipeline, spec.sink)
+        self.writer = writer or default_writer_id()
+        self.fault = fault
+
+    def plan(self, tp: TopicPartition, start: int, end: int | None = None) -> ReplayPlan:
+        """What :meth:`run` would do, from the stored state; writes nothing (the dry run)."""
+        stored = self.store.read(self._key(tp))
+        return self._plan(tp, start, end, sink_state(stored.record if stored else None))
+
+    def run(self, plan: ReplayPlan) -> ReplayReport:
+        began = time.monotonic()
+        tp = plan.tp
+        lease = self.store.acquire(self._key(tp), writer=self.writer)
+        # The state may have moved since the dry run: plan again under the lease, same range.
+        current = self._plan(tp, plan.range.start, plan.range.end, sink_state(lease.record))
+        check_same_log(
+            str(tp),
+            topic=tp.topic,
+            stored_topic_id=lease.record.topic_id,
+            topic_id=topic_id(self.kafka, tp.topic),
+            error=ReplayLogChanged,
+        )
+        report = ReplayReport(current)
+        _, version = self.journal.read(tp)
+        version = self.journal.write(tp, JournalEntry(current.range, RUNNING, lease.epoch), version)
+        log.info("%s: replay of %s started at epoch %d", tp, current.range, lease.epoch)
+        self.dead_letters.send_marker(tp, self.spec.sink, current.range)
+        self.fault("replay_after_marker")
+        report.rows_deleted = self.sink.delete_offsets(
+            self.spec.database,
+            self.spec.table,
+            tp.topic,
+            tp.partition,
+            current.range,
+            source=self.spec.schema.source,
+        )
+        self.fault("replay_after_delete")
+        inserter = ClickHousePartitionSync(
+            self.spec, self.kafka, self.store, self.sink, self.dead_letters, writer=self.writer
+        )
+        # A token no earlier insert used: the originals are still in the dedup window.
+        inserter.token_name = f"{inserter.token_name}~replay-{lease.epoch}"
+        with range_consumer(self.kafka) as consumer:
+            for chunk in current.chunks:
+                self._hold(lease)
+                batch = read_range(self.kafka, tp, chunk, consumer=consumer)
+                sent, dead = inserter.insert_rows(batch, chunk)
+                report.records_read += len(batch)
+                report.rows_written += sent
+                report.dead_letters += dead
+                self.fault("replay_after_insert")
+        self._hold(lease)
+        self.journal.write(tp, JournalEntry(current.range, DONE, lease.epoch), version)
+        report.seconds = time.monotonic() - began
+        log.info("%s: replay of %s done: %s", tp, current.range, report.metadata())
+        return report
+
+    def _key(self, tp: TopicPartition) -> KeeperKey:
+        return KeeperKey.of(self.spec.pipeline, self.spec.sink, tp)
+
+    def _plan(
+        self, tp: TopicPartition, start: int, end: int | None, state: SinkState | None
+    ) -> ReplayPlan:
+        pending, _ = self.journal.read(tp)
+        return plan_replay(
+            self.spec.pipeline,
+            self.spec.sink,
+            tp,
+            start=start,
+            end=end,
+            state=state,
+            log_start=start_offsets(self.kafka, tp.topic)[tp.partition],
+            max_records=self.spec.max_records,
+            pending=pending,
+        )
+
+    def _hold(self, lease: Lease) -> None:
+        """Raise ``FencedError`` unless ``lease`` still holds the partition.
+
+        Re-writes the unchanged record by compare-and-set: a writer that took the partition
+        since (a sensor run, another replay) bumped the epoch and makes this fail.
+        """
+        record = lease.record
+        assert record.range_start is not None and record.range_end is not None
+        self.store.write(lease, record.range_start, record.range_end, Phase.AFTER.value)
+
+
 __all__ = [
     "BatchReport",
     "ClickHousePartitionSync",
+    "ClickHouseReplay",
     "ClickHouseTableSpec",
     "PositionLogChanged",
+    "ReplayReport",
+    "SchemaFollower",
     "SyncReport",
     "case_summary",
-    "state_of",
+    "locate_copy",
 ]

@@ -14,7 +14,7 @@ One transaction is one Hudi commit, and the commit is the only place the positio
 3. write the good rows in one Hudi write whose commit metadata carries the next offset of
    *every* partition of the topic (the ones not in this transaction carried forward). The
    Spark side of steps 2 and 3 (the counting job, dead letters, the table's columns) is shared
-   with the replay (:mod:`eos_pipeline.sinks.hudi_replay`), so a replayed range is decoded,
+   with the replay (:class:`HudiReplay`), so a replayed range is decoded,
    dead-lettered and written exactly like the transaction that first wrote it.
 
 If anything fails before the commit completes, the table and its checkpoint are as they were
@@ -42,7 +42,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -59,6 +59,7 @@ from eos_pipeline.adapters.hudi import (
     latest_commit,
     write_transaction,
 )
+from eos_pipeline.adapters.kafka import KafkaSettings, start_offsets
 from eos_pipeline.adapters.spark import (
     ERROR_CLASS_COLUMN,
     ERROR_COLUMN,
@@ -69,12 +70,11 @@ from eos_pipeline.adapters.spark import (
     tag_json,
 )
 from eos_pipeline.adapters.spark_remote import connect_error
-from eos_pipeline.core.checkpoint import Checkpoint
+from eos_pipeline.core.checkpoint import Checkpoint, checkpoint_key
 from eos_pipeline.core.decode import writer_ids
 from eos_pipeline.core.errors import LogChanged
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import (
-    AUTO_STEADY_OPERATION,
     DEFAULT_BULK_INSERT_MIN_RECORDS,
     ConfiguredOperation,
     PlanLogChanged,
@@ -83,26 +83,24 @@ from eos_pipeline.core.planning import (
     planned_records,
     transaction_operation,
 )
+from eos_pipeline.core.positions import checkpoint_state
+from eos_pipeline.core.replay import ReplayPlan, ReplayRefused, plan_replay
 from eos_pipeline.core.schema import TableSchema
+from eos_pipeline.sinks.clickhouse import ReplayReport, SchemaFollower
 from eos_pipeline.sinks.hooks import FaultHook, SourceHook, no_fault
-from eos_pipeline.sinks.schema_follow import SchemaFollower
-from eos_pipeline.sinks.source import HudiPlan, Source
+from eos_pipeline.sinks.source import HudiPlan, OneCluster, Source
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "REPLAY_METADATA_SUFFIX",
     "HudiLogChanged",
+    "HudiReplay",
     "HudiReport",
     "HudiSinkError",
     "HudiTableSpec",
     "HudiTableSync",
-    "ReadCounts",
     "computed_once",
-    "count_read",
-    "dead_letter",
-    "send_dead_letters",
-    "sink_write_options",
-    "table_rows",
 ]
 
 
@@ -307,44 +305,6 @@ def send_dead_letters(
     return {tp: sent.get(tp, 0) for tp in partitions}
 
 
-def table_rows(good: DataFrame, schema: TableSchema, topic_prefix: str = "") -> DataFrame:
-    """Decoded rows in the table's column names (the contract already filled defaults); the
-    source topic behind ``topic_prefix`` (a cluster's, ``Source.row_topic``)."""
-    source = schema.source
-    topic = F.concat(F.lit(topic_prefix), F.col("_topic")) if topic_prefix else F.col("_topic")
-    columns = [
-        topic.alias(source.topic),
-        F.col("_partition").alias(source.partition),
-        F.col("_offset").alias(source.offset),
-    ]
-    if source.timestamp is not None:
-        columns.append(F.col(TIMESTAMP_COLUMN).alias(source.timestamp))
-    columns += [F.col(col.name) for col in schema.columns]
-    return good.select(*columns)
-
-
-def sink_write_options(
-    record_key_fields: Sequence[str], hudi_options: Mapping[str, str]
-) -> dict[str, str]:
-    """The table's Hudi options, plus what the sink knows about its rows.
-
-    Keyed by the Kafka coordinates, the rows of one transaction have distinct keys (one
-    row per offset, each offset read once), so Hudi's pre-write de-duplication (a shuffle
-    of every row, ``combine.before.upsert``) cannot find anything; a key without them can.
-    Such keys are almost always new, so the index is the bloom filter in each base file's
-    footer (cost per file) rather than Spark's default SIMPLE index, which joins with every
-    key of the table (cost per row, growing with the table). Key ranges cannot prune files:
-    ``…,_offset:10`` sorts before ``…,_offset:9``, and every file spans several partitions.
-    """
-    options: dict[str, str] = {}
-    if set(SOURCE_KEY_FIELDS) <= set(record_key_fields):
-        options["hoodie.combine.before.upsert"] = "false"
-        options["hoodie.index.type"] = "BLOOM"
-        options["hoodie.bloom.index.prune.by.ranges"] = "false"
-    options.update(hudi_options)
-    return options
-
-
 class HudiTableSync:
     """Moves a Kafka topic into a Hudi table, one atomic commit per transaction."""
 
@@ -371,13 +331,6 @@ class HudiTableSync:
         self.follower = SchemaFollower(spec.schema)
 
     # ------------------------------------------------------------------------------- reading
-    def positions(self) -> Checkpoint | None:
-        """Next offset per partition read from the source after the latest completed commit
-        (each physical topic's, with clusters); None for a new table."""
-        commit = latest_commit(self.spark, self.spec.table_path)
-        with _refusals():
-            return self.source.hudi_stored(commit, self.spec.table_path, self.spec.topic)
-
     def plan(
         self,
         partitions: Collection[int] | None = None,
@@ -426,20 +379,18 @@ class HudiTableSync:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        self.follow_writers(wanted)
-        spec = self.spec
-        # Read and parse once: the parsed rows are kept, and ONE Spark job both fills that cache
-        # and counts records and bad rows per partition; the bad rows are only fetched if there
-        # are any, and the write reads the cache (no second Kafka read, no second parse).
-        decoded = tag_json(self.read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes)
-        with computed_once(self.spark, decoded) as tagged:
+        # ONE Spark job both fills the cache of parsed rows and counts records and bad rows per
+        # partition; the bad rows are only fetched if there are any, and the write reads the
+        # cache (no second Kafka read, no second parse).
+        with self.decoded(wanted) as tagged:
+            spec = self.spec  # with the writer schemas the ranges name
             counts = count_read(
                 self.spark, tagged, plan.ranges, table_name=spec.table_name, topic=spec.topic
             )
             report.records_read = counts.records
             good, bad = split_tagged(tagged, spec.schema)
             report.dead_letters = (
-                self._send_dead_letters(bad, plan)
+                send_dead_letters(self.dead_letters, bad, plan.ranges)
                 if counts.any_bad
                 else {tp: 0 for tp in plan.ranges}
             )
@@ -491,7 +442,7 @@ class HudiTableSync:
             unique_keys=coordinates <= set(spec.record_key_fields),
         )
 
-    # ------------------------------------------------- shared with the replay (sinks.hudi_replay)
+    # ------------------------------------------------------ shared with the replay (HudiReplay)
     def read(self, wanted: Mapping[TopicPartition, OffsetRange]) -> DataFrame:
         """Kafka's records of exactly these ranges (through the source hook, if any)."""
         raw = read_kafka_ranges(
@@ -499,14 +450,50 @@ class HudiTableSync:
         )
         return raw if self.source_hook is None else self.source_hook(raw)
 
+    @contextlib.contextmanager
+    def decoded(self, wanted: Mapping[TopicPartition, OffsetRange]) -> Iterator[DataFrame]:
+        """The records of ``wanted`` tagged by the contract, with the newest writer schema they
+        name, read and decoded once (:func:`computed_once`)."""
+        self.follow_writers(wanted)
+        spec = self.spec
+        frame = tag_json(self.read(wanted), spec.schema, max_record_bytes=spec.max_record_bytes)
+        with computed_once(self.spark, frame) as tagged:
+            yield tagged
+
     def table_rows(self, good: DataFrame) -> DataFrame:
-        """Decoded rows in the table's column names, the source topic as the source names it
-        (``B:T`` on cluster B of several, see ``core.failover.row_topic``)."""
-        return table_rows(good, self.spec.schema, self.source.row_topic(""))
+        """Decoded rows in the table's column names (the contract already filled defaults), the
+        source topic as the source names it (``B:T`` on cluster B of several, see
+        ``core.failover.row_topic``)."""
+        source, prefix = self.spec.schema.source, self.source.row_topic("")
+        topic = F.concat(F.lit(prefix), F.col("_topic")) if prefix else F.col("_topic")
+        columns = [
+            topic.alias(source.topic),
+            F.col("_partition").alias(source.partition),
+            F.col("_offset").alias(source.offset),
+        ]
+        if source.timestamp is not None:
+            columns.append(F.col(TIMESTAMP_COLUMN).alias(source.timestamp))
+        columns += [F.col(col.name) for col in self.spec.schema.columns]
+        return good.select(*columns)
 
     def write_options(self) -> dict[str, str]:
-        """The table's Hudi options plus the sink's (see :func:`sink_write_options`)."""
-        return sink_write_options(self.spec.record_key_fields, self.spec.hudi_options)
+        """The table's Hudi options, plus what the sink knows about its rows.
+
+        Keyed by the Kafka coordinates, the rows of one transaction have distinct keys (one
+        row per offset, each offset read once), so Hudi's pre-write de-duplication (a shuffle
+        of every row, ``combine.before.upsert``) cannot find anything; a key without them can.
+        Such keys are almost always new, so the index is the bloom filter in each base file's
+        footer (cost per file) rather than Spark's default SIMPLE index, which joins with every
+        key of the table (cost per row, growing with the table). Key ranges cannot prune files:
+        ``…,_offset:10`` sorts before ``…,_offset:9``, and every file spans several partitions.
+        """
+        options: dict[str, str] = {}
+        if set(SOURCE_KEY_FIELDS) <= set(self.spec.record_key_fields):
+            options["hoodie.combine.before.upsert"] = "false"
+            options["hoodie.index.type"] = "BLOOM"
+            options["hoodie.bloom.index.prune.by.ranges"] = "false"
+        options.update(self.spec.hudi_options)
+        return options
 
     def write(
         self,
@@ -516,19 +503,13 @@ class HudiTableSync:
         partition_count: int,
         previous: Checkpoint | None,
         topic_id: str | None,
-        operation: Operation | None = None,
+        operation: Operation,
         options: Mapping[str, str] | None = None,
         allow_rewind: bool = False,
         cluster_position: str | None = None,
     ) -> CommitInfo:
-        """One fenced commit of ``rows`` carrying ``checkpoint``, keyed as the spec says.
-
-        ``operation`` defaults to the spec's; ``auto`` there means its steady operation, since
-        the size of ``rows`` is not known here (``run_plan`` decides from the plan).
-        """
+        """One fenced commit of ``rows`` carrying ``checkpoint``, keyed as the spec says."""
         spec = self.spec
-        if operation is None:
-            operation = AUTO_STEADY_OPERATION if spec.operation == "auto" else spec.operation
         return write_transaction(
             rows,
             spec.table_path,
@@ -574,9 +555,6 @@ class HudiTableSync:
         if self.follower.schema is not self.spec.schema:
             self.spec = replace(self.spec, schema=self.follower.schema)
 
-    def _send_dead_letters(self, bad: DataFrame, plan: HudiPlan) -> dict[TopicPartition, int]:
-        return send_dead_letters(self.dead_letters, bad, plan.ranges)
-
     def _log_plan(self, plan: HudiPlan) -> None:
         log.info(
             "%s: %s; transaction over %d partition(s): %s",
@@ -593,3 +571,149 @@ class HudiTableSync:
                 plan.reread,
                 plan.skipped,
             )
+
+
+_REPLAY_SINK = "hudi"
+#: A replay commit names what it replayed in its metadata, next to the checkpoint
+#: (``<checkpoint key>.eos.replay`` = ``<partition>:[a, b)``), so the timeline tells it apart.
+REPLAY_METADATA_SUFFIX = ".eos.replay"
+_HOODIE_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key")
+_HOODIE_META_COLUMNS += ("_hoodie_partition_path", "_hoodie_file_name")
+
+
+class HudiReplay:
+    """A deliberate replay into Hudi: re-write a range by its keys, the checkpoint unchanged.
+
+    The rule and its reasons are in :mod:`eos_pipeline.core.replay`. Rows are keyed by their
+    Kafka coordinates and written with upsert, so writing ``[a, b)`` again replaces each row by
+    itself, or adds the rows that were missing (lost by hand, or dead letters before a fix). In
+    order, each step safe to repeat:
+
+    1. re-plan from the table's latest commit (the range must lie below its checkpoint);
+    2. write the replay marker to the dead-letter topic (see :mod:`eos_pipeline.adapters.dlq`);
+    3. read the range with Spark's Kafka source and judge it with the contract; send the bad
+       records to the dead-letter topic, naming the sink;
+    4. if any of the bad records still has a row (it decoded before), delete those rows in one
+       commit carrying the unchanged checkpoint;
+    5. upsert the good rows in one commit carrying the unchanged checkpoint.
+
+    Killed anywhere, the table holds either its old rows or some of the new verdicts applied;
+    the same replay run again converges. Commits are fenced like any transaction
+    (:func:`eos_pipeline.adapters.hudi.write_transaction`): a commit by another writer in
+    between makes the replay fail, and running it again replans from that commit.
+    """
+
+    def __init__(
+        self,
+        spec: HudiTableSpec,
+        kafka: KafkaSettings,
+        spark: SparkSession,
+        dlq_topic: str,
+        *,
+        fault: FaultHook = no_fault,
+    ) -> None:
+        if spec.operation != "upsert":
+            log.info(
+                "%s: a replay always upserts (the table writes with %s)",
+                spec.table_name,
+                spec.operation,
+            )
+        self.spec = spec
+        self.dead_letters = DeadLetterWriter(kafka, dlq_topic, spec.pipeline, sink=_REPLAY_SINK)
+        # The sink's own reading, decoding and write options, so a replay writes rows alike.
+        self.sync = HudiTableSync(spec, OneCluster(kafka), spark, self.dead_letters)
+        self.fault = fault
+
+    def plan(self, partition: int, start: int, end: int | None = None) -> ReplayPlan:
+        """What :meth:`run` would do, from the latest commit; writes nothing (the dry run)."""
+        return self._plan(TopicPartition(self.spec.topic, partition), start, end)[0]
+
+    def run(self, plan: ReplayPlan) -> ReplayReport:
+        began = time.monotonic()
+        tp = plan.tp
+        current, commit = self._plan(tp, plan.range.start, plan.range.end)
+        assert commit is not None  # plan_replay refuses a table without a commit
+        report = ReplayReport(current)
+        self.dead_letters.send_marker(tp, _REPLAY_SINK, current.range)
+        self.fault("replay_after_marker")
+        # Read and decoded once for the count, the dead letters and the writes.
+        with self.sync.decoded({tp: current.range}) as tagged:
+            spec = self.sync.spec  # with the writer schemas the range names
+            good, bad = split_tagged(tagged, spec.schema)
+            # One job reads, decodes and counts; the bad rows are fetched only if there are any.
+            total = tagged.agg(F.count(F.lit(1)).alias("n"), F.count(ERROR_COLUMN).alias("bad"))
+            counted = total.collect()[0]
+            report.records_read = int(counted["n"])
+            letters = [
+                dead_letter(row)
+                for row in (bad.orderBy("offset").collect() if counted["bad"] else [])
+            ]
+            report.dead_letters = self.dead_letters.send(tp, letters)
+            stale, report.rows_deleted = self._rows_of([x.offset for x in letters], tp)
+            if stale is not None and report.rows_deleted:
+                commit = self._commit(stale, commit, current, "delete")
+                report.commits.append(commit.instant_time)
+            self.fault("replay_after_delete")
+            table = self.sync.table_rows(good)
+            report.rows_written = report.records_read - report.dead_letters
+            commit = self._commit(table, commit, current, "upsert")
+            report.commits.append(commit.instant_time)
+            self.fault("replay_after_commit")
+        report.seconds = time.monotonic() - began
+        log.info(
+            "%s: replay of %s %s done: %s", spec.table_name, tp, current.range, report.metadata()
+        )
+        return report
+
+    # ------------------------------------------------------------------------------- internals
+    def _plan(
+        self, tp: TopicPartition, start: int, end: int | None
+    ) -> tuple[ReplayPlan, CommitInfo | None]:
+        commit = latest_commit(self.sync.spark, self.spec.table_path)
+        position = commit.checkpoint.get(tp) if commit else None
+        plan = plan_replay(
+            self.spec.pipeline,
+            _REPLAY_SINK,
+            tp,
+            start=start,
+            end=end,
+            state=checkpoint_state(position),
+            log_start=start_offsets(self.sync.kafka, tp.topic)[tp.partition],
+            max_records=max(1, self.spec.max_records_per_partition),
+        )
+        return plan, commit
+
+    def _rows_of(self, offsets: list[int], tp: TopicPartition) -> tuple[DataFrame | None, int]:
+        """The table's rows of ``tp`` at ``offsets`` (records that are dead letters now), and
+        how many there are (0 without reading the table when there is no such record)."""
+        if not offsets:
+            return None, 0
+        source = self.spec.schema.source
+        rows = self.sync.spark.read.format("hudi").load(self.spec.table_path)
+        rows = rows.where(
+            (F.col(source.topic) == tp.topic)
+            & (F.col(source.partition) == tp.partition)
+            & F.col(source.offset).isin(offsets)
+        )
+        rows = rows.drop(*[c for c in _HOODIE_META_COLUMNS if c in rows.columns])
+        return rows, int(rows.count())
+
+    def _commit(
+        self, df: DataFrame, previous: CommitInfo, plan: ReplayPlan, operation: Operation
+    ) -> CommitInfo:
+        """One commit carrying ``previous``'s checkpoint unchanged (never backwards)."""
+        if plan.range.end > previous.checkpoint.get(plan.tp, 0):
+            raise ReplayRefused(f"{plan.tp}: the checkpoint moved below {plan.range}")
+        options = self.sync.write_options()
+        version = options.get("hoodie.write.table.version")
+        key = checkpoint_key(int(version) if version else None)
+        options[key + REPLAY_METADATA_SUFFIX] = f"{plan.tp.partition}:{plan.range}"
+        return self.sync.write(
+            df,
+            previous.checkpoint,
+            partition_count=len(previous.checkpoint),
+            previous=previous.checkpoint,
+            topic_id=previous.topic_id,
+            operation=operation,
+            options=options,
+        )

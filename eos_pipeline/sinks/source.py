@@ -1,11 +1,7 @@
 """Where a pipeline reads: its one Kafka cluster, or the active one of several (MM2 failover).
 
-The sinks and the Dagster layer ask a :class:`Source` and never test which kind they hold. Both
-kinds answer the same questions: which cluster and Kafka settings a run reads, which physical
-partitions a Dagster partition stands for, the ClickHouse sink that writes from there, what the
-sensors compare (each partition's end and stored position), what to keep before a write, how a
-row names its source topic, and where the next Hudi transaction reads (:class:`HudiPlan`: the
-Hudi sink, :class:`~eos_pipeline.sinks.hudi.HudiTableSync`, plans through its source).
+The sinks and the Dagster layer ask a :class:`Source` and never test which kind they hold: this
+is the one place that knows about clusters (the Hudi sink plans its transactions through it).
 
 * :class:`OneCluster`: topic ``T`` of the configured cluster; positions, rows and dedup tokens
   name the plain topic.
@@ -24,7 +20,7 @@ Hudi sink, :class:`~eos_pipeline.sinks.hudi.HudiTableSync`, plans through its so
   active cluster. When a run finds the latest commit on another cluster, the plan moves the
   position with the core's rule: translated through the offset syncs, a pending mark per
   partition, then the copy of the last record written is found by fingerprint in the re-read
-  window (``sinks.resume.locate_copy``) and everything up to it is skipped; the first commit on
+  window (``sinks.clickhouse.locate_copy``) and everything up to it is skipped; the first commit on
   the new cluster stores the result. Because the move starts from whatever commit is latest, a
   write still in flight on the old cluster when the switch ran is carried over as well; Hudi's
   commit fence keeps an old-cluster and a new-cluster writer from both committing. Tables written
@@ -32,8 +28,8 @@ Hudi sink, :class:`~eos_pipeline.sinks.hudi.HudiTableSync`, plans through its so
   positions on the pipeline's initial cluster; the record before each position is marked on the
   first run, so the table can then move. Their rows keep the plain topic name.
 
-Built per run or sensor tick by ``components.source.PipelineSource.at``. Wiring only: reads
-through the adapters, the rules are in the core.
+Built per run or sensor tick by ``components.source.PipelineSource.at``; the rules are in the
+core.
 """
 
 from __future__ import annotations
@@ -58,11 +54,9 @@ from eos_pipeline.adapters.hudi_timeline import CommitInfo, latest_checkpoint, l
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     TopicInfo,
-    TopicMissingError,
     describe,
     end_offsets,
     end_offsets_of,
-    partition_count,
     range_consumer,
     read_range,
     start_offsets,
@@ -92,9 +86,8 @@ from eos_pipeline.core.positions import (
     partition_lags,
     sink_state,
 )
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
+from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec, locate_copy
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
-from eos_pipeline.sinks.resume import locate_copy
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +179,6 @@ class Source(ABC):
         """The source topic a row read here from ``topic`` stores."""
 
     @abstractmethod
-    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
-        """Next offset per partition read here that ``commit`` stores (None: a new table);
-        ``TransactionRefused`` when the commit is not ``topic``'s."""
-
-    @abstractmethod
     def plan_hudi(
         self,
         previous: CommitInfo | None,
@@ -268,9 +256,6 @@ class OneCluster(Source):
 
     def row_topic(self, topic: str) -> str:
         return topic
-
-    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
-        return commit.checkpoint if commit else None
 
     def plan_hudi(
         self,
@@ -390,12 +375,8 @@ class ActiveCluster(Source):
         counts: dict[str, int] = {}
         missing: list[str] = []
         for topic in topics:
-            found = [
-                partition_count(self.kafka, physical)
-                for physical in self.physical_topics(topic)
-                if _exists(self.kafka, physical)
-            ]
-            if found:
+            found = [partitions_of(self.kafka, t) for t in self.physical_topics(topic)]
+            if any(found):
                 counts[topic] = max(found)
             else:
                 missing.append(topic)
@@ -409,22 +390,10 @@ class ActiveCluster(Source):
         """``A:T``: ``T`` on A is not ``T`` on B, and the source coordinates are the key."""
         return row_topic(self.alias, topic)
 
-    def hudi_stored(self, commit: CommitInfo | None, table: str, topic: str) -> Checkpoint | None:
-        stored = self._table_position(commit, table, topic)
-        return None if stored is None else dict(stored.positions)
-
-    def _table_position(
-        self, commit: CommitInfo | None, table: str, topic: str
-    ) -> TablePosition | None:
+    def _stored(self, commit: CommitInfo | None) -> TablePosition | None:
         """The cluster position of ``commit``; a plain checkpoint is on the initial cluster."""
         if commit is None:
             return None
-        foreign = sorted({tp.topic for tp in commit.checkpoint} - {topic})
-        if commit.cluster_position is None and foreign:
-            raise TransactionRefused(
-                f"{table}: the table's checkpoint is for topic(s) {foreign}, "
-                f"not {topic!r}; one Hudi table follows one topic"
-            )
         return stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
 
     def _carry_over(self, stored: TablePosition, name: str, topic: str) -> TablePosition:
@@ -487,22 +456,25 @@ class ActiveCluster(Source):
                 f"{self.fp.name}: the active cluster moved from {self.alias!r} to {active!r} "
                 "since this run started; nothing was read, run again"
             )
-        stored = self._table_position(previous, table, topic)
+        if previous is not None and previous.cluster_position is None:
+            foreign = sorted({tp.topic for tp in previous.checkpoint} - {topic})
+            if foreign:
+                raise TransactionRefused(
+                    f"{table}: the table's checkpoint is for topic(s) {foreign}, "
+                    f"not {topic!r}; one Hudi table follows one topic"
+                )
+        stored = self._stored(previous)
         position = TablePosition(active, {})
         moved = stored is not None and stored.cluster != active
         if stored is not None:
             position = self._carry_over(stored, name, topic) if moved else stored
         ends: dict[TopicPartition, int] = {}
         lows: dict[TopicPartition, int] = {}
-        counts = []
-        for physical in self.fp.clusters.topics(topic, active):
-            count = partitions_of(kafka, physical.topic)
-            counts.append(count)
-            if count:
-                for p, e in end_offsets(kafka, physical.topic).items():
-                    ends[TopicPartition(physical.topic, p)] = e
-                for p, low in start_offsets(kafka, physical.topic).items():
-                    lows[TopicPartition(physical.topic, p)] = low
+        physical_ends = self.ends(topic)
+        for physical, topic_ends in physical_ends.items():
+            ends.update({TopicPartition(physical, p): e for p, e in topic_ends.items()})
+            starts = start_offsets(kafka, physical)
+            lows.update({TopicPartition(physical, p): low for p, low in starts.items()})
         check_same_log(
             f"{table} on {active!r}",
             topic=topic,
@@ -516,13 +488,16 @@ class ActiveCluster(Source):
             at, found, n_read, n_skip = locate_copy(kafka, tp, start, mark, ends[tp])
             position = position.advanced({tp: at}, {tp: found})
             reread, skipped = reread + n_read, skipped + n_skip
-        unmarked = [
-            tp
+        # Written before marks were kept: mark the last record before each position, looking
+        # back at most 64 offsets (transaction markers take offsets too). None when none is
+        # found: such a position then moves to another cluster only by an exact translation.
+        unmarked = {
+            tp: OffsetRange(max(lows[tp], at - 64), at)
             for tp, at in position.positions.items()
             if tp not in position.marks and at > lows[tp]
-        ]
-        if unmarked:  # written before marks were kept: mark the record before each position
-            position = position.advanced({}, _marks_before(kafka, unmarked, position, lows))
+        }
+        if unmarked:
+            position = position.advanced({}, _last_marks(kafka, unmarked))
         # Each physical topic by the one rule (core.planning): its stored position, else the
         # reset policy; ranges capped by the batch limit, and ``until`` for ``topic`` itself.
         start_at: dict[TopicPartition, int] = {}
@@ -552,6 +527,7 @@ class ActiveCluster(Source):
             since.update(position.positions)
         position = position.advanced(start_at, {}, since)
         after = position.advanced({tp: r.end for tp, r in ranges.items()}, {})
+        counts = [len(e) for e in physical_ends.values()]
         summary_count = max([*counts, len(previous.checkpoint) if previous else 0, 1])
         stored_text = previous.cluster_position if previous else None
         return HudiPlan(
@@ -576,18 +552,12 @@ class ActiveCluster(Source):
     ) -> str | None:
         """The cluster position after this transaction, with the mark of each last record."""
         assert plan.position is not None
-        marks: dict[TopicPartition, Mark | None] = {}
-        with range_consumer(self.kafka) as consumer:
-            for tp, offset in sorted(last_offsets.items()):
-                batch = read_range(
-                    self.kafka, tp, OffsetRange(offset, offset + 1), consumer=consumer
-                )
-                if len(batch) != 1:
-                    raise TransactionRefused(
-                        f"{tp}: the record at offset {offset} cannot be read back"
-                    )
-                marks[tp] = Mark.of_record(
-                    batch.fingerprint(0), batch.offsets[0], batch.timestamps_ms[0]
+        wanted = {tp: OffsetRange(offset, offset + 1) for tp, offset in last_offsets.items()}
+        marks = _last_marks(self.kafka, wanted)
+        for tp, mark in marks.items():
+            if mark is None:
+                raise TransactionRefused(
+                    f"{tp}: the record at offset {last_offsets[tp]} cannot be read back"
                 )
         ends = {tp: r.end for tp, r in plan.ranges.items()}
         return plan.position.advanced(ends, marks).encode()
@@ -628,12 +598,7 @@ class ActiveCluster(Source):
     ) -> HudiPositions:
         """The table's cluster position folded against this cluster's ends; nothing stored
         folds from 0 (``core.failover.fold``)."""
-        commit = latest_commit(table_path)
-        stored = (
-            None
-            if commit is None
-            else stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
-        )
+        stored = self._stored(latest_commit(table_path))
         moved = stored is not None and stored.cluster != self.alias
         per: dict[int, list[tuple[int, int | None]]] = {}
         for physical, ends in self.ends(topic).items():
@@ -661,13 +626,9 @@ class ActiveCluster(Source):
         with nothing stored does.
         """
         hudi: dict[TopicPartition, int] = {}
-        if hudi_table is not None:
-            commit = latest_commit(hudi_table)
-            if commit is not None:
-                stored = stored_position(
-                    commit.cluster_position, commit.checkpoint, self.fp.initial
-                )
-                hudi = dict(stored.positions) if stored.cluster == self.alias else {}
+        stored = None if hudi_table is None else self._stored(latest_commit(hudi_table))
+        if stored is not None and stored.cluster == self.alias:
+            hudi = dict(stored.positions)
         totals: dict[int, PartitionLag] = {}
         for physical, ends in self.ends(topic).items():
             starts = start_offsets(self.kafka, physical)
@@ -691,26 +652,14 @@ class ActiveCluster(Source):
         return [totals[p] for p in sorted(totals)]
 
 
-def _marks_before(
-    kafka: KafkaSettings,
-    partitions: list[TopicPartition],
-    position: TablePosition,
-    lows: Mapping[TopicPartition, int],
-    lookback: int = 64,
+def _last_marks(
+    kafka: KafkaSettings, ranges: Mapping[TopicPartition, OffsetRange]
 ) -> dict[TopicPartition, Mark | None]:
-    """The mark of the last record before each position (a table written before marks).
-
-    Looks back at most ``lookback`` offsets: transaction markers take offsets too, so the last
-    record may lie a few offsets before the position. None when none is found: such a position
-    then moves to another cluster only by an exact translation, as before.
-    """
+    """The mark of the last record in each range (None: no record there)."""
     marks: dict[TopicPartition, Mark | None] = {}
     with range_consumer(kafka) as consumer:
-        for tp in sorted(partitions):
-            at = position.positions[tp]
-            batch = read_range(
-                kafka, tp, OffsetRange(max(lows[tp], at - lookback), at), consumer=consumer
-            )
+        for tp, wanted in sorted(ranges.items()):
+            batch = read_range(kafka, tp, wanted, consumer=consumer)
             last = len(batch) - 1
             marks[tp] = (
                 Mark.of_record(
@@ -720,15 +669,6 @@ def _marks_before(
                 else None
             )
     return marks
-
-
-def _exists(kafka: KafkaSettings, topic: str) -> bool:
-    """Whether a physical topic exists on a reachable cluster (an unreachable one raises)."""
-    try:
-        partition_count(kafka, topic)
-    except TopicMissingError:  # a missing topic, not a cluster that does not answer
-        return False
-    return True
 
 
 __all__ = ["ActiveCluster", "HudiPlan", "OneCluster", "Source"]

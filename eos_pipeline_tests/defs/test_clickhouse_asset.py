@@ -187,7 +187,7 @@ def test_a_following_run_writes_records_that_arrive_after_it_caught_up(
     exactly once, and ends when the stream has been quiet for ``idle_seconds``."""
     from eos_pipeline.components.config import Follow
     from eos_pipeline.core.planning import FOLLOW_TAG
-    from eos_pipeline.sinks.clickhouse import state_of
+    from eos_pipeline.core.positions import sink_state
 
     rig = make_rig(partitions=2)
     pipeline = rig.config.pipelines[0]
@@ -214,7 +214,7 @@ def test_a_following_run_writes_records_that_arrive_after_it_caught_up(
         while time.monotonic() < deadline:
             with defs.resources["keeper"].store() as store:
                 records = store.read_many(rig.pipeline, "clickhouse", rig.topic)
-            states = [state_of(r.record) for r in records.values()]
+            states = [sink_state(r.record) for r in records.values()]
             if len(states) == 2 and all(s is not None and s.range.end >= 10 for s in states):
                 break
             time.sleep(0.05)

@@ -21,7 +21,7 @@ from eos_pipeline.components.metadata import partitions_name
 from eos_pipeline.components.replay import DRY_RUN_TAG, replay_job_name
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.planning import keys_for
-from eos_pipeline.sinks.replay import ClickHouseReplay
+from eos_pipeline.sinks.clickhouse import ClickHouseReplay
 from eos_pipeline_tests.support.definitions import build_definitions
 from eos_pipeline_tests.support.defs_folder import write_defs
 

@@ -130,7 +130,7 @@ def test_an_evolution_is_in_the_materialization_and_needs_a_person_when_refused(
     from eos_pipeline.components.assets import evolution_metadata, person_cause
     from eos_pipeline.core.evolution import IncompatibleSchemaChange, avro_columns, plan_evolution
     from eos_pipeline.core.schema import Column, Format, PayloadFormat, TableSchema
-    from eos_pipeline.sinks.schema_follow import SchemaFollower
+    from eos_pipeline.sinks.clickhouse import SchemaFollower
 
     fmt = PayloadFormat(Format.AVRO, RegistrySettings("mock://meta"))
     follower = SchemaFollower(TableSchema(avro_columns(AVRO), format=fmt, schema_id=4))

@@ -360,7 +360,7 @@ def _replay(job: dict[str, Any]) -> None:
     """Replay ``[replay_start, replay_end)`` of ``replay_partition`` into ClickHouse."""
     from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
     from eos_pipeline.core.offsets import TopicPartition
-    from eos_pipeline.sinks.replay import ClickHouseReplay
+    from eos_pipeline.sinks.clickhouse import ClickHouseReplay
 
     kafka, sink, spec = _clickhouse_setup(job)
     kill_when_clickhouse_inserts(job["chdb_path"])

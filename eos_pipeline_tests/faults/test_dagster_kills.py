@@ -59,7 +59,7 @@ from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.components.assets import CLICKHOUSE_SINK
 from eos_pipeline.components.sensors import SINK_TAG, START_STATE_TAG
 from eos_pipeline.core.dedup import Phase
-from eos_pipeline.sinks.clickhouse import state_of
+from eos_pipeline.core.positions import sink_state
 from eos_pipeline_tests.faults.harness import FaultRig, chaos_seed
 from eos_pipeline_tests.support.defs_folder import write_defs
 from eos_pipeline_tests.support.faults import (
@@ -250,7 +250,7 @@ class Session:
     # ------------------------------------------------------------------ where the sinks are
     def clickhouse_states(self) -> dict[int, Any]:
         records = self.store.read_many(self.rig.pipeline, CLICKHOUSE_SINK, self.rig.topic)
-        return {p: state_of(r.record) for p, r in records.items()}
+        return {p: sink_state(r.record) for p, r in records.items()}
 
     def hudi_commits(self) -> int:
         """Completed commits carrying a checkpoint (not the empty one that starts a table)."""

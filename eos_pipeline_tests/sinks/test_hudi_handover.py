@@ -39,6 +39,7 @@ from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.source import OneCluster
 from eos_pipeline_tests.adapters.hudi_java_oracle import java_checkpoint_history
 from eos_pipeline_tests.support.hoodie_streamer import StreamerTable, run_streamer
+from eos_pipeline_tests.support.sink_runs import hudi_positions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -144,7 +145,7 @@ def test_table_moves_from_hoodie_streamer_to_project_and_back(
     source.produce(150)
     run_streamer(streamer, kafka_settings.bootstrap_servers, work)
     after_streamer = source.ends()
-    assert sync.positions() == after_streamer, "the project reads the streamer's V1 checkpoint"
+    assert hudi_positions(sync) == after_streamer, "the project reads the streamer's V1 checkpoint"
 
     # 2. The project continues from the streamer's checkpoint.
     source.produce(120)

@@ -31,8 +31,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.proof import compare
 from eos_pipeline.core.schema import TableSchema
-from eos_pipeline.sinks.hudi import HudiTableSpec, HudiTableSync
-from eos_pipeline.sinks.hudi_replay import REPLAY_METADATA_SUFFIX, HudiReplay
+from eos_pipeline.sinks.hudi import REPLAY_METADATA_SUFFIX, HudiReplay, HudiTableSpec, HudiTableSync
 from eos_pipeline.sinks.source import OneCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -26,8 +26,11 @@ from eos_pipeline.adapters.keeper import ReplayJournal
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.proof import compare
 from eos_pipeline.core.replay import DONE, RUNNING, ReplayRefused
-from eos_pipeline.sinks.clickhouse import ClickHousePartitionSync, ClickHouseTableSpec
-from eos_pipeline.sinks.replay import ClickHouseReplay
+from eos_pipeline.sinks.clickhouse import (
+    ClickHousePartitionSync,
+    ClickHouseReplay,
+    ClickHouseTableSpec,
+)
 from eos_pipeline_tests.sinks.clickhouse_stage import (
     SCHEMA,
     ClickHouseStage,

@@ -5,9 +5,12 @@
   against a stored state, on the real stack.
 * :func:`run_active_clickhouse`: every partition of the active cluster's physical topics caught
   up, as the Dagster asset does through :class:`eos_pipeline.sinks.source.ActiveCluster`.
+* :func:`hudi_positions`: where a one-cluster Hudi sink's next transaction starts.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.failover import FailoverPipeline, partitions_of, record_syncs
@@ -17,15 +20,19 @@ from eos_pipeline.core.dedup import OffsetRegressionError, decide
 from eos_pipeline.core.failover import ResumeError
 from eos_pipeline.core.keeper import KeeperKey
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.positions import sink_state
 from eos_pipeline.sinks.clickhouse import (
     BatchReport,
     ClickHousePartitionSync,
     ClickHouseTableSpec,
     SyncReport,
-    state_of,
 )
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
 from eos_pipeline.sinks.source import ActiveCluster
+
+if TYPE_CHECKING:  # pyspark: loaded by Hudi tests only
+    from eos_pipeline.core.checkpoint import Checkpoint
+    from eos_pipeline.sinks.hudi import HudiTableSync
 
 
 def run_range(
@@ -45,13 +52,13 @@ def run_range(
             f"{tp}: a switch moved this partition here and the sink has not found the last "
             "record written before it yet; run the partition (not a range) first"
         )
-    error = decide(state_of(record), wanted, tp).error
+    error = decide(sink_state(record), wanted, tp).error
     if error is not None:
         raise OffsetRegressionError(error)
     lease = sync.store.acquire(key, writer=sync.writer)
     tid = sync._same_topic(tp, lease.record)
     batch = read_range(sync.kafka, tp, wanted)
-    return sync._process(lease, state_of(lease.record), batch, tid)
+    return sync._process(lease, sink_state(lease.record), batch, tid)
 
 
 def run_active_clickhouse(
@@ -75,3 +82,12 @@ def run_active_clickhouse(
                 reports.append(sync.run(TopicPartition(physical.topic, partition)))
     record_syncs(store, fp, sync.cluster)
     return reports
+
+
+def hudi_positions(sync: HudiTableSync) -> Checkpoint | None:
+    """Next offset per partition after the latest completed commit of a one-cluster Hudi sink's
+    table (None for a new table)."""
+    from eos_pipeline.adapters.hudi import latest_commit
+
+    commit = latest_commit(sync.spark, sync.spec.table_path)
+    return commit.checkpoint if commit else None
