@@ -165,6 +165,15 @@ def plan_replay(
     return ReplayPlan(pipeline, sink, tp, wanted, position, chunks, resumes)
 
 
+def replay_token_name(token_name: str, epoch: int) -> str:
+    """The dedup token name a replay inserts under: never a normal one (pipeline names cannot
+    hold ``~``) and new per attempt (a higher lease epoch), so the originals, still in the dedup
+    window, do not swallow the replayed blocks."""
+    if epoch < 1:
+        raise ValueError(f"epoch must be >= 1, got {epoch}")
+    return f"{token_name}~replay-{epoch}"
+
+
 def marker_headers(
     pipeline: str, sink: str, tp: TopicPartition, replayed: OffsetRange
 ) -> list[tuple[str, bytes]]:

@@ -96,6 +96,7 @@ from eos_pipeline.core.replay import (
     ReplayLogChanged,
     ReplayPlan,
     plan_replay,
+    replay_token_name,
 )
 from eos_pipeline.core.schema import SchemaError, TableSchema
 from eos_pipeline.sinks.hooks import FaultHook, no_fault
@@ -825,8 +826,7 @@ class ClickHouseReplay:
         inserter = ClickHousePartitionSync(
             self.spec, self.kafka, self.store, self.sink, self.dead_letters, writer=self.writer
         )
-        # A token no earlier insert used: the originals are still in the dedup window.
-        inserter.token_name = f"{inserter.token_name}~replay-{lease.epoch}"
+        inserter.token_name = replay_token_name(inserter.token_name, lease.epoch)
         with range_consumer(self.kafka) as consumer:
             for chunk in current.chunks:
                 self._hold(lease)

@@ -5,15 +5,13 @@ from __future__ import annotations
 from eos_pipeline.core.decode import NativePayload, json_lines, native_payload
 from eos_pipeline.core.dedup import dedup_token
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
+from eos_pipeline.core.replay import replay_token_name
 from eos_pipeline.core.schema import Column, TableSchema
 
 
 def replay_token(pipeline: str, tp: TopicPartition, chunk: OffsetRange, epoch: int) -> str:
-    """The token a replay inserts ``chunk`` under (``sinks.replay``): never a normal token
-    (pipeline names cannot hold ``~``) and new per attempt (a higher epoch)."""
-    if epoch < 1:
-        raise ValueError(f"epoch must be >= 1, got {epoch}")
-    return dedup_token(f"{pipeline}~replay-{epoch}", tp, chunk)
+    """The token a replay inserts ``chunk`` under (``sinks.clickhouse.ClickHouseReplay``)."""
+    return dedup_token(replay_token_name(pipeline, epoch), tp, chunk)
 
 
 def column(schema: TableSchema, name: str) -> Column:
