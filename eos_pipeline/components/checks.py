@@ -471,7 +471,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         from pyspark.sql import functions as F
 
-        from eos_pipeline.adapters.hudi import latest_checkpoint
+        from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 
         kafka = kafka_resource(context, pipeline.name).settings()
         spark = context.resources.spark.session(hudi.path)
@@ -479,7 +479,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         if source_of(pipeline).switches:  # every cluster's stretches, by identity
             found = hudi_identity_proofs(pipeline, spark, tps)
             return list(identity_events(context, found, key))
-        checkpoint = latest_checkpoint(spark, hudi.path) or {}
+        checkpoint = latest_checkpoint(hudi.path) or {}
         counts: dict[int, dict[int, int]] = {tp.partition: {} for tp in tps}
         if checkpoint:
             table = spark.read.format("hudi").load(hudi.path)

@@ -374,7 +374,7 @@ class HudiTableSync:
     def positions(self) -> Checkpoint | None:
         """Next offset per partition read from the source after the latest completed commit
         (each physical topic's, with clusters); None for a new table."""
-        commit = latest_commit(self.spark, self.spec.table_path)
+        commit = latest_commit(self.spec.table_path)
         with _refusals():
             return self.source.hudi_stored(commit, self.spec.table_path, self.spec.topic)
 
@@ -386,7 +386,7 @@ class HudiTableSync:
         """Fix the next transaction without side effects; ``partitions`` default to all,
         ``until`` caps the partitions of the topic itself (not a replica's)."""
         spec = self.spec
-        previous = latest_commit(self.spark, spec.table_path)
+        previous = latest_commit(spec.table_path)
         with _refusals():
             return self.source.plan_hudi(
                 previous,

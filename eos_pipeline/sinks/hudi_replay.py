@@ -130,7 +130,7 @@ class HudiReplay:
     def _plan(
         self, tp: TopicPartition, start: int, end: int | None
     ) -> tuple[ReplayPlan, CommitInfo | None]:
-        commit = latest_commit(self.spark, self.spec.table_path)
+        commit = latest_commit(self.spec.table_path)
         position = commit.checkpoint.get(tp) if commit else None
         plan = plan_replay(
             self.spec.pipeline,

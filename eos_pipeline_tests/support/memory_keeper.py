@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from eos_pipeline.adapters import keeper
 from eos_pipeline.adapters.keeper import default_writer_id
 from eos_pipeline.core.keeper import (
     DEFAULT_ROOT,
@@ -124,3 +125,12 @@ class UnsafeInMemoryStateStore:
 
 
 __all__ = ["UnsafeInMemoryStateStore"]
+
+
+def close_shared_stores() -> None:
+    """Close every shared ZooKeeper store of this process (``adapters.keeper.shared_store``)."""
+    with keeper._LOCK:
+        stores = list(keeper._STORES.values())
+        keeper._STORES.clear()
+    for store in stores:
+        store.close()

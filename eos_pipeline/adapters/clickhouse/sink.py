@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import clickhouse_connect
@@ -165,12 +164,7 @@ class ClickHouseSink:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _errors(
@@ -358,21 +352,22 @@ class ClickHouseSink:
         self,
         action: str,
         columns: str,
-        where_table: tuple[str, str, str, int],
+        where_table: tuple[str, str, str | None, int | None],
         within: OffsetRange | None,
         source: SourceColumns | None,
         tail: str = "",
     ) -> Sequence[Sequence[Any]]:
-        """``SELECT columns ... WHERE <topic-partition in range> tail``; ``{offset}`` in
+        """``SELECT columns ... [WHERE <topic-partition in range>] tail``; ``{offset}`` in
         ``columns`` and ``tail`` names the table's offset column."""
         database, table, topic, partition = where_table
         src = source or SourceColumns()
         offset = quote_identifier(src.offset, "offset column")
-        where, params = self._source_filter(src, topic, partition, within)
-        sql = (
-            f"SELECT {columns.format(offset=offset)} FROM {table_ref(database, table)} "
-            f"WHERE {where}{tail.format(offset=offset)}"
-        )
+        sql = f"SELECT {columns.format(offset=offset)} FROM {table_ref(database, table)}"
+        params: dict[str, Any] = {}
+        if topic is not None:
+            where, params = self._source_filter(src, topic, partition, within)
+            sql += f" WHERE {where}"
+        sql += tail.format(offset=offset)
         with self._errors(action, database, table):
             return self._client.query(sql, parameters=params).result_rows
 
@@ -457,22 +452,18 @@ class ClickHouseSink:
         A synchronous mutation (``mutations_sync = 2``: done on every replica before it returns),
         idempotent: deleting again deletes nothing. Returns how many rows there were.
         """
-        src = source or SourceColumns()
-        where, params = self._source_filter(src, topic, partition, within)
-        ref = table_ref(database, table)
-        with self._errors("deleting a replayed range", database, table):
-            rows = int(
-                self._client.query(
-                    f"SELECT count() FROM {ref} WHERE {where}", parameters=params
-                ).result_rows[0][0]
-            )
-            if rows:
+        action = "deleting a replayed range"
+        where_table = (database, table, topic, partition)
+        ((rows,),) = self._select(action, "count()", where_table, within, source)
+        if rows:
+            where, params = self._source_filter(source or SourceColumns(), topic, partition, within)
+            with self._errors(action, database, table):
                 self._client.command(
-                    f"ALTER TABLE {ref} DELETE WHERE {where}",
+                    f"ALTER TABLE {table_ref(database, table)} DELETE WHERE {where}",
                     parameters=params,
                     settings={"mutations_sync": 2},
                 )
-        return rows
+        return int(rows)
 
     def count(
         self,
@@ -484,16 +475,11 @@ class ClickHouseSink:
         source: SourceColumns | None = None,
     ) -> int:
         """Rows in the table, or in one topic / topic-partition of it."""
-        src = source or SourceColumns()
-        sql = f"SELECT count() FROM {table_ref(database, table)}"
-        params: dict[str, Any] = {}
-        if topic is not None:
-            where, params = self._source_filter(src, topic, partition, None)
-            sql += f" WHERE {where}"
-        elif partition is not None:
+        if topic is None and partition is not None:
             raise ValueError("count(): a partition needs its topic")
-        with self._errors("counting rows", database, table):
-            return int(self._client.query(sql, parameters=params).result_rows[0][0])
+        where_table = (database, table, topic, partition)
+        ((rows,),) = self._select("counting rows", "count()", where_table, None, source)
+        return int(rows)
 
     @staticmethod
     def _source_filter(
@@ -510,5 +496,3 @@ class ClickHouseSink:
             params.update(start=within.start, end=within.end)
         return " AND ".join(clauses), params
 
-
-__all__ = ["ONE_BLOCK_THRESHOLD", "ClickHouseSink"]
