@@ -179,7 +179,6 @@ def hudi_write_options(
     if fence_after is not None:
         result[_CONFLICT_STRATEGY_OPTION] = FENCING_STRATEGY_CLASS
         result[FENCING_EXPECTED_OPTION] = fence_after
-    # The datasource copies options starting with this prefix into the commit metadata.
     key = next(iter(meta))
     result[COMMIT_META_PREFIX_OPTION] = key
     result.update(meta)

@@ -96,20 +96,14 @@ class OffsetsDeleted(LogChanged, KafkaReadError):
     would skip records."""
 
 
-#: The error class of each fault a Kafka error code can have (:func:`kafka_error`).
-_KIND_OF_FAULT: dict[Fault, type[KafkaReadError]] = {
-    Fault.TRANSIENT: KafkaUnavailable,
-    Fault.NEEDS_PERSON: KafkaRefused,
-}
-
-
 def kafka_error(message: str, *errors: KafkaError) -> KafkaReadError:
     """The error saying ``message`` about Kafka's ``errors``, of the kind their codes say
     (``core.errors.fault_of_kafka_code``; a code for a person wins over a transient one)."""
     faults = {fault_of_kafka_code(error.name()) for error in errors}
-    for fault in (Fault.NEEDS_PERSON, Fault.TRANSIENT):
-        if fault in faults:
-            return _KIND_OF_FAULT[fault](message)
+    if Fault.NEEDS_PERSON in faults:
+        return KafkaRefused(message)
+    if Fault.TRANSIENT in faults:
+        return KafkaUnavailable(message)
     return KafkaReadError(message)
 
 

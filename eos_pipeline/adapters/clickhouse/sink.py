@@ -99,14 +99,9 @@ ONE_BLOCK_THRESHOLD = 1 << 40
 
 
 class ClickHouseSink:
-    """Writes chunks into ClickHouse so that sending a chunk twice stores it once.
-
-    One insert statement per chunk, always one block (see the module docstring), tagged with
-    the caller's deduplication token. Names are validated and quoted, values bound as query
-    parameters. Works the same over chDB and over an HTTP(S) server. Reads by Kafka source
-    coordinates (topic, partition, offset range) prove that it held, and a replay deletes a
-    range by them.
-    """
+    """Writes chunks into ClickHouse so that sending a chunk twice stores it once (one block per
+    chunk under the caller's token, see the module docstring), over chDB or a server; reads by
+    Kafka source coordinates prove it held, and a replay deletes a range by them."""
 
     def __init__(self, client: Client, *, target: str = "ClickHouse") -> None:
         self._client = client
@@ -183,11 +178,8 @@ class ClickHouseSink:
         *,
         dedup_window: int = DEFAULT_DEDUP_WINDOW,
     ) -> None:
-        """Create the database and table if missing; fail if an existing one cannot be used.
-
-        An existing table must have every declared column with the declared type (extra columns
-        are allowed: inserts name their columns) and a deduplication window above 0.
-        """
+        """Create the database and table if missing; fail if an existing one cannot be used
+        (``ddl.check_table``)."""
         db_sql = create_database_sql(database)
         table_sql = create_table_sql(database, table, schema, dedup_window=dedup_window)
         with self._errors("creating the table", database, table):
