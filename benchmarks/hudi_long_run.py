@@ -40,7 +40,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.local_stack import private_stack
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.hudi import completed_commits
+from eos_pipeline.adapters.hudi_timeline import completed_commits
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 "commits_attempted": args.commits,
                 "commits_failed": len(failures),
                 "commits_succeeded": args.commits - len(failures),
-                "completed_commits_on_table": len(completed_commits(spark, table_path)),
+                "completed_commits_on_table": len(completed_commits(table_path)),
                 "seconds_total": round(elapsed, 1),
                 "seconds_per_commit_median": (
                     round(durations[len(durations) // 2], 2) if durations else None

@@ -23,6 +23,7 @@ from eos_pipeline.adapters.kafka import (
     idempotent_producer,
     range_consumer,
     read_range,
+    send_records,
 )
 from eos_pipeline.core.offsets import OffsetRange, TopicPartition
 from eos_pipeline.core.replay import dead_offsets, marker_headers
@@ -125,21 +126,8 @@ class DeadLetterWriter:
         """Send ``records`` and flush: how many are still unacknowledged, and the errors."""
         if not records:
             return 0, []
-        producer = self._ready()
-        failures: list[str] = []
-
-        def on_delivery(err: KafkaError | None, _msg: object) -> None:
-            if err is not None:
-                failures.append(err.str())
-
-        for record in records:
-            while True:
-                try:
-                    producer.produce(self.topic, on_delivery=on_delivery, **record)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-        return producer.flush(timeout), failures
+        _, remaining, failures = send_records(self._ready(), self.topic, records, timeout)
+        return remaining, [error.str() for error in failures]
 
     def _ready(self) -> Producer:
         if self._producer is None:

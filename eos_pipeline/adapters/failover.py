@@ -227,7 +227,9 @@ def read_window(
     earlier than the partition's first offset (what retention removed is reported not found)."""
     with _borrowed(settings, consumer) as consumer:
         low, _ = _watermarks(consumer, tp.topic, tp.partition, timeout)
-        stable = _stable_end(settings, tp, timeout, admin)
+        # through the sequence's client: a cached one would keep reconnecting to a lost cluster
+        admin = admin if admin is not None else admin_client(settings)
+        stable = _list_offset(admin, tp, OffsetSpec.latest(), timeout)
         end = stable if window.end is None else min(window.end, stable)
         return _consume(settings, consumer, tp, max(window.start, low), end, timeout)
 
@@ -240,15 +242,6 @@ def _list_offset(admin: AdminClient, tp: TopicPartition, spec: OffsetSpec, timeo
     )
     [result] = future.values()
     return int(result.result().offset)
-
-
-def _stable_end(
-    settings: KafkaSettings, tp: TopicPartition, timeout: float, admin: AdminClient | None = None
-) -> int:
-    """The last stable offset, through a client of the sequence (``admin``): a cached one would
-    keep reconnecting to a cluster that went away."""
-    admin = admin if admin is not None else admin_client(settings)
-    return _list_offset(admin, tp, OffsetSpec.latest(), timeout)
 
 
 def first_offset(
@@ -423,13 +416,6 @@ def _positions(
     return found
 
 
-def _histories(
-    store: KeeperStateStore, fp: FailoverPipeline, flows: set[Flow], readers: MirrorReaders
-) -> dict[Flow, SyncHistory]:
-    """Each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable."""
-    return {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
-
-
 def _plan_moves(
     store: KeeperStateStore,
     fp: FailoverPipeline,
@@ -439,7 +425,9 @@ def _plan_moves(
 ) -> list[tuple[str, Move]]:
     aliases, policy = fp.clusters.aliases, fp.clusters.policy
     flows = {route(p, target, aliases, policy).flow for _, p, _, _ in positions}
-    histories = _histories(store, fp, flows & set(fp.clusters.flows), readers)
+    # each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable
+    flows &= set(fp.clusters.flows)
+    histories = {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
     time_floor = TimeFloors(fp.settings[target], admin=readers.admin(fp.settings[target]))
     on_target = readers.get(fp.settings[target])
     moves = []
@@ -508,7 +496,7 @@ def _check_hudi_table(
         return
     topics = fp.topics[:1]  # one Hudi table follows the pipeline's first topic
     flows = flows_needed(stored, target, fp.clusters, topics) & set(fp.clusters.flows)
-    histories = _histories(store, fp, flows, readers)
+    histories = {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
     settings = fp.settings[target]
 
     def floor(tp: TopicPartition) -> int:
@@ -535,59 +523,48 @@ def switch(
 ) -> SwitchReport:
     """Switch ``fp`` to cluster ``target`` (idempotent; rerun after any crash)."""
     with MirrorReaders() as readers:
-        return _switch(store, fp, target, hook, writer, readers)
-
-
-def _switch(
-    store: KeeperStateStore,
-    fp: FailoverPipeline,
-    target: str,
-    hook: SwitchHook,
-    writer: str | None,
-    readers: MirrorReaders,
-) -> SwitchReport:
-    began = time.monotonic()
-    states = FailoverStates(store)
-    state, version = states.read(fp.name, fp.initial)
-    plan = plan_switch(state, fp.clusters, target)
-    report = SwitchReport(fp.name, plan.source, plan.target, plan.steps)
-    if not plan.steps:
-        log.info("%s: already on %s; nothing to do", fp.name, target)
+        began = time.monotonic()
+        states = FailoverStates(store)
+        state, version = states.read(fp.name, fp.initial)
+        plan = plan_switch(state, fp.clusters, target)
+        report = SwitchReport(fp.name, plan.source, plan.target, plan.steps)
+        if not plan.steps:
+            log.info("%s: already on %s; nothing to do", fp.name, target)
+            return report
+        source = plan.source
+        positions = _positions(store, fp, source)
+        moves = _plan_moves(store, fp, positions, target, readers)  # refuses before any write
+        _check_marks(fp, [m for _, m in moves], readers, report)
+        if fp.hudi_table is not None:
+            _check_hudi_table(store, fp, target, readers, report)
+        if "begin" in plan.steps:
+            version = states.write(fp.name, state.begun(target), version)
+            state = state.begun(target)
+            log.info("%s: switch %s -> %s begun", fp.name, source, target)
+        hook("switch_after_begin")
+        # Fence the old cluster's writers, then plan from what the fence took (a writer may have
+        # moved a position between the check and the fence).
+        fenced = []
+        for sink, physical, partition, _ in positions:
+            key = KeeperKey(fp.name, sink, physical.topic, partition, source)
+            fenced.append((sink, physical, partition, store.acquire(key, writer=writer).record))
+        hook("switch_after_fence")
+        if [_state(r) for *_, r in fenced] != [_state(r) for *_, r in positions]:
+            moves = _plan_moves(store, fp, fenced, target, readers)
+        for sink, m in moves:
+            key = KeeperKey(fp.name, sink, m.route.target.topic, m.partition, target)
+            lease = store.acquire(key, writer=writer)
+            store.write(
+                lease, m.position, m.position, Phase.AFTER.value, mark=m.mark, replace_mark=True
+            )
+            log.info("%s: %s[%d] -> %s", fp.name, m.route.source, m.partition, key)
+        hook("switch_after_positions")
+        states.write(fp.name, state.finished(), version)
+        hook("switch_after_activate")
+        report.moves = [m for _, m in moves]
+        report.seconds = time.monotonic() - began
+        log.info("%s: now active on %s (%d positions moved)", fp.name, target, len(moves))
         return report
-    source = plan.source
-    positions = _positions(store, fp, source)
-    moves = _plan_moves(store, fp, positions, target, readers)  # refuses before any write
-    _check_marks(fp, [m for _, m in moves], readers, report)
-    if fp.hudi_table is not None:
-        _check_hudi_table(store, fp, target, readers, report)
-    if "begin" in plan.steps:
-        version = states.write(fp.name, state.begun(target), version)
-        state = state.begun(target)
-        log.info("%s: switch %s -> %s begun", fp.name, source, target)
-    hook("switch_after_begin")
-    # Fence the old cluster's writers, then plan from what the fence took (a writer may have
-    # moved a position between the check and the fence).
-    fenced = []
-    for sink, physical, partition, _ in positions:
-        key = KeeperKey(fp.name, sink, physical.topic, partition, source)
-        fenced.append((sink, physical, partition, store.acquire(key, writer=writer).record))
-    hook("switch_after_fence")
-    if [_state(r) for *_, r in fenced] != [_state(r) for *_, r in positions]:
-        moves = _plan_moves(store, fp, fenced, target, readers)
-    for sink, m in moves:
-        key = KeeperKey(fp.name, sink, m.route.target.topic, m.partition, target)
-        lease = store.acquire(key, writer=writer)
-        store.write(
-            lease, m.position, m.position, Phase.AFTER.value, mark=m.mark, replace_mark=True
-        )
-        log.info("%s: %s[%d] -> %s", fp.name, m.route.source, m.partition, key)
-    hook("switch_after_positions")
-    states.write(fp.name, state.finished(), version)
-    hook("switch_after_activate")
-    report.moves = [m for _, m in moves]
-    report.seconds = time.monotonic() - began
-    log.info("%s: now active on %s (%d positions moved)", fp.name, target, len(moves))
-    return report
 
 
 def _state(record: KeeperRecord) -> tuple[object, ...]:

@@ -11,13 +11,8 @@ otherwise read a failed writer's files as committed. That commit is made by one 
 
 The checkpoint is stored as HoodieStreamer 1.x stores it (see :mod:`eos_pipeline.core.checkpoint`),
 so a table can be handed over between HoodieStreamer and this project in either direction.
-The datasource options of that one commit (the table's identity and keys, the multi-writer
-settings, the checkpoint carried in the commit metadata) are built here too
-(:func:`hudi_write_options`).
-
-Commit metadata is read without a JVM by hudi-rs (:mod:`eos_pipeline.adapters.hudi_timeline`),
-which knows Hudi's versioned timeline layouts (Avro instants in ``.hoodie/timeline`` since 1.x),
-so the same code serves an in-process session, a Spark Connect client and a sensor.
+Commit metadata is read without a JVM (:mod:`eos_pipeline.adapters.hudi_timeline`), the same way
+from an in-process session, a Spark Connect client and a sensor.
 """
 
 from __future__ import annotations
@@ -29,9 +24,8 @@ from typing import TYPE_CHECKING, Final, Literal, TypedDict
 
 from pyspark.sql import DataFrame, SparkSession
 
-from eos_pipeline.adapters import hudi_timeline
 from eos_pipeline.adapters.hudi_create import table_creation_lock
-from eos_pipeline.adapters.hudi_timeline import CommitInfo
+from eos_pipeline.adapters.hudi_timeline import CommitInfo, completed_commits, latest_commit
 from eos_pipeline.adapters.spark import (
     FENCING_EXPECTED_OPTION,
     FENCING_JAR_STEM,
@@ -57,7 +51,6 @@ if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
 
 log = logging.getLogger(__name__)
 
-# ------------------------------------------------------------------------------ write options
 TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
 Operation = Literal["upsert", "insert", "bulk_insert", "delete"]
 
@@ -186,7 +179,6 @@ def hudi_write_options(
     if fence_after is not None:
         result[_CONFLICT_STRATEGY_OPTION] = FENCING_STRATEGY_CLASS
         result[FENCING_EXPECTED_OPTION] = fence_after
-    # The datasource copies options starting with this prefix into the commit metadata.
     key = next(iter(meta))
     result[COMMIT_META_PREFIX_OPTION] = key
     result.update(meta)
@@ -195,9 +187,6 @@ def hudi_write_options(
     if cluster_position:
         result[key + CLUSTER_POSITION_SUFFIX] = cluster_position
     return result
-
-
-# ------------------------------------------------------------------------------- transaction
 
 
 class _Unchecked:
@@ -242,7 +231,7 @@ def write_transaction(
         raise HudiCommitError(f"columns {missing} are not in the data frame ({df.columns})")
     validate_checkpoint(checkpoint, settings.get("partition_count"))
     hudi_write_options(table_name, checkpoint, **settings)  # refuse bad settings before reading
-    before = latest_commit(spark, table_path)
+    before = latest_commit(table_path)
     previous = before.checkpoint if before else None
     if not isinstance(expected_previous, _Unchecked):
         expected = dict(expected_previous) if expected_previous is not None else None
@@ -255,11 +244,11 @@ def write_transaction(
     fence: str | None = None
     if _fencing_available(spark):
         fence = (before.completion_time or before.instant_time) if before else ""
-    if before is None and not completed_commits(spark, table_path):
+    if before is None and not completed_commits(table_path):
         # One creator at a time: Hudi writes hoodie.properties before its commit lock, and
         # two creators at once can leave it unreadable (see ``adapters.hudi_create``).
         with table_creation_lock(table_path, settings.get("options")):
-            if not completed_commits(spark, table_path):
+            if not completed_commits(table_path):
                 _start_timeline(df, table_path, table_name, checkpoint, fence, settings)
     write_options = hudi_write_options(table_name, checkpoint, **settings, fence_after=fence)
 
@@ -277,7 +266,7 @@ def write_transaction(
             "the other writer's, and the next run plans from it"
         ) from None
 
-    commit = latest_commit(spark, table_path)
+    commit = latest_commit(table_path)
     is_new = commit is not None and (before is None or commit.instant_time != before.instant_time)
     stored = settings.get("cluster_position")
     if (
@@ -333,7 +322,7 @@ def _start_timeline(
                 raise
             raise clear from exc
         log.info("%s: another writer started the timeline first (%s)", table_path, exc)
-    if not completed_commits(spark, table_path):
+    if not completed_commits(table_path):
         raise HudiCommitError(
             f"{table_path}: the empty commit that starts a new table's timeline did not complete"
         )
@@ -346,7 +335,7 @@ def _timeline_started(table_path: str, wait_s: float = 30.0) -> bool:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            if completed_commits(None, table_path):
+            if completed_commits(table_path):
                 return True
         except Exception:  # a half-created table cannot be read yet
             pass
@@ -400,59 +389,3 @@ def _check_progress(
     ]
     if back:
         raise CheckpointError(f"checkpoint moves backwards ({'; '.join(back)})")
-
-
-# ----------------------------------------------------------------------------------- reading
-# The timeline is read without Spark (hudi-rs, see ``adapters.hudi_timeline``): the same answer
-# from a classic session, a Spark Connect client (no py4j there) or a process with no Spark at
-# all. ``spark`` stays the first parameter so callers need not change; it is not used.
-
-
-def completed_commits(
-    spark: SparkSession | None, table_path: str
-) -> list[tuple[str, str | None, str]]:
-    """``(instant_time, completion_time, action)`` of the completed commits, newest first."""
-    return hudi_timeline.completed_commits(table_path)
-
-
-def checkpoint_history(spark: SparkSession | None, table_path: str) -> list[CommitInfo]:
-    """Every completed commit that carries a checkpoint, newest first (the table's audit trail)."""
-    return hudi_timeline.checkpoint_history(table_path)
-
-
-def latest_commit(spark: SparkSession | None, table_path: str) -> CommitInfo | None:
-    """The newest completed commit carrying a Kafka checkpoint, or None.
-
-    Like HoodieStreamer, commits without a checkpoint (Merge-on-Read compactions, clustering)
-    are passed over: they move files, not the source position.
-    """
-    return hudi_timeline.latest_commit(table_path)
-
-
-def latest_checkpoint(spark: SparkSession | None, table_path: str) -> Checkpoint | None:
-    """Next offset per topic-partition after the latest completed commit; None for a new table."""
-    commit = latest_commit(spark, table_path)
-    return commit.checkpoint if commit else None
-
-
-__all__ = [
-    "CLUSTER_POSITION_SUFFIX",
-    "COMMIT_META_PREFIX_OPTION",
-    "DEFAULT_ORDERING_FIELD",
-    "SMALL_TABLE_OPTIONS",
-    "SOURCE_KEY_FIELDS",
-    "TOPIC_ID_SUFFIX",
-    "UNCHECKED",
-    "CommitInfo",
-    "HudiCommitError",
-    "HudiFencedError",
-    "Operation",
-    "TableType",
-    "WriteSettings",
-    "checkpoint_history",
-    "completed_commits",
-    "hudi_write_options",
-    "latest_checkpoint",
-    "latest_commit",
-    "write_transaction",
-]

@@ -96,20 +96,14 @@ class OffsetsDeleted(LogChanged, KafkaReadError):
     would skip records."""
 
 
-#: The error class of each fault a Kafka error code can have (:func:`kafka_error`).
-_KIND_OF_FAULT: dict[Fault, type[KafkaReadError]] = {
-    Fault.TRANSIENT: KafkaUnavailable,
-    Fault.NEEDS_PERSON: KafkaRefused,
-}
-
-
 def kafka_error(message: str, *errors: KafkaError) -> KafkaReadError:
     """The error saying ``message`` about Kafka's ``errors``, of the kind their codes say
     (``core.errors.fault_of_kafka_code``; a code for a person wins over a transient one)."""
     faults = {fault_of_kafka_code(error.name()) for error in errors}
-    for fault in (Fault.NEEDS_PERSON, Fault.TRANSIENT):
-        if fault in faults:
-            return _KIND_OF_FAULT[fault](message)
+    if Fault.NEEDS_PERSON in faults:
+        return KafkaRefused(message)
+    if Fault.TRANSIENT in faults:
+        return KafkaUnavailable(message)
     return KafkaReadError(message)
 
 
@@ -126,7 +120,6 @@ class KafkaSettings:
     request_timeout_s: float = 10.0
 
     def timeout(self, given: float | None = None) -> float:
-        """``given`` if a caller chose a timeout, else :attr:`request_timeout_s`."""
         return self.request_timeout_s if given is None else given
 
     def config(self, **extra: Any) -> dict[str, Any]:
@@ -161,16 +154,10 @@ class KafkaSettings:
             "security.protocol, ssl.ca.location); the run read and wrote nothing."
         )
 
-    def redacted_config(self) -> dict[str, Any]:
-        """The client settings safe to show: secret values (passwords, JAAS, keys) masked."""
-        return {k: "***" if is_secret_setting(k) else v for k, v in self.client_config.items()}
-
     def __repr__(self) -> str:
         # The dataclass repr would print sasl.password & co. into logs, tracebacks and metadata.
-        return (
-            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
-            f"client_config={self.redacted_config()!r})"
-        )
+        shown = {k: "***" if is_secret_setting(k) else v for k, v in self.client_config.items()}
+        return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, client_config={shown})"
 
 
 #: ``fetch.wait.max.ms`` (ms) of consumers of known offsets: librdkafka's 500 ms is paid whenever
@@ -377,46 +364,16 @@ def end_offsets(
     """Next offset to be written per partition, in one request for the whole topic; with
     ``committed`` the last stable offset (beyond it, open transactions whose fate is unknown).
     """
-    timeout = settings.timeout(timeout)
-    admin = shared_admin(settings)
-    count = partition_count(settings, topic, timeout)
-    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    futures = admin.list_offsets(
-        {KafkaTopicPartition(topic, p): OffsetSpec.latest() for p in range(count)},
-        isolation_level=level,
-        request_timeout=timeout,
-    )
-    return _offsets(settings, f"list the end offsets of topic {topic!r}", futures, timeout)
+    wanted = {topic: range(partition_count(settings, topic, timeout))}
+    return list_offsets(settings, wanted, committed=committed, timeout=timeout)[topic]
 
 
 def start_offsets(
     settings: KafkaSettings, topic: str, timeout: float | None = None
 ) -> dict[int, int]:
     """Earliest offset still held per partition (retention or compaction may have moved it)."""
-    timeout = settings.timeout(timeout)
-    admin = shared_admin(settings)
-    count = partition_count(settings, topic, timeout)
-    futures = admin.list_offsets(
-        {KafkaTopicPartition(topic, p): OffsetSpec.earliest() for p in range(count)},
-        request_timeout=timeout,
-    )
-    return _offsets(settings, f"list the start offsets of topic {topic!r}", futures, timeout)
-
-
-def _offsets(
-    settings: KafkaSettings,
-    what: str,
-    futures: Mapping[KafkaTopicPartition, object],
-    timeout: float,
-) -> dict[int, int]:
-    """The offsets of answered ListOffsets futures; an unanswered one names the cluster."""
-    try:
-        # the request carries its own timeout; the wait here only bounds a lost answer
-        return {tp.partition: f.result(timeout + 5.0).offset for tp, f in futures.items()}  # type: ignore[attr-defined]
-    except FutureTimeout:
-        raise unreachable(settings, what, timeout, "") from None
-    except KafkaException as exc:
-        raise unreachable(settings, what, timeout, exc) from exc
+    wanted = {topic: range(partition_count(settings, topic, timeout))}
+    return list_offsets(settings, wanted, latest=False, timeout=timeout)[topic]
 
 
 @dataclass(frozen=True)
@@ -888,6 +845,31 @@ def produce_all(
     """Send ``(partition, key, value)`` records and wait for all; return their (partition, offset).
     Any delivery failure raises: a caller never goes on believing a record was written.
     """
+
+    def arguments() -> Iterator[dict[str, Any]]:
+        for partition, key, value in records:
+            kwargs: dict[str, Any] = {"key": key, "value": value}
+            if partition is not None:
+                kwargs["partition"] = partition
+            if headers:
+                kwargs["headers"] = headers
+            yield kwargs
+
+    delivered, remaining, failures = send_records(producer, topic, arguments(), timeout)
+    if remaining or failures:
+        raise kafka_error(
+            f"producing to {topic!r} failed: {remaining} undelivered, errors: "
+            f"{[error.str() for error in failures[:3]]}",
+            *failures,
+        )
+    return delivered
+
+
+def send_records(
+    producer: Producer, topic: str, records: Iterable[Mapping[str, Any]], timeout: float
+) -> tuple[list[tuple[int, int]], int, list[KafkaError]]:
+    """Produce each record (``produce()``'s keyword arguments) and flush: the (partition, offset)
+    of the delivered ones, how many are still unacknowledged, and the delivery errors."""
     delivered: list[tuple[int, int]] = []
     failures: list[KafkaError] = []
 
@@ -897,24 +879,12 @@ def produce_all(
         else:
             delivered.append((msg.partition(), msg.offset()))
 
-    for partition, key, value in records:
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = headers
+    for kwargs in records:
         while True:
             try:
-                producer.produce(topic, **kwargs)
+                producer.produce(topic, on_delivery=on_delivery, **kwargs)
                 break
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-    remaining = producer.flush(timeout)
-    if remaining or failures:
-        raise kafka_error(
-            f"producing to {topic!r} failed: {remaining} undelivered, errors: "
-            f"{[error.str() for error in failures[:3]]}",
-            *failures,
-        )
-    return delivered
+    return delivered, producer.flush(timeout), failures

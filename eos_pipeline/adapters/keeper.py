@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -62,6 +62,9 @@ from eos_pipeline.core.keeper import (
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.replay import JournalEntry
 
+if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
+    from typing_extensions import Unpack
+
 
 class KeeperUnavailableError(Transient, KeeperError):
     """ZooKeeper could not be reached, or did not answer within the configured time."""
@@ -97,11 +100,16 @@ class StateStore(Protocol):
         range_start: int,
         range_end: int,
         phase: str,
-        *,
-        topic_id: str | None = None,
-        mark: Mark | None = None,
-        replace_mark: bool = False,
+        **fields: Unpack[WriteFields],
     ) -> VersionedRecord: ...
+
+
+class WriteFields(TypedDict, total=False):
+    """What a write stores beside its range and phase (``Lease.next_record``'s keywords)."""
+
+    topic_id: str | None
+    mark: Mark | None
+    replace_mark: bool
 
 
 @dataclass(frozen=True)
@@ -428,24 +436,13 @@ class KeeperStateStore:
         range_start: int,
         range_end: int,
         phase: str,
-        *,
-        topic_id: str | None = None,
-        mark: Mark | None = None,
-        replace_mark: bool = False,
+        **fields: Unpack[WriteFields],
     ) -> VersionedRecord:
         """Store ``[range_start, range_end)`` in ``phase`` if ``lease`` still holds the partition,
         else :class:`FencedError` (a newer epoch) or :class:`ConflictError`, writing nothing.
         """
         path = self.path(lease.key)
-        intended = lease.next_record(
-            range_start,
-            range_end,
-            phase,
-            self._clock(),
-            topic_id=topic_id,
-            mark=mark,
-            replace_mark=replace_mark,
-        )
+        intended = lease.next_record(range_start, range_end, phase, self._clock(), **fields)
         stored, current = self._put(path, intended, lease.version)
         if stored is None:
             raise refusal(lease, current, path)
@@ -459,41 +456,25 @@ _LOCK = threading.Lock()
 _MAX_STORES = 8
 
 
-def _take(settings: KeeperSettings) -> KeeperStateStore:
-    key = (os.getpid(), settings)
-    with _LOCK:
-        store = _STORES.get(key)
-        if store is not None and not store.closed:
-            return store
-        store = KeeperStateStore(settings).start()
-        _STORES[key] = store
-        while len(_STORES) > _MAX_STORES:
-            _STORES.pop(next(iter(_STORES))).close()
-        return store
-
-
 @contextmanager
 def shared_store(settings: KeeperSettings) -> Iterator[KeeperStateStore]:
     """The process's started store for ``settings``, left open for readers that come back every
     few seconds (rebuilt after a close, a fork or a keeper error)."""
-    store = _take(settings)
+    key = (os.getpid(), settings)
+    with _LOCK:
+        store = _STORES.get(key)
+        if store is None or store.closed:
+            store = _STORES[key] = KeeperStateStore(settings).start()
+            while len(_STORES) > _MAX_STORES:
+                _STORES.pop(next(iter(_STORES))).close()
     try:
         yield store
     except KeeperError:
         with _LOCK:
-            if _STORES.get((os.getpid(), settings)) is store:
-                del _STORES[(os.getpid(), settings)]
+            if _STORES.get(key) is store:
+                del _STORES[key]
         store.close()
         raise
-
-
-def close_shared_stores() -> None:
-    """Close every shared store of this process (tests, shutdown)."""
-    with _LOCK:
-        stores = list(_STORES.values())
-        _STORES.clear()
-    for store in stores:
-        store.close()
 
 
 class ReplayJournal:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,14 +102,10 @@ class RegistrySchemas:
         return found
 
     def _fetch(self, schema_id: int) -> WriterSchema | None:
-        try:
-            schema = self.client.get_schema(schema_id, fmt="serialized")
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404 and exc.error_code in SCHEMA_NOT_FOUND:
-                return None
-            raise self._error(exc) from exc
-        except Exception as exc:  # httpx2's connection errors, timeouts, a closed socket
-            raise self._unreachable(f"schema id {schema_id}", exc) from exc
+        what = f"schema id {schema_id}"
+        schema = self._ask(what, lambda: self.client.get_schema(schema_id, fmt="serialized"))
+        if schema is None:
+            return None
         dependencies = self._references(schema, set()) if schema.references else ()
         return WriterSchema(schema.schema_type or "AVRO", schema.schema_str, dependencies)
 
@@ -117,17 +113,14 @@ class RegistrySchemas:
         """The id of ``subject``'s latest version. Raises :class:`RegistryAccessError` for a
         subject the registry does not know, :class:`RegistryUnavailableError` without an answer.
         """
-        try:
-            return int(self.client.get_latest_version(subject).schema_id)
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404 and exc.error_code in SUBJECT_NOT_FOUND:
-                raise RegistryAccessError(
-                    f"schema registry at {self.settings.url} has no subject {subject!r}: check "
-                    "registry.subject (a value schema's subject is usually '<topic>-value')"
-                ) from None
-            raise self._error(exc) from None
-        except Exception as exc:
-            raise self._unreachable(f"the latest schema of subject {subject!r}", exc) from None
+        what = f"the latest schema of subject {subject!r}"
+        found = self._ask(what, lambda: self.client.get_latest_version(subject), SUBJECT_NOT_FOUND)
+        if found is None:
+            raise RegistryAccessError(
+                f"schema registry at {self.settings.url} has no subject {subject!r}: check "
+                "registry.subject (a value schema's subject is usually '<topic>-value')"
+            )
+        return int(found.schema_id)
 
     def _references(self, schema: Any, seen: set[str]) -> tuple[str, ...]:
         """Protobuf imports, each after its own, fetched as the registry names them."""
@@ -136,21 +129,30 @@ class RegistrySchemas:
             if ref.name in seen:
                 continue
             seen.add(ref.name)
-            try:
-                registered = self.client.get_version(ref.subject, ref.version, True, "serialized")
-            except SchemaRegistryError as exc:
-                raise self._error(exc) from exc
-            except Exception as exc:
-                raise self._unreachable(f"reference {ref.subject} v{ref.version}", exc) from exc
+            registered = self._ask(
+                f"reference {ref.subject} v{ref.version}",
+                lambda r=ref: self.client.get_version(r.subject, r.version, True, "serialized"),
+                missing=frozenset(),
+            )
             out.extend(self._references(registered.schema, seen))
             out.append(registered.schema.schema_str)
         return tuple(out)
 
-    def _unreachable(self, what: str, exc: Exception) -> RegistryUnavailableError:
-        return RegistryUnavailableError(
-            f"schema registry at {self.settings.url} could not be reached while looking up "
-            f"{what}: {type(exc).__name__}: {exc}"
-        )
+    def _ask(
+        self, what: str, call: Callable[[], Any], missing: frozenset[int] = SCHEMA_NOT_FOUND
+    ) -> Any:
+        """``call``'s answer; None for a 404 with one of the ``missing`` codes."""
+        try:
+            return call()
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404 and exc.error_code in missing:
+                return None
+            raise self._error(exc) from exc
+        except Exception as exc:  # httpx2's connection errors, timeouts, a closed socket
+            raise RegistryUnavailableError(
+                f"schema registry at {self.settings.url} could not be reached while looking up "
+                f"{what}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _error(self, exc: SchemaRegistryError) -> Exception:
         status = exc.http_status_code

@@ -518,12 +518,7 @@ def tag_json(
         raise SchemaError(f"schema fields {sorted(clash)} clash with reserved column names")
     out = T.StructType(
         [
-            T.StructField("topic", T.StringType()),
-            T.StructField("partition", T.IntegerType()),
-            T.StructField("offset", T.LongType()),
-            T.StructField("timestamp", T.TimestampType()),
-            T.StructField("key", T.BinaryType()),
-            T.StructField("value", T.BinaryType()),
+            *(T.StructField(f.name, f.dataType) for f in KAFKA_SCHEMA),
             T.StructField(ERROR_CLASS_COLUMN, T.StringType()),
             T.StructField(ERROR_COLUMN, T.StringType()),
             T.StructField(PARSED_COLUMN, payload),

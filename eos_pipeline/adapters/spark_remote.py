@@ -154,21 +154,16 @@ def version_mismatch_message(url: str, client: str, server: str) -> str | None:
     )
 
 
-def retry_waits_ms(max_retries: int) -> list[float]:
-    """The longest wait before each of ``max_retries`` retries (jitter included), in ms."""
-    waits, wait = [], float(_FIRST_WAIT_MS)
-    for _ in range(max_retries):
-        waits.append(wait + (_JITTER_MS if wait >= _JITTER_FROM_MS else 0))
-        wait = min(_WAIT_CAP_MS, wait * _GROWTH)
-    return waits
-
-
 def retry_policy(seconds: float) -> dict[str, float]:
     """PySpark's Connect retries, as many as fit in ``seconds`` of waits (0: fail at once)."""
     budget_ms = max(0.0, seconds) * 1000
-    retries = 0
-    while sum(retry_waits_ms(retries + 1)) <= budget_ms:
+    retries, spent_ms, wait = 0, 0.0, float(_FIRST_WAIT_MS)
+    while True:
+        spent_ms += wait + (_JITTER_MS if wait >= _JITTER_FROM_MS else 0)  # the longest wait
+        if spent_ms > budget_ms:
+            break
         retries += 1
+        wait = min(_WAIT_CAP_MS, wait * _GROWTH)
     return {
         "max_retries": retries,
         "initial_backoff": _FIRST_WAIT_MS,
@@ -288,19 +283,13 @@ def connect(
     return session
 
 
-def session_url(spark: object) -> str | None:
-    """``sc://host:port`` of a Connect session (token left out), or None for an in-process one."""
+def connect_error(spark: object, exc: BaseException) -> SparkConnectError | None:
+    """For a Connect session, :func:`classify` with its URL (``sc://host:port``, no token); None
+    for an in-process session."""
     if not type(spark).__module__.startswith("pyspark.sql.connect"):
         return None
-    builder = getattr(getattr(spark, "client", None), "_builder", None)
-    endpoint = getattr(builder, "endpoint", None)
-    return f"sc://{endpoint}" if endpoint else "sc://?"
-
-
-def connect_error(spark: object, exc: BaseException) -> SparkConnectError | None:
-    """For a Connect session, :func:`classify` with its URL; None for an in-process session."""
-    url = session_url(spark)
-    return classify(exc, url) if url is not None else None
+    endpoint = getattr(getattr(getattr(spark, "client", None), "_builder", None), "endpoint", None)
+    return classify(exc, f"sc://{endpoint}" if endpoint else "sc://?")
 
 
 def in_connect_mode() -> bool:

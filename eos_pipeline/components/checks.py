@@ -430,14 +430,14 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
     def _events(context: dg.AssetCheckExecutionContext) -> list[Any]:
         from pyspark.sql import functions as F
 
-        from eos_pipeline.adapters.hudi import latest_checkpoint
+        from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 
         kafka = kafka_resource(context, pipeline.name).settings()
         spark = context.resources.spark.session(hudi.path)
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if source_of(pipeline).switches:  # every cluster's stretches, by identity
             return identity_events(context, hudi_identity_proofs(pipeline, spark, tps), key)
-        checkpoint = latest_checkpoint(spark, hudi.path) or {}
+        checkpoint = latest_checkpoint(hudi.path) or {}
         counts: dict[int, dict[int, int]] = {tp.partition: {} for tp in tps}
         if checkpoint:
             table = spark.read.format("hudi").load(hudi.path)

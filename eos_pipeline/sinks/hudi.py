@@ -339,7 +339,7 @@ class HudiTableSync:
         """Fix the next transaction without side effects; ``partitions`` default to all,
         ``until`` caps the partitions of the topic itself (not a replica's)."""
         spec = self.spec
-        previous = latest_commit(self.spark, spec.table_path)
+        previous = latest_commit(spec.table_path)
         with _refusals():
             return self.source.plan_hudi(
                 previous,
@@ -669,7 +669,7 @@ class HudiReplay:
     def _plan(
         self, tp: TopicPartition, start: int, end: int | None
     ) -> tuple[ReplayPlan, CommitInfo | None]:
-        commit = latest_commit(self.sync.spark, self.spec.table_path)
+        commit = latest_commit(self.spec.table_path)
         position = commit.checkpoint.get(tp) if commit else None
         plan = plan_replay(
             self.spec.pipeline,

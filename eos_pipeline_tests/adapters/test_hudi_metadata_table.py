@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from eos_pipeline.adapters.hudi import latest_checkpoint, write_transaction
+from eos_pipeline.adapters.hudi import write_transaction
+from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline_tests.adapters.hudi_metadata_child import RESULT_PREFIX, ROW_SCHEMA, rows_for
 
@@ -128,7 +129,7 @@ def test_commits_that_start_by_compacting_the_metadata_table_in_a_fresh_jvm(
             for _ in range(DELTAS - 1):
                 n += 1
                 _write_here(spark, table, n)
-    assert latest_checkpoint(spark, table) == _checkpoint(n)
+    assert latest_checkpoint(table) == _checkpoint(n)
     rows = spark.read.format("hudi").load(table).groupBy("_partition", "_offset").count().collect()
     stored = sorted((r["_partition"], r["_offset"], r["count"]) for r in rows)
     assert stored == [(p, o, 1) for p in range(PARTITIONS) for o in range(n * BATCH)]

@@ -27,10 +27,9 @@ from eos_pipeline.adapters.hudi import (
     SMALL_TABLE_OPTIONS,
     CommitInfo,
     HudiFencedError,
-    checkpoint_history,
-    completed_commits,
     write_transaction,
 )
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history, completed_commits
 from eos_pipeline.core.offsets import TopicPartition
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -94,7 +93,7 @@ def test_a_fenced_writer_with_the_older_instant_leaves_nothing_on_a_new_table(
     assert not thread.is_alive(), "writer A did not finish"
 
     assert isinstance(outcome["a"], HudiFencedError), outcome
-    assert [c.instant_time for c in checkpoint_history(spark, table)] == [b.instant_time]
+    assert [c.instant_time for c in checkpoint_history(table)] == [b.instant_time]
     got = (
         spark.read.format("hudi")
         .load(table)
@@ -104,5 +103,5 @@ def test_a_fenced_writer_with_the_older_instant_leaves_nothing_on_a_new_table(
     )
     assert sorted(got) == sorted((i % 2, i // 2) for i in range(10))  # each record once
     # The table's first completed commit is the empty one that started the timeline.
-    first = completed_commits(spark, table)[-1][0]
+    first = completed_commits(table)[-1][0]
     assert first < b.instant_time

@@ -391,7 +391,8 @@ def test_session_expiry_mid_run_loses_nothing_and_writes_continue(
 def test_readers_share_one_session_across_uses_which_survives_expiry_and_is_replaced_when_broken(
     open_store: Callable[..., KeeperStateStore], zookeeper_hosts: str, root: str
 ) -> None:
-    from eos_pipeline.adapters.keeper import close_shared_stores, shared_store
+    from eos_pipeline.adapters.keeper import shared_store
+    from eos_pipeline_tests.support.memory_keeper import close_shared_stores
 
     settings = KeeperSettings(zookeeper_hosts, root=root, session_timeout_s=4.0)
     writer = open_store()

@@ -256,7 +256,7 @@ def _kafka_ranges_into_hudi(
     # commit lock: its early check is made to see the stale commit, so only the fence stops it.
     real = hudi_adapter.latest_commit
     calls = iter([first])
-    monkeypatch.setattr(hudi_adapter, "latest_commit", lambda s, p: next(calls, None) or real(s, p))
+    monkeypatch.setattr(hudi_adapter, "latest_commit", lambda p: next(calls, None) or real(p))
     with pytest.raises(HudiFencedError, match="moved the table's checkpoint"):
         write({tps[2]: OffsetRange(50, ends[2])}, final, first.checkpoint)
     monkeypatch.setattr(hudi_adapter, "latest_commit", real)

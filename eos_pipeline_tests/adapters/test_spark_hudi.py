@@ -27,11 +27,10 @@ from eos_pipeline.adapters.hudi import (
     TOPIC_ID_SUFFIX,
     CommitInfo,
     HudiCommitError,
-    checkpoint_history,
     hudi_write_options,
-    latest_checkpoint,
     write_transaction,
 )
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic
 from eos_pipeline.adapters.spark import (
     FENCING_EXPECTED_OPTION,
@@ -238,7 +237,7 @@ def test_smoke_dagster_asset_reads_fixed_range_into_hudi(
     assert {(r["_partition"], r["_offset"]): bytes(r["value"]) for r in rows} == expected
     assert not any(b"aborted" in bytes(r["value"]) for r in rows)
 
-    assert latest_checkpoint(spark, str(table)) == checkpoint
+    assert latest_checkpoint(str(table)) == checkpoint
     # The checkpoint is in the completed commit file itself (Hudi 1.x: Avro, in
     # .hoodie/timeline, named <requested>_<completed>.commit), written under the V2 key.
     # (The other completed commit is the empty one that starts a new table's timeline.)
@@ -280,16 +279,16 @@ def test_two_transactions_carry_untouched_partitions_forward(
     cp1 = merge_checkpoint(None, {tp: r.end for tp, r in first.items()})
     commit1 = write(first, cp1, None)
     assert commit1.action == "deltacommit"
-    assert latest_checkpoint(spark, table) == {tps[0]: 10, tps[1]: 8, tps[2]: 20}
+    assert latest_checkpoint(table) == {tps[0]: 10, tps[1]: 8, tps[2]: 20}
 
     delivered.update(produce_plain(kafka_settings, topic_name, [(1, b'{"late": 1}')] * 10))
     second = {tps[1]: OffsetRange(8, 30)}
     cp2 = merge_checkpoint(cp1, {tps[1]: 30})
     commit2 = write(second, cp2, cp1)
 
-    assert latest_checkpoint(spark, table) == {tps[0]: 10, tps[1]: 30, tps[2]: 20}
+    assert latest_checkpoint(table) == {tps[0]: 10, tps[1]: 30, tps[2]: 20}
     assert commit2.extra_metadata[CHECKPOINT_KEY_V2] == f"{topic_name},0:10,1:30,2:20"
-    assert [c.instant_time for c in checkpoint_history(spark, table)] == [
+    assert [c.instant_time for c in checkpoint_history(table)] == [
         commit2.instant_time,
         commit1.instant_time,
     ]
@@ -312,8 +311,8 @@ def test_two_transactions_carry_untouched_partitions_forward(
     # Nor may a transaction move a partition backwards.
     with pytest.raises(CheckpointError, match="backwards"):
         write({tps[1]: OffsetRange(8, 20)}, {**cp2, tps[1]: 20}, cp2)
-    assert len(checkpoint_history(spark, table)) == 2
-    assert latest_checkpoint(spark, table) == cp2
+    assert len(checkpoint_history(table)) == 2
+    assert latest_checkpoint(table) == cp2
     # Hudi's own resolver (what HoodieStreamer calls on resume) sees the same checkpoint.
     assert hudi_resolved_checkpoint(spark, table) == (
         "StreamerCheckpointV2",
@@ -343,7 +342,7 @@ def test_failed_write_leaves_no_checkpoint_and_never_completes(
     )
     with pytest.raises(Py4JJavaError, match="injected crash"):
         write_transaction(crashing, table, "crash", {tp: 20}, options=SMALL_TABLE_OPTIONS)
-    assert latest_checkpoint(spark, table) == {tp: 10}
+    assert latest_checkpoint(table) == {tp: 10}
     timeline = Path(table) / ".hoodie" / "timeline"
 
     def instant_times(pattern: str) -> set[str]:
@@ -364,7 +363,7 @@ def test_failed_write_leaves_no_checkpoint_and_never_completes(
     # does not roll it back (it could be a live writer's): the cleaner does, lazily, once its
     # heartbeat expired. Until then its files are simply never read.
     assert crashed not in instant_times("[0-9]*_*.commit")
-    assert latest_checkpoint(spark, table) == {tp: 20}
+    assert latest_checkpoint(table) == {tp: 20}
     rows = table_rows(spark, Path(table))
     assert rows.count() == 20
     assert set(coordinates(rows)) == {(topic_name, 0, o) for (_, o) in delivered}
@@ -389,8 +388,8 @@ def test_range_without_records_still_commits_its_checkpoint(
         write_transaction(
             with_source_columns(df), table, "empty", {tp: rng.end}, options=SMALL_TABLE_OPTIONS
         )
-    assert latest_checkpoint(spark, table) == {tp: 10}
-    assert len(checkpoint_history(spark, table)) == 2
+    assert latest_checkpoint(table) == {tp: 10}
+    assert len(checkpoint_history(table)) == 2
     rows = table_rows(spark, Path(table))
     assert sorted(o for _, _, o in coordinates(rows)) == [0, 1, 2, 3, 4]
 
@@ -415,11 +414,11 @@ def test_table_checkpointed_by_an_older_streamer_is_continued(
         "StreamerCheckpointV1",
         legacy[CHECKPOINT_KEY_V1],
     )
-    assert latest_checkpoint(spark, table) == {tps[0]: 4, tps[1]: 6}
+    assert latest_checkpoint(table) == {tps[0]: 4, tps[1]: 6}
 
     second = {tps[0]: OffsetRange(4, 6)}
     df = with_source_columns(read_kafka_ranges(spark, kafka_settings.bootstrap_servers, {}, second))
-    cp = merge_checkpoint(latest_checkpoint(spark, table), {tps[0]: 6})
+    cp = merge_checkpoint(latest_checkpoint(table), {tps[0]: 6})
     commit = write_transaction(
         df,
         table,

@@ -21,8 +21,7 @@ from pyspark.sql import functions as F
 
 from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.dlq import dead_letter_offsets
-from eos_pipeline.adapters.hudi import checkpoint_history
-from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import end_offsets
 from eos_pipeline.components.assets import CHECK_NAME, hudi_key
 from eos_pipeline.components.metadata import ACTIVITY_KEYS, IDLE_CASE, partitions_name
@@ -80,7 +79,7 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         assert sum(m["dead_letters"].value for m in meta.values()) == 4
         for m in meta.values():  # the partition's rows in the table after the commit
             assert m["dagster/row_count"].value == m["inserted"].value
-        assert len(checkpoint_history(spark, rig.hudi_path)) == 1
+        assert len(checkpoint_history(rig.hudi_path)) == 1
         # the check is filed per partition (issue 16: not once without a partition)
         assert [(c.partition, c.passed) for c in first.get_asset_check_evaluations()] == [
             (keys[0], True),
@@ -99,7 +98,7 @@ def test_one_run_over_all_partitions_is_one_commit_and_a_rerun_writes_nothing(
         meta = again.get_asset_materialization_events()[0].materialization.metadata
         # ... and says so, with no activity numbers to plot as zeros
         assert meta["case"].value == IDLE_CASE and not set(ACTIVITY_KEYS) & set(meta)
-        assert len(checkpoint_history(spark, rig.hudi_path)) == 1
+        assert len(checkpoint_history(rig.hudi_path)) == 1
 
         # On the data: every Kafka offset once, except the dead letters.
         dead = dead_letter_offsets(rig.kafka, pipeline.dead_letter_topic, rig.pipeline)

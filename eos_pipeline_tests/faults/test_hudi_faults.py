@@ -23,7 +23,8 @@ from pyspark.sql import SparkSession
 
 from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, end_offsets, topic_id
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.core.schema import TableSchema
@@ -91,14 +92,14 @@ def assert_exact(rig: FaultRig, spark: SparkSession) -> int:
     """Table == Kafka - dead letters, each offset once, classes right; checkpoint == log ends."""
     rows = rig.assert_exactly_once(table_offsets(rig, spark), dlq_topic=rig.hudi_dlq_topic)
     ends = end_offsets(rig.kafka, rig.topic)
-    history = checkpoint_history(spark, rig.hudi_path)
+    history = checkpoint_history(rig.hudi_path)
     assert history, "no commit carries a checkpoint"
     assert history[0].checkpoint == {TopicPartition(rig.topic, p): e for p, e in ends.items()}
     return rows
 
 
 def checkpoints(spark: SparkSession, rig: FaultRig) -> list[dict[TopicPartition, int]]:
-    return [c.checkpoint for c in checkpoint_history(spark, rig.hudi_path)]
+    return [c.checkpoint for c in checkpoint_history(rig.hudi_path)]
 
 
 # ------------------------------------------------------------------------ 1. two writers at once
@@ -180,7 +181,7 @@ def test_two_writers_at_once_exactly_one_commits_the_other_is_fenced(
     assert losers[0]["error"] == "HudiFencedError", outcomes
     assert "fenced" in losers[0]["message"], outcomes
     print(f"fenced writer: {losers[0]['message'][:300]}")
-    history = checkpoint_history(spark, rig.hudi_path)
+    history = checkpoint_history(rig.hudi_path)
     assert [c.instant_time for c in history] == [winners[0]["instant"], *earlier]
     assert assert_exact(rig, spark) == rig.produced.total - len(rig.produced.bad)
 
@@ -199,7 +200,7 @@ def test_spark_task_failing_once_is_retried_and_the_run_converges(
     assert outcome["ok"], outcome
     # The fault fired (Spark logs the lost task) and the retry absorbed it.
     assert "eos fault injection (hudi_task_fails_once)" in child.stderr
-    assert len(checkpoint_history(spark, rig.hudi_path)) == 1
+    assert len(checkpoint_history(rig.hudi_path)) == 1
     assert assert_exact(rig, spark) == rig.produced.total - len(rig.produced.bad)
 
 
@@ -279,7 +280,7 @@ def test_topic_recreated_and_grown_past_the_checkpoint_is_refused_by_its_id(
     sync = hudi_sync(rig, spark)
     first = sync.run()
     old_id = topic_id(rig.kafka, rig.topic)
-    assert checkpoint_history(spark, rig.hudi_path)[0].topic_id == old_id
+    assert checkpoint_history(rig.hudi_path)[0].topic_id == old_id
     before = table_offsets(rig, spark)
 
     _recreate_topic(rig)
@@ -304,12 +305,12 @@ def test_commit_without_a_topic_id_is_accepted_and_the_next_commit_records_it(
     rig.produce(4)
     sync = hudi_sync(rig, spark)
     sync.run_plan(dataclasses.replace(sync.plan(), topic_id=None))
-    assert checkpoint_history(spark, rig.hudi_path)[0].topic_id is None
+    assert checkpoint_history(rig.hudi_path)[0].topic_id is None
     rig.produce(4)
 
     sync.run()
 
-    assert checkpoint_history(spark, rig.hudi_path)[0].topic_id == topic_id(rig.kafka, rig.topic)
+    assert checkpoint_history(rig.hudi_path)[0].topic_id == topic_id(rig.kafka, rig.topic)
     assert assert_exact(rig, spark) == rig.produced.total
 
 

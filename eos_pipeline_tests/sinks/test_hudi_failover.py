@@ -30,7 +30,8 @@ from eos_pipeline.adapters.failover import (
     SwitchInProgress,
     switch,
 )
-from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history, latest_commit
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_commit
 from eos_pipeline.adapters.kafka import KafkaSettings, create_topic, idempotent_producer
 from eos_pipeline.adapters.keeper import KeeperSettings, KeeperStateStore
 from eos_pipeline.core.failover import ActiveState, ClusterSet, SwitchRefused, TablePosition
@@ -74,7 +75,7 @@ class HudiRig:
         return {r["id"]: r["count"] for r in rows.groupBy("id").count().collect()}
 
     def position(self) -> TablePosition:
-        commit = latest_commit(None, self.spec.table_path)
+        commit = latest_commit(self.spec.table_path)
         assert commit is not None and commit.cluster_position is not None
         return TablePosition.decode(commit.cluster_position)
 
@@ -152,7 +153,7 @@ def test_seed_story_failover_and_failback_with_an_unreplicated_tail(
         rig.spec, OneCluster(a), rig.spark, DeadLetterWriter(a, f"{topic}.dlq", fp.name)
     )
     old.run(until={0: half})  # an old table: a checkpoint, no cluster position
-    assert latest_commit(None, rig.spec.table_path).cluster_position is None  # type: ignore[union-attr]
+    assert latest_commit(rig.spec.table_path).cluster_position is None  # type: ignore[union-attr]
     assert len(rig.ids()) == 500
     # The clustered sink adopts it as it stands: no record read, the last one marked.
     rig.run(until={0: half})
@@ -257,11 +258,11 @@ def test_sigkill_of_the_hudi_run_around_a_switch_then_rerun(
     switch(rig.store, fp, "B")
     produce_events(b, topic, 2, 60, prefix="b")
     expected = _ids_of("a", 120) | _ids_of("late", 40) | _ids_of("b", 60)
-    commits = len(checkpoint_history(None, rig.spec.table_path))
+    commits = len(checkpoint_history(rig.spec.table_path))
 
     killed = _child(rig, remote, "before_hudi_write")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert len(checkpoint_history(None, rig.spec.table_path)) == commits  # nothing committed
+    assert len(checkpoint_history(rig.spec.table_path)) == commits  # nothing committed
     assert rig.position().cluster == "A"
     # The rerun dies right after its commit (in this process: a second child would pay a cold
     # Hudi write on the server for the same proof); the next run finds everything done.

@@ -24,7 +24,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS, checkpoint_history
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -166,7 +167,7 @@ def test_table_moves_from_hoodie_streamer_to_project_and_back(
     final = source.ends()
 
     # The audit trail: three commits, each holding the position right after its phase.
-    history = list(reversed(checkpoint_history(spark, str(table))))
+    history = list(reversed(checkpoint_history(str(table))))
     assert [c.checkpoint for c in history] == [after_streamer, after_project, final]
     # The product reads the timeline with hudi-rs; Hudi's Java API must agree on this table,
     # two of whose commits HoodieStreamer 0.14 wrote (table version 6, JSON commit files).

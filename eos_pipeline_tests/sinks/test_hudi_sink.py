@@ -24,11 +24,8 @@ from pyspark.sql import SparkSession
 
 from eos_dev.stack.services import StackConfig
 from eos_pipeline.adapters.dlq import DeadLetterWriter
-from eos_pipeline.adapters.hudi import (
-    SMALL_TABLE_OPTIONS,
-    checkpoint_history,
-    latest_checkpoint,
-)
+from eos_pipeline.adapters.hudi import SMALL_TABLE_OPTIONS
+from eos_pipeline.adapters.hudi_timeline import checkpoint_history, latest_checkpoint
 from eos_pipeline.adapters.kafka import (
     KafkaSettings,
     create_topic,
@@ -130,7 +127,7 @@ class Rig:
         )
         assert self.dead_coordinates() == self.bad
         ends = end_offsets(self.kafka, self.topic)
-        checkpoint = latest_checkpoint(self.spark, str(self.table))
+        checkpoint = latest_checkpoint(str(self.table))
         assert checkpoint == {TopicPartition(self.topic, p): e for p, e in ends.items()}
 
 
@@ -172,7 +169,7 @@ def test_commit_metadata_holds_exactly_each_transactions_end_offsets(rig: Rig) -
     while (report := sync.run()).instant_time is not None:
         reports.append(report)
 
-    history = checkpoint_history(rig.spark, str(rig.table))
+    history = checkpoint_history(str(rig.table))
     assert [c.instant_time for c in reversed(history)] == [r.instant_time for r in reports]
     expected = [
         {TopicPartition(rig.topic, p): min(30, 12 * n) for p in range(2)} for n in (1, 2, 3)
@@ -192,7 +189,7 @@ def test_merge_on_read_table_is_exactly_once_across_transactions(rig: Rig) -> No
     second = sync.run()
 
     assert first.instant_time and second.instant_time
-    actions = {c.action for c in checkpoint_history(rig.spark, str(rig.table))}
+    actions = {c.action for c in checkpoint_history(str(rig.table))}
     assert actions == {"deltacommit"}
     rig.assert_exactly_once()
 
@@ -237,7 +234,7 @@ def test_transaction_over_some_partitions_carries_the_others_forward(rig: Rig) -
 
     tp = [TopicPartition(rig.topic, p) for p in range(3)]
     assert report.ranges == {tp[1]: OffsetRange(0, 10)}
-    assert latest_checkpoint(rig.spark, str(rig.table)) == {tp[0]: 0, tp[1]: 10, tp[2]: 0}
+    assert latest_checkpoint(str(rig.table)) == {tp[0]: 0, tp[1]: 10, tp[2]: 0}
     assert set(rig.table_coordinates()) == {c for c in rig.good if c[0] == 1}
     sync.run()
     rig.assert_exactly_once()
@@ -294,7 +291,7 @@ def test_failed_read_of_one_partition_commits_nothing_and_moves_no_offset(rig: R
         sync.run_plan(plan)
 
     # Partition 0 read fine, but nothing committed: both positions are where they were.
-    assert latest_checkpoint(rig.spark, str(rig.table)) == first.checkpoint_after
+    assert latest_checkpoint(str(rig.table)) == first.checkpoint_after
     assert max(o for p, o in rig.table_coordinates() if p == 0) == 4
     # The next plan refuses to jump over the deleted offsets instead of skipping them.
     with pytest.raises(HudiSinkError, match=r"offsets \[5, 10\) were deleted"):
@@ -315,7 +312,7 @@ def test_recreated_topic_is_refused_with_a_clear_error(rig: Rig) -> None:
 
     with pytest.raises(HudiSinkError, match=r"now has id .*deleted and recreated"):
         sync.run()
-    assert latest_checkpoint(rig.spark, str(rig.table)) == {TopicPartition(rig.topic, 0): 10}
+    assert latest_checkpoint(str(rig.table)) == {TopicPartition(rig.topic, 0): 10}
 
 
 def _wait_until_deleted(rig: Rig) -> None:
@@ -373,12 +370,12 @@ def test_kill_inside_the_hudi_write_is_rolled_back_and_the_rerun_commits_once(ri
     unfinished = [n for n in _timeline_files(rig.table) if n.endswith((".inflight", ".requested"))]
     assert unfinished, f"the kill should leave an unfinished instant: {_timeline_files(rig.table)}"
     # The crashed write is invisible: the checkpoint is still the first transaction's.
-    assert latest_checkpoint(rig.spark, str(rig.table)) == first.checkpoint_after
+    assert latest_checkpoint(str(rig.table)) == first.checkpoint_after
 
     rerun = sync.run()
 
     assert rerun.checkpoint_before == first.checkpoint_after
-    history = checkpoint_history(rig.spark, str(rig.table))
+    history = checkpoint_history(str(rig.table))
     assert [c.instant_time for c in history] == [rerun.instant_time, first.instant_time]
     rig.assert_exactly_once()
 
@@ -395,7 +392,7 @@ def test_kill_after_the_commit_completed_writes_nothing_twice(
 
     assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr
     ends = end_offsets(rig.kafka, rig.topic)
-    assert latest_checkpoint(rig.spark, str(rig.table)) == {
+    assert latest_checkpoint(str(rig.table)) == {
         TopicPartition(rig.topic, p): e for p, e in ends.items()
     }
     rerun = rig.sync().run()

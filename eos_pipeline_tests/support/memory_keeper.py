@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from eos_pipeline.adapters.keeper import default_writer_id
+from eos_pipeline.adapters import keeper
+from eos_pipeline.adapters.keeper import WriteFields, default_writer_id
 from eos_pipeline.core.keeper import (
     DEFAULT_ROOT,
     KeeperKey,
     KeeperRecord,
     Lease,
-    Mark,
     VersionedRecord,
     new_lease_id,
     refusal,
@@ -25,6 +26,9 @@ from eos_pipeline.core.keeper import (
     validate_root,
     write_outcome,
 )
+
+if TYPE_CHECKING:  # typing.Unpack for **kwargs needs Python 3.12
+    from typing_extensions import Unpack
 
 
 class UnsafeInMemoryStateStore:
@@ -95,21 +99,10 @@ class UnsafeInMemoryStateStore:
         range_start: int,
         range_end: int,
         phase: str,
-        *,
-        topic_id: str | None = None,
-        mark: Mark | None = None,
-        replace_mark: bool = False,
+        **fields: Unpack[WriteFields],
     ) -> VersionedRecord:
         path = lease.key.path(self.root)
-        intended = lease.next_record(
-            range_start,
-            range_end,
-            phase,
-            self._clock(),
-            topic_id=topic_id,
-            mark=mark,
-            replace_mark=replace_mark,
-        )
+        intended = lease.next_record(range_start, range_end, phase, self._clock(), **fields)
         current = self._get(path)
         if current is not None and current.version == lease.version:
             stored = VersionedRecord(intended, current.version + 1)
@@ -124,3 +117,12 @@ class UnsafeInMemoryStateStore:
 
 
 __all__ = ["UnsafeInMemoryStateStore"]
+
+
+def close_shared_stores() -> None:
+    """Close every shared ZooKeeper store of this process (``adapters.keeper.shared_store``)."""
+    with keeper._LOCK:
+        stores = list(keeper._STORES.values())
+        keeper._STORES.clear()
+    for store in stores:
+        store.close()

@@ -87,7 +87,7 @@ def run_active_clickhouse(
 def hudi_positions(sync: HudiTableSync) -> Checkpoint | None:
     """Next offset per partition after the latest completed commit of a one-cluster Hudi sink's
     table (None for a new table)."""
-    from eos_pipeline.adapters.hudi import latest_commit
+    from eos_pipeline.adapters.hudi_timeline import latest_commit
 
-    commit = latest_commit(sync.spark, sync.spec.table_path)
+    commit = latest_commit(sync.spec.table_path)
     return commit.checkpoint if commit else None

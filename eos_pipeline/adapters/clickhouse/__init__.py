@@ -1,14 +1,5 @@
-"""ClickHouse over clickhouse-connect, for chDB and servers alike, one module per concern.
-
-* :mod:`~eos_pipeline.adapters.clickhouse.connection`: reaching ClickHouse (the connection URL,
-  parsed and redacted; chDB's data directory and its locks; driver errors explained, retryable
-  or not).
-* :mod:`~eos_pipeline.adapters.clickhouse.ddl`: pipeline tables, created and checked.
-* :mod:`~eos_pipeline.adapters.clickhouse.sink`: idempotent inserts (the rules that make a
-  re-sent chunk land once) and the reads that prove them.
-* :mod:`~eos_pipeline.adapters.clickhouse.native_json`: ClickHouse parsing a chunk's JSON itself.
-
-Callers import from here; the names below are the package's public surface.
+"""ClickHouse over clickhouse-connect, for chDB and servers alike, one module per concern
+(connection, ddl, sink, native_json); callers import from here, the package's public surface.
 """
 
 from eos_pipeline.adapters.clickhouse.connection import (

@@ -256,13 +256,3 @@ def _engine_open_error(path: str, ex: Exception) -> ClickHouseSinkError:
         )
     return ClickHouseSinkError(f"cannot open chDB at {path}: {text}")
 
-
-__all__ = [
-    "ClickHouseSinkError",
-    "ClickHouseTarget",
-    "explained_errors",
-    "open_embedded",
-    "parse_url",
-    "redact_url",
-    "scrub_password",
-]

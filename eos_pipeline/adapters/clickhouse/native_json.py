@@ -37,6 +37,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import Error as CHError
 
+from eos_pipeline.adapters.clickhouse.ddl import literal
 from eos_pipeline.core.decode import (
     NativeColumn,
     NativePlan,
@@ -125,11 +126,6 @@ def _value(col: NativeColumn, index: int) -> str:
 
 
 def _settings_sql(settings: dict[str, Any]) -> str:
-    def literal(value: Any) -> str:
-        if isinstance(value, str):
-            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return str(int(value))
-
     for name in settings:
         validate_identifier(name, "setting name")
     return ", ".join(f"{name} = {literal(value)}" for name, value in settings.items())
@@ -233,7 +229,7 @@ def insert_native(
             except CHError as ex:  # a check, a parse error: they look alike, and write nothing
                 raise NativeRefused(str(ex)[:300]) from ex
         finally:
-            if _size(lines) > KEEP_BYTES:
+            if os.fstat(lines).st_size > KEEP_BYTES:
                 os.ftruncate(lines, 0)  # an outsized chunk's pages are not kept
 
 
@@ -304,10 +300,6 @@ def _write_all(fd: int, data: bytes | memoryview) -> int:
     while rest:
         rest = rest[os.write(fd, rest) :]
     return len(data)
-
-
-def _size(fd: int) -> int:
-    return os.fstat(fd).st_size
 
 
 def sweep_stale(directory: str | Path, now: float | None = None) -> list[Path]:
@@ -381,5 +373,3 @@ def _nth(index: str) -> str:
     """The ``index``-th (from 1) Int64 of the source file."""
     return f"reinterpretAsInt64(substring({_SOURCE}, 8 * ({index}) - 7, 8))"
 
-
-__all__ = ["NativeRefused", "insert_native", "native_insert_sql"]

@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import clickhouse_connect
@@ -100,14 +99,9 @@ ONE_BLOCK_THRESHOLD = 1 << 40
 
 
 class ClickHouseSink:
-    """Writes chunks into ClickHouse so that sending a chunk twice stores it once.
-
-    One insert statement per chunk, always one block (see the module docstring), tagged with
-    the caller's deduplication token. Names are validated and quoted, values bound as query
-    parameters. Works the same over chDB and over an HTTP(S) server. Reads by Kafka source
-    coordinates (topic, partition, offset range) prove that it held, and a replay deletes a
-    range by them.
-    """
+    """Writes chunks into ClickHouse so that sending a chunk twice stores it once (one block per
+    chunk under the caller's token, see the module docstring), over chDB or a server; reads by
+    Kafka source coordinates prove it held, and a replay deletes a range by them."""
 
     def __init__(self, client: Client, *, target: str = "ClickHouse") -> None:
         self._client = client
@@ -165,12 +159,7 @@ class ClickHouseSink:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _errors(
@@ -189,11 +178,8 @@ class ClickHouseSink:
         *,
         dedup_window: int = DEFAULT_DEDUP_WINDOW,
     ) -> None:
-        """Create the database and table if missing; fail if an existing one cannot be used.
-
-        An existing table must have every declared column with the declared type (extra columns
-        are allowed: inserts name their columns) and a deduplication window above 0.
-        """
+        """Create the database and table if missing; fail if an existing one cannot be used
+        (``ddl.check_table``)."""
         db_sql = create_database_sql(database)
         table_sql = create_table_sql(database, table, schema, dedup_window=dedup_window)
         with self._errors("creating the table", database, table):
@@ -358,21 +344,22 @@ class ClickHouseSink:
         self,
         action: str,
         columns: str,
-        where_table: tuple[str, str, str, int],
+        where_table: tuple[str, str, str | None, int | None],
         within: OffsetRange | None,
         source: SourceColumns | None,
         tail: str = "",
     ) -> Sequence[Sequence[Any]]:
-        """``SELECT columns ... WHERE <topic-partition in range> tail``; ``{offset}`` in
+        """``SELECT columns ... [WHERE <topic-partition in range>] tail``; ``{offset}`` in
         ``columns`` and ``tail`` names the table's offset column."""
         database, table, topic, partition = where_table
         src = source or SourceColumns()
         offset = quote_identifier(src.offset, "offset column")
-        where, params = self._source_filter(src, topic, partition, within)
-        sql = (
-            f"SELECT {columns.format(offset=offset)} FROM {table_ref(database, table)} "
-            f"WHERE {where}{tail.format(offset=offset)}"
-        )
+        sql = f"SELECT {columns.format(offset=offset)} FROM {table_ref(database, table)}"
+        params: dict[str, Any] = {}
+        if topic is not None:
+            where, params = self._source_filter(src, topic, partition, within)
+            sql += f" WHERE {where}"
+        sql += tail.format(offset=offset)
         with self._errors(action, database, table):
             return self._client.query(sql, parameters=params).result_rows
 
@@ -457,22 +444,18 @@ class ClickHouseSink:
         A synchronous mutation (``mutations_sync = 2``: done on every replica before it returns),
         idempotent: deleting again deletes nothing. Returns how many rows there were.
         """
-        src = source or SourceColumns()
-        where, params = self._source_filter(src, topic, partition, within)
-        ref = table_ref(database, table)
-        with self._errors("deleting a replayed range", database, table):
-            rows = int(
-                self._client.query(
-                    f"SELECT count() FROM {ref} WHERE {where}", parameters=params
-                ).result_rows[0][0]
-            )
-            if rows:
+        action = "deleting a replayed range"
+        where_table = (database, table, topic, partition)
+        ((rows,),) = self._select(action, "count()", where_table, within, source)
+        if rows:
+            where, params = self._source_filter(source or SourceColumns(), topic, partition, within)
+            with self._errors(action, database, table):
                 self._client.command(
-                    f"ALTER TABLE {ref} DELETE WHERE {where}",
+                    f"ALTER TABLE {table_ref(database, table)} DELETE WHERE {where}",
                     parameters=params,
                     settings={"mutations_sync": 2},
                 )
-        return rows
+        return int(rows)
 
     def count(
         self,
@@ -484,16 +467,11 @@ class ClickHouseSink:
         source: SourceColumns | None = None,
     ) -> int:
         """Rows in the table, or in one topic / topic-partition of it."""
-        src = source or SourceColumns()
-        sql = f"SELECT count() FROM {table_ref(database, table)}"
-        params: dict[str, Any] = {}
-        if topic is not None:
-            where, params = self._source_filter(src, topic, partition, None)
-            sql += f" WHERE {where}"
-        elif partition is not None:
+        if topic is None and partition is not None:
             raise ValueError("count(): a partition needs its topic")
-        with self._errors("counting rows", database, table):
-            return int(self._client.query(sql, parameters=params).result_rows[0][0])
+        where_table = (database, table, topic, partition)
+        ((rows,),) = self._select("counting rows", "count()", where_table, None, source)
+        return int(rows)
 
     @staticmethod
     def _source_filter(
@@ -510,5 +488,3 @@ class ClickHouseSink:
             params.update(start=within.start, end=within.end)
         return " AND ".join(clauses), params
 
-
-__all__ = ["ONE_BLOCK_THRESHOLD", "ClickHouseSink"]
