@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 
@@ -328,6 +328,13 @@ class FailoverPipeline:
     offset_syncs_location: str = "source"
     #: The pipeline's Hudi table, checked by the switch (it moves on its own next run).
     hudi_table: str | None = None
+
+    def copies(self, topic: str) -> Iterator[tuple[str, KafkaSettings, PhysicalTopic]]:
+        """Each cluster's copies of ``topic`` (its own and the replicas MM2 makes there), in
+        configured order: what a proof over every cluster reads."""
+        for alias in self.clusters.aliases:
+            for physical in self.clusters.topics(topic, alias):
+                yield alias, self.settings[alias], physical
 
 
 class SwitchInProgress(FailoverError):

@@ -493,43 +493,39 @@ def _prove(
 ) -> list[IdentityProof]:
     """The proofs of ``tps``; ``stretch`` gives each physical partition's position and rows."""
     dead = {
-        alias: dead_letter_offsets(
-            fp.settings[alias], pipeline.dead_letter_topic, pipeline.name, sink
-        )
-        for alias in fp.clusters.aliases
+        alias: dead_letter_offsets(kafka, pipeline.dead_letter_topic, pipeline.name, sink)
+        for alias, kafka in fp.settings.items()
     }
     proofs = []
     for tp in tps:
         held: list[HeldRecord] = []
         table: dict[tuple[str, int], int] = {}
         local = OffsetRange(0, 0)
-        for alias in fp.clusters.aliases:
-            kafka = fp.settings[alias]
-            for physical in fp.clusters.topics(tp.topic, alias):
-                if tp.partition >= partitions_of(kafka, physical.topic):
-                    continue
-                ptp = TopicPartition(physical.topic, tp.partition)
-                legacy = alias == fp.initial and physical.is_local
-                position, rows = stretch(alias, ptp, legacy)
-                if position == 0:
-                    continue
-                gone = dead[alias].get(ptp, set())
-                seen = (*(o for counts in rows.values() for o in counts), *gone)
-                log_start = start_offsets(kafka, physical.topic)[tp.partition]
-                low = committed_low(log_start, pipeline.reset, seen, position)
-                span = OffsetRange(low, max(low, position))
-                if legacy:
-                    local = span
-                batch = read_range(kafka, ptp, span)
-                held.extend(
-                    HeldRecord(alias, ptp, o, batch.fingerprint(i), o in gone)
-                    for i, o in enumerate(batch.offsets)
-                )
-                name = row_topic(alias, physical.topic)
-                for counts in rows.values():  # plain-topic rows of an older table count as A's
-                    for offset, n in counts.items():
-                        if offset in span:
-                            table[(name, offset)] = table.get((name, offset), 0) + n
+        for alias, kafka, physical in fp.copies(tp.topic):
+            if tp.partition >= partitions_of(kafka, physical.topic):
+                continue
+            ptp = TopicPartition(physical.topic, tp.partition)
+            legacy = alias == fp.initial and physical.is_local
+            position, rows = stretch(alias, ptp, legacy)
+            if position == 0:
+                continue
+            gone = dead[alias].get(ptp, set())
+            seen = (*(o for counts in rows.values() for o in counts), *gone)
+            log_start = start_offsets(kafka, physical.topic)[tp.partition]
+            low = committed_low(log_start, pipeline.reset, seen, position)
+            span = OffsetRange(low, max(low, position))
+            if legacy:
+                local = span
+            batch = read_range(kafka, ptp, span)
+            held.extend(
+                HeldRecord(alias, ptp, o, batch.fingerprint(i), o in gone)
+                for i, o in enumerate(batch.offsets)
+            )
+            name = row_topic(alias, physical.topic)
+            for counts in rows.values():  # plain-topic rows of an older table count as A's
+                for offset, n in counts.items():
+                    if offset in span:
+                        table[(name, offset)] = table.get((name, offset), 0) + n
         proofs.append(prove_by_identity(tp, local, held, table))
     return proofs
 
