@@ -116,7 +116,9 @@ pipelines:
     clickhouse:
       database: uif
       table: events
-      follow: {{idle_seconds: 6, max_seconds: 120}}
+      # max 600 s: the first test reads three pages while the run follows (25 s a page on a
+      # loaded two-core machine); at 120 s the run ended by its bound before the last read
+      follow: {{idle_seconds: 6, max_seconds: 600}}
 """
 
 
