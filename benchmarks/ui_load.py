@@ -78,7 +78,11 @@ def webserver(home: Path, yaml_text: str, workdir: Path) -> Iterator[str]:
     port = free_port()
     exe = Path(sys.executable).with_name("dagster-webserver")
     command = [str(exe), "-f", str(code), "-h", "127.0.0.1", "-p", str(port)]
-    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    # The code imports the tests' support (build_definitions), which is not an installed package:
+    # the repository's root goes on the path, as pytest and ``python -m benchmarks`` have it.
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": path}
     log = workdir / "webserver.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
