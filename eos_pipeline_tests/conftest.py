@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from eos_dev.stack.services import Stack, StackConfig, find_java, free_port
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
+from eos_pipeline_tests.mirror_fixtures import stop_after_group
 from eos_pipeline_tests.support.spark_server import SessionServer
 
 #: Every JVM a test starts lives minutes: the quick JIT tier and the serial collector spend far
@@ -230,6 +231,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 #: cause, a transaction left open on its offsets topic, is closed before each MM2 start now
 #: (stack/test_mirror_restart.py); the test stays last, the roughest one of the group.
 _LAST_IN_GROUP = ("eos_pipeline_tests/defs/test_failover_outage.py",)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Under xdist a group runs whole on one worker: once the mirror group's last test there is
+    done, its stack stops (without xdist, later files may still use it: it stays up)."""
+    if nextitem is None or not hasattr(item.config, "workerinput"):
+        return
+    group = xdist_group(item.nodeid)
+    stop_after_group(group == "mirror-stack" != xdist_group(nextitem.nodeid))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

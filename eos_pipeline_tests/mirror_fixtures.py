@@ -31,6 +31,9 @@ from eos_pipeline.core.failover import ClusterSet, MirroredRecord, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 
+#: The session's mirror stack once started: :func:`stop_after_group` stops it early.
+_STARTED: list[MirrorStack] = []
+
 
 @pytest.fixture(scope="session")
 def mirror_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorStack]:
@@ -42,6 +45,7 @@ def mirror_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorSta
     stack = MirrorStack(config, say=lambda line: print(f"[mirror] {line}"))
     started = time.monotonic()
     try:
+        _STARTED.append(stack)
         stack.up()
         print(f"[timing] mirror stack up in {time.monotonic() - started:.1f}s")
         yield stack
@@ -52,6 +56,16 @@ def mirror_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorSta
         stack.down(timeout=0.0)
         left = [pid for pid in pids if pid_alive(pid)]
         assert not left, f"mirror stack down left processes {left}"
+        _STARTED.clear()
+
+
+def stop_after_group(last_of_group: bool) -> None:
+    """SIGKILL the mirror stack when its xdist group has run its last test on this worker: its
+    three JVMs otherwise idle on until the worker's session ends, slowing every test after them.
+    (The fixture's own teardown then finds nothing running.)"""
+    if last_of_group:
+        for stack in _STARTED:
+            stack.down(timeout=0.0)
 
 
 @pytest.fixture(scope="session")

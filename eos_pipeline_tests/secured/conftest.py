@@ -36,7 +36,9 @@ KEEPER_PASSWORD_ENV = "EOS_TEST_SECURE_KEEPER_PASSWORD"
 KAFKA_JAAS_ENV = "EOS_TEST_SECURE_KAFKA_JAAS"
 
 
-@pytest.fixture(scope="session")
+#: Package scope: the six JVMs stop when the last secured test has run, not at the end of the
+#: worker's session (idle, they cost the tests after them a tenth of a core).
+@pytest.fixture(scope="package")
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     config = SecureStackConfig.on_ports(
         tmp_path_factory.mktemp("secure"), [free_port() for _ in range(18)]
@@ -169,7 +171,7 @@ def names(prefix: str) -> tuple[str, str, str]:
     return f"{prefix}t{suffix}", f"eos-dlq.t{suffix}", f"p_{suffix}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def secure_mirror(
     secure_stack: SecureStack, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SecureMirror]:
