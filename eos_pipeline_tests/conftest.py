@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from eos_dev.stack.services import Stack, StackConfig, find_java, free_port
 from eos_pipeline.adapters.kafka import KafkaSettings
 from eos_pipeline.adapters.spark import spark_conf
-from eos_pipeline_tests.mirror_fixtures import stop_after_group
+from eos_pipeline_tests.mirror_fixtures import stop_mirror_stack
 from eos_pipeline_tests.support.spark_server import SessionServer
 
 #: Every JVM a test starts lives minutes: the quick JIT tier and the serial collector spend far
@@ -239,8 +239,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     done, its stack stops (without xdist, later files may still use it: it stays up)."""
     if nextitem is None or not hasattr(item.config, "workerinput"):
         return
-    group = xdist_group(item.nodeid)
-    stop_after_group(group == "mirror-stack" != xdist_group(nextitem.nodeid))
+    if xdist_group(item.nodeid) == "mirror-stack" != xdist_group(nextitem.nodeid):
+        stop_mirror_stack()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -31,7 +31,7 @@ from eos_pipeline.core.failover import ClusterSet, MirroredRecord, Window
 from eos_pipeline.core.offsets import TopicPartition
 from eos_pipeline.sinks.clickhouse import ClickHouseTableSpec
 
-#: The session's mirror stack once started: :func:`stop_after_group` stops it early.
+#: The session's mirror stack once started: :func:`stop_mirror_stack` stops it early.
 _STARTED: list[MirrorStack] = []
 
 
@@ -59,13 +59,12 @@ def mirror_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorSta
         _STARTED.clear()
 
 
-def stop_after_group(last_of_group: bool) -> None:
-    """SIGKILL the mirror stack when its xdist group has run its last test on this worker: its
-    three JVMs otherwise idle on until the worker's session ends, slowing every test after them.
-    (The fixture's own teardown then finds nothing running.)"""
-    if last_of_group:
-        for stack in _STARTED:
-            stack.down(timeout=0.0)
+def stop_mirror_stack() -> None:
+    """SIGKILL the session's mirror stack before the session ends (its group is done): its three
+    JVMs otherwise idle on, slowing every test after them. The fixture's teardown then finds
+    nothing running."""
+    for stack in _STARTED:
+        stack.down(timeout=0.0)
 
 
 @pytest.fixture(scope="session")

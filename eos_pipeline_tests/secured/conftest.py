@@ -37,7 +37,7 @@ KAFKA_JAAS_ENV = "EOS_TEST_SECURE_KAFKA_JAAS"
 
 
 #: Package scope: the six JVMs stop when the last secured test has run, not at the end of the
-#: worker's session (idle, they cost the tests after them a tenth of a core).
+#: worker's session (idle, each broker takes a tenth of a core or more from the tests after them).
 @pytest.fixture(scope="package")
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     config = SecureStackConfig.on_ports(
