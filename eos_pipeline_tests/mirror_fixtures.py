@@ -178,6 +178,32 @@ def cluster_frozen(stack: MirrorStack, alias: str) -> Iterator[None]:
         _replicating_again(stack)
 
 
+#: How soon MM2 must replicate both ways again by itself after a broker restart. The failure
+#: this guards against is Kafka Connect's rebalance delay, 300 s by default (issue 29); idle,
+#: this machine measures 2-3 s, and a loaded CI machine once took just over 30 s (stop 33), so
+#: the bound is a fraction of the stall, not of the idle figure.
+MIRROR_RESUMES_WITHIN = 90.0
+
+
+def wait_until_replicating(stack: MirrorStack) -> float:
+    """Seconds until a fresh record on each cluster is read from its replica on the other, with
+    MM2 left alone; fails past :data:`MIRROR_RESUMES_WITHIN`."""
+    from eos_dev.stack.mirror import ReplicationProbe
+
+    probe = ReplicationProbe(stack.config)
+    try:
+        started = time.monotonic()
+        while not probe():
+            waited = time.monotonic() - started
+            assert waited < MIRROR_RESUMES_WITHIN, f"MM2 still not replicating after {waited:.0f} s"
+            time.sleep(0.5)
+        waited = time.monotonic() - started
+        print(f"MM2 replicating both ways again after {waited:.1f} s")
+        return waited
+    finally:
+        probe.close()
+
+
 def _replicating_again(stack: MirrorStack) -> None:
     """Both flows proven to replicate again after a freeze, as the runbook has an operator check
     (``stack up --mirror``: a probe record each way, MM2 restarted if it stalled): the session
