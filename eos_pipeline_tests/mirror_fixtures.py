@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from eos_dev.stack.mirror import MirrorStack, mirror_config
+from eos_dev.stack.mirror import MirrorStack, ReplicationProbe, mirror_config
 from eos_dev.stack.services import free_port, pid_alive
 from eos_pipeline.adapters.clickhouse import ClickHouseSink
 from eos_pipeline.adapters.failover import FailoverPipeline, read_window
@@ -188,8 +188,6 @@ MIRROR_RESUMES_WITHIN = 90.0
 def wait_until_replicating(stack: MirrorStack) -> float:
     """Seconds until a fresh record on each cluster is read from its replica on the other, with
     MM2 left alone; fails past :data:`MIRROR_RESUMES_WITHIN`."""
-    from eos_dev.stack.mirror import ReplicationProbe
-
     probe = ReplicationProbe(stack.config)
     try:
         started = time.monotonic()

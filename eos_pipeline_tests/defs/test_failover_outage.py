@@ -4,7 +4,8 @@ What an operator lives through in an outage: once the pipeline runs on B, the ol
 down is a fact to show, not an error. No sensor tick of the pipeline raises, the run on B goes
 green, and the exactly-once check, whose proof spans the stretch read on A, files no verdict and
 names the endpoint it could not read. When A's broker comes back, MirrorMaker 2 replicates both
-ways again within 30 s by itself (same process: no restart by a person).
+ways again by itself, long before Connect's 300 s rebalance delay (same process: no restart
+by a person; ``mirror_fixtures.MIRROR_RESUMES_WITHIN``).
 """
 
 from __future__ import annotations
