@@ -9,14 +9,16 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test test-cluster lint lock bench stack-up stack-down stack-status fetch system clean
 
 # Python packages come from requirements.lock (every package pinned with its SHA-256 hashes, like
-# the jars); the product and the dev tools are then installed editable without resolving again.
-$(STAMP): pyproject.toml devtools/pyproject.toml requirements.lock
+# the jars), installed by uv (tools/uv.txt, itself pinned by hash) with their bytecode compiled;
+# the product and the dev tools are then installed editable without resolving again.
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
+$(STAMP): pyproject.toml devtools/pyproject.toml requirements.lock tools/uv.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "eos_pipeline needs Python 3.11 or newer; set PYTHON=python3.11")'
 	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "Java 17+ is needed (Kafka, ZooKeeper, Spark): install openjdk-17 or set JAVA_HOME" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e . -e ./devtools
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r tools/uv.txt
+	$(UV) --require-hashes --compile-bytecode -r requirements.lock
+	$(UV) --no-deps -e . -e ./devtools
 	@touch $(STAMP)
 
 fetch: $(STAMP)

@@ -111,7 +111,11 @@ class UiWalker:
             self.page.wait_for_timeout(300)
         self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
         self.graphql = self._read_answers()
-        return str(self.page.inner_text("body"))
+        text = str(self.page.inner_text("body"))
+        # A Dagster page left open keeps polling the webserver (every 2 s, and more while runs
+        # go on): between visits it costs the browser and the webserver CPU the tests share.
+        self.page.goto("about:blank")
+        return text
 
     def _dismiss_welcome(self) -> None:
         """The UI greets a new browser with a community dialog over the page: skip it. It is
