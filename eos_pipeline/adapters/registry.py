@@ -14,10 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
+from typing import TYPE_CHECKING, Any
 
 from eos_pipeline.core.decode import (
     Decoded,
@@ -28,6 +25,9 @@ from eos_pipeline.core.decode import (
 )
 from eos_pipeline.core.evolution import writer_columns
 from eos_pipeline.core.schema import Column, RegistrySettings, SchemaError, Secret, TableSchema
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 #: The registry's error codes for "no schema with this id": 40403 (Confluent's API, Apicurio's
 #: too) and 40400 (confluent-kafka's ``mock://`` registry).
@@ -83,7 +83,13 @@ class RegistrySchemas:
 
     def __init__(self, settings: RegistrySettings, client: Any | None = None) -> None:
         self.settings = settings
-        self.client = client or SchemaRegistryClient.new_client(client_config(settings))
+        if client is None:
+            # imported here: the package loads an HTTP client stack (~0.25 CPU-s) that only a
+            # pipeline with a registry needs, not every process that loads the code location
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            client = SchemaRegistryClient.new_client(client_config(settings))
+        self.client = client
         self._known: dict[int, WriterSchema | None] = {}
         self._lock = threading.Lock()
         #: Requests made and answers served from the cache, for the run's metadata.
@@ -142,6 +148,8 @@ class RegistrySchemas:
         self, what: str, call: Callable[[], Any], missing: frozenset[int] = SCHEMA_NOT_FOUND
     ) -> Any:
         """``call``'s answer; None for a 404 with one of the ``missing`` codes."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             return call()
         except SchemaRegistryError as exc:

@@ -39,7 +39,6 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
-from confluent_kafka.schema_registry.common.serde import SchemaId
 from confluent_kafka.serialization import SerializationError
 from google.protobuf import (
     any_pb2,
@@ -310,13 +309,23 @@ class Frame:
     payload: bytes
 
 
+@functools.cache
+def _schema_id_reader() -> Any:
+    """confluent-kafka's header reader, imported on first use: its package also loads the
+    registry's HTTP client (~0.25 CPU-s of every process that loads the code location), which
+    a JSON pipeline never needs."""
+    from confluent_kafka.schema_registry.common.serde import SchemaId
+
+    return SchemaId
+
+
 def read_frame(raw: bytes, kind: Format) -> Frame | str:
     """The Confluent header of ``raw`` and the payload after it, or the ``BadFraming`` message."""
     if len(raw) < HEADER_BYTES:
         return f"{len(raw)} bytes, shorter than the {HEADER_BYTES}-byte Confluent header"
     if raw[0] != 0:
         return f"magic byte {raw[0]}, expected 0 (not in the Confluent wire format)"
-    header = SchemaId(kind.schema_type)
+    header = _schema_id_reader()(kind.schema_type)
     buffer = io.BytesIO(raw)
     try:
         header.from_bytes(buffer)
