@@ -51,11 +51,11 @@ test-cluster: fetch
 bench: fetch
 	$(BIN)/python -m benchmarks --spark --hudi --latency
 
-# Re-resolve requirements.lock after a pin in pyproject.toml changed (uv, in a venv of its own
-# under .cache/; the lock is for CPython 3.11 on x86_64 Linux, the machines this project runs on).
-UV_VERSION := 0.13.9
+# Re-resolve requirements.lock after a pin in pyproject.toml changed (the uv of tools/uv.txt, in a
+# venv of its own under .cache/ so a broken lock cannot stop it; the lock is for CPython 3.11 on
+# x86_64 Linux, the machines this project runs on).
 lock:
-	@[ -x .cache/uv/bin/uv ] || { $(PYTHON) -m venv .cache/uv && .cache/uv/bin/pip install --quiet uv==$(UV_VERSION); }
+	@[ -x .cache/uv/bin/uv ] || { $(PYTHON) -m venv .cache/uv && .cache/uv/bin/pip install --quiet --require-hashes -r tools/uv.txt; }
 	.cache/uv/bin/uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 \
 		--python-platform x86_64-manylinux_2_28 --no-header -o requirements.lock
 
