@@ -81,7 +81,7 @@ _SESSION_NAMESPACE = uuid.UUID("6f1f6a3e-93a4-4c55-a3f1-0d9e1c2b7a41")
 
 
 def stable_session_id(key: str) -> str:
-    """The same Connect session id for the same ``key`` (say, a Hudi table's path), every run.
+    """The same Connect session id for the same ``key`` (a run's Spark settings), every run.
 
     A Connect 3.5 server keeps a Python worker daemon per session until it stops: a new session
     per run pays its start (1-3.5 s) and leaves one more idle daemon. Runs with different runtime

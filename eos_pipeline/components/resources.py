@@ -162,29 +162,29 @@ class SparkResource(dg.ConfigurableResource):
     def spark_session(self) -> Any:
         return self.session()
 
-    def session(self, key: str | None = None) -> Any:
+    def session(self) -> Any:
         """The run's Spark session, made on first use.
 
-        Over Spark Connect, ``key`` (a Hudi table's path) names the server session: every run
-        of that table with the same settings joins the same one
-        (:func:`~eos_pipeline.adapters.spark_remote.stable_session_id`), so it reuses the
-        session's Python workers and the server keeps one session per table, not one more per
-        run. A run has one session: the key of the first call is the one used.
+        Over Spark Connect every run with the same settings joins one server session
+        (:func:`~eos_pipeline.adapters.spark_remote.stable_session_id`): a Connect 3.5 server
+        starts a Python worker daemon per session and keeps it until it stops, so a session per
+        run (or per table) would pay that start each time and leave one more idle daemon
+        (~55 MB) behind. Runs that share the session never meet: their cached rows sit under
+        random view names and every Hudi write carries its own options.
         """
         if self._session is None:
-            self._session = self._remote_session(key) if self.remote else self._local_session()
+            self._session = self._remote_session() if self.remote else self._local_session()
         return self._session
 
-    def _remote_session(self, key: str | None) -> Any:
+    def _remote_session(self) -> Any:
         from eos_pipeline.adapters.spark_remote import connect, stable_session_id
 
         assert self.remote
         # settings are per session: runs with other settings must not join it
-        named = None if key is None else f"{key}|{sorted(self.spark_config.items())}"
         session = connect(
             self.remote,
             self.token,
-            session_id=None if named is None else stable_session_id(named),
+            session_id=stable_session_id(str(sorted(self.spark_config.items()))),
         )
         for key, value in self.spark_config.items():
             session.conf.set(key, value)

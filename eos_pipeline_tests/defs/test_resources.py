@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from eos_pipeline.adapters import spark_remote
-from eos_pipeline.adapters.spark_remote import stable_session_id
 from eos_pipeline.components.resources import SparkResource
 from eos_pipeline_tests.support.definitions import is_remote
 
@@ -43,30 +42,26 @@ def connects(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
-def test_runs_of_one_table_with_the_same_settings_join_one_session(
+def test_runs_with_the_same_settings_join_one_session_whatever_their_table(
     connects: list[dict[str, Any]],
 ) -> None:
     settings = {"spark.sql.shuffle.partitions": "2"}
-    first = SparkResource(remote="sc://spark:15002", spark_config=settings).session("/lake/a")
-    again = SparkResource(remote="sc://spark:15002", spark_config=settings).session("/lake/a")
-    other_table = SparkResource(remote="sc://spark:15002", spark_config=settings).session("/lake/b")
+    first = SparkResource(remote="sc://spark:15002", spark_config=settings).session()
+    again = SparkResource(remote="sc://spark:15002", spark_config=settings).session()
     other_settings = SparkResource(
         remote="sc://spark:15002", spark_config={"spark.sql.shuffle.partitions": "8"}
-    ).session("/lake/a")
+    ).session()
+    no_settings = SparkResource(remote="sc://spark:15002").session()
 
     assert first.session_id == again.session_id
     assert first.session_id is not None
-    assert len({first.session_id, other_table.session_id, other_settings.session_id}) == 3
+    assert len({first.session_id, other_settings.session_id, no_settings.session_id}) == 3
     assert first.conf.values == settings  # the settings still reach the session
-    assert other_table.session_id != stable_session_id("/lake/a")
 
 
-def test_without_a_key_a_run_gets_its_own_session_and_keeps_its_first_one(
-    connects: list[dict[str, Any]],
-) -> None:
+def test_a_run_makes_one_session_and_keeps_it(connects: list[dict[str, Any]]) -> None:
     resource = SparkResource(remote="sc://spark:15002")
-    assert resource.spark_session.session_id is None
-    assert resource.session("/lake/a") is resource.spark_session  # one session per run
+    assert resource.session() is resource.spark_session  # one session per run
     assert len(connects) == 1
 
 
