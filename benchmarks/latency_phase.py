@@ -112,12 +112,14 @@ def pipelines_file(
     spark_remote: str | None = None,
     hudi_follow: float = 0.0,
     batch: int | None = None,
+    hudi_table_type: str = "COPY_ON_WRITE",
 ) -> None:
     """A ClickHouse pipeline on the benchmark's schema (JSON is valid YAML); ``follow``: the
     sensor's runs go on writing new records until none came for that many seconds.
     ``spark_remote``: a Hudi target too, its runs thin clients of that Spark Connect server;
-    ``hudi_follow``: its sensor's runs follow the stream the same way. ``batch``: the
-    pipeline's ``batch.max_records`` (default: the product's)."""
+    ``hudi_follow``: its sensor's runs follow the stream the same way, into a table of
+    ``hudi_table_type``. ``batch``: the pipeline's ``batch.max_records`` (default: the
+    product's)."""
     doc: dict[str, Any] = {
         "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
         "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
@@ -144,6 +146,7 @@ def pipelines_file(
         doc["pipelines"][0]["hudi"] = {
             "path": str(hudi_path(path.parent)),
             "table": "events",
+            "table_type": hudi_table_type,
             "follow": {"idle_seconds": hudi_follow},
         }
     path.write_text(json.dumps(doc, indent=1))
@@ -179,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="with --hudi: Hudi runs follow the stream until it is quiet this long (s)",
+    )
+    parser.add_argument(
+        "--hudi-table-type",
+        choices=("COPY_ON_WRITE", "MERGE_ON_READ"),
+        default="COPY_ON_WRITE",
+        help="with --hudi: the Hudi table's type",
     )
     parser.add_argument("--spark-remote", help="sc://host:port; default: the private stack's")
     parser.add_argument("--timeout", type=float, default=300.0, help="for start-up and drain")
@@ -253,6 +262,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         args.follow,
         remote,
         args.hudi_follow,
+        hudi_table_type=args.hudi_table_type,
     )
     env, instance = dagster_env(work, config, args.interval)
     store = keeper_store(config)
@@ -273,6 +283,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "sensor_interval_s": args.interval,
         "follow_idle_s": args.follow,
         "hudi_follow_idle_s": args.hudi_follow if args.hudi else None,
+        "hudi_table_type": args.hudi_table_type if args.hudi else None,
     }
     hudi_runs: list[Any] = []
     hudi_by_partition: dict[int, list[tuple[float, float, float, float]]] = {}
