@@ -191,6 +191,11 @@ def _local_cores(master: str) -> int | None:
     return (os.cpu_count() or 1) if cores == "*" else int(cores)
 
 
+#: Spark's Python workers fork from a daemon that has imported the decoder already
+#: (:mod:`eos_pipeline.adapters.spark_daemon`): a fresh worker starts decoding at once.
+PYTHON_WORKER_CONF = {"spark.python.daemon.module": "eos_pipeline.adapters.spark_daemon"}
+
+
 def spark_conf(
     master: str = "local[2]",
     extra: Mapping[str, str] | None = None,
@@ -227,6 +232,7 @@ def spark_conf(
         "spark.pyspark.driver.python": sys.executable,
         "spark.driver.extraJavaOptions": " ".join(java_options),
         **HUDI_SPARK_CONF,
+        **PYTHON_WORKER_CONF,
     }
     if FENCING_JAR_STEM in conf["spark.jars"]:
         conf["spark.plugins"] = HUDI_CLASS_INIT_PLUGIN

@@ -513,6 +513,32 @@ def test_spark_conf_sizes_local_sessions_and_keeps_overrides() -> None:
     assert remote["spark.sql.extensions"] == "org.apache.spark.sql.hudi.HoodieSparkSessionExtension"
 
 
+def test_python_tasks_fork_from_the_daemon_that_imported_the_decoder(spark: SparkSession) -> None:
+    """Each Python task runs in a worker forked from ``eos_pipeline.adapters.spark_daemon``
+    (``spark.python.daemon.module``), which imported the decoder before forking."""
+
+    def parent_of_worker(batches: Any) -> Any:
+        import os
+        import sys
+
+        import pyarrow as pa
+
+        cmdline = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
+        preloaded = "eos_pipeline.core.decode" in sys.modules
+        for batch in batches:
+            n = batch.num_rows
+            yield pa.RecordBatch.from_pydict(
+                {"parent": [cmdline.decode()] * n, "preloaded": [preloaded] * n}
+            )
+
+    rows = spark.range(4).repartition(2).mapInArrow(
+        parent_of_worker, "parent string, preloaded boolean"
+    ).collect()
+    assert len(rows) == 4
+    assert all("-m eos_pipeline.adapters.spark_daemon" in r.parent for r in rows), rows[0].parent
+    assert all(r.preloaded for r in rows)
+
+
 def test_decode_json_keeps_bad_records_with_their_coordinates(
     spark: SparkSession, kafka_settings: KafkaSettings, topic_name: str
 ) -> None:

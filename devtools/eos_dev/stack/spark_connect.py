@@ -161,7 +161,7 @@ def server_jars(
 
 def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
     """Spark settings of the Connect server: Hudi's, loopback, and small-batch sizing."""
-    from eos_pipeline.adapters.spark import HUDI_SPARK_CONF
+    from eos_pipeline.adapters.spark import HUDI_SPARK_CONF, PYTHON_WORKER_CONF
     from eos_pipeline.adapters.spark_cds import java_options as cds_options
 
     java_options = " ".join(
@@ -186,6 +186,7 @@ def server_conf(config: StackConfig, log_dir: Path) -> dict[str, str]:
         # Scratch space (shuffle, spills) inside the state dir, removed with it.
         "spark.local.dir": str(log_dir / "tmp"),
         **HUDI_SPARK_CONF,
+        **PYTHON_WORKER_CONF,
     }
     if config.spark_workers > 0:
         conf.update(
