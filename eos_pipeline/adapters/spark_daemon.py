@@ -3,7 +3,7 @@
 Spark runs each Python task (the decoder's ``mapInArrow``) in a worker forked from one daemon
 per executor, or per session on a Connect server. PySpark's own daemon (``pyspark.daemon``)
 imports nothing of ours, so every fresh worker imported pyarrow, numpy and the core's decoder
-itself before its first batch: 0.8-0.9 s per worker on the Connect server's log (the
+itself before its first batch: about 1 s per worker on the Connect server's log (the
 ``ArrowPythonRunner`` init times), paid again by each worker of each Hudi run. Imported here
 once, before the daemon forks, every worker starts with them.
 

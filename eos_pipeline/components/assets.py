@@ -270,7 +270,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
 
         resource = kafka_resource(context, pipeline.name)
         kafka = resource.settings()
-        spark = context.resources.spark.session()
+        spark = context.resources.spark.spark_session
         spec = hudi_spec(pipeline, resource.spark_kafka_options())
         tps = [parse_partition_key(k) for k in context.partition_keys]
         foreign = sorted({tp.topic for tp in tps} - {topic})

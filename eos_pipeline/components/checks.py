@@ -433,7 +433,7 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
         from eos_pipeline.adapters.hudi_timeline import latest_checkpoint
 
         kafka = kafka_resource(context, pipeline.name).settings()
-        spark = context.resources.spark.session()
+        spark = context.resources.spark.spark_session
         tps = [parse_partition_key(k) for k in sorted(context.partition_keys)]
         if source_of(pipeline).switches:  # every cluster's stretches, by identity
             return identity_events(context, hudi_identity_proofs(pipeline, spark, tps), key)

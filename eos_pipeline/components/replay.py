@@ -153,7 +153,7 @@ def hudi_replay_job(pipeline: Pipeline) -> dg.JobDefinition:
         tp = _tp(pipeline, config)
         source = kafka_resource(context, pipeline.name)
         spec = hudi_spec(pipeline, source.spark_kafka_options())
-        spark = context.resources.spark.session()
+        spark = context.resources.spark.spark_session
         replay = HudiReplay(spec, source.settings(), spark, pipeline.dead_letter_topic)
         plan = replay.plan(tp.partition, config.start, config.end)
         return _finish(context, plan, hudi_key(pipeline), replay.run, config.dry_run)

@@ -160,10 +160,7 @@ class SparkResource(dg.ConfigurableResource):
 
     @property
     def spark_session(self) -> Any:
-        return self.session()
-
-    def session(self) -> Any:
-        """The run's Spark session, made on first use.
+        """The run's Spark session, made on first use (the name dagster-pyspark's resource uses).
 
         Over Spark Connect every run with the same settings joins one server session
         (:func:`~eos_pipeline.adapters.spark_remote.stable_session_id`): a Connect 3.5 server

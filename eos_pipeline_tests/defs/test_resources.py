@@ -46,12 +46,12 @@ def test_runs_with_the_same_settings_join_one_session_whatever_their_table(
     connects: list[dict[str, Any]],
 ) -> None:
     settings = {"spark.sql.shuffle.partitions": "2"}
-    first = SparkResource(remote="sc://spark:15002", spark_config=settings).session()
-    again = SparkResource(remote="sc://spark:15002", spark_config=settings).session()
+    first = SparkResource(remote="sc://spark:15002", spark_config=settings).spark_session
+    again = SparkResource(remote="sc://spark:15002", spark_config=settings).spark_session
     other_settings = SparkResource(
         remote="sc://spark:15002", spark_config={"spark.sql.shuffle.partitions": "8"}
-    ).session()
-    no_settings = SparkResource(remote="sc://spark:15002").session()
+    ).spark_session
+    no_settings = SparkResource(remote="sc://spark:15002").spark_session
 
     assert first.session_id == again.session_id
     assert first.session_id is not None
@@ -61,7 +61,7 @@ def test_runs_with_the_same_settings_join_one_session_whatever_their_table(
 
 def test_a_run_makes_one_session_and_keeps_it(connects: list[dict[str, Any]]) -> None:
     resource = SparkResource(remote="sc://spark:15002")
-    assert resource.session() is resource.spark_session  # one session per run
+    assert resource.spark_session is resource.spark_session  # one session per run
     assert len(connects) == 1
 
 
@@ -73,6 +73,6 @@ def test_in_process_spark_comes_from_dagster_pyspark_and_joins_the_running_sessi
     that already runs Spark, the run gets that session, no second JVM."""
     resource = SparkResource(master="local[2]", quick_start=True)
     assert not is_remote(resource)
-    session = resource.session()
+    session = resource.spark_session
     assert session is spark or session.sparkContext is spark.sparkContext
     assert session.range(3).count() == 3
