@@ -113,13 +113,14 @@ def pipelines_file(
     hudi_follow: float = 0.0,
     batch: int | None = None,
     hudi_table_type: str = "COPY_ON_WRITE",
+    hudi_options: dict[str, str] | None = None,
 ) -> None:
     """A ClickHouse pipeline on the benchmark's schema (JSON is valid YAML); ``follow``: the
     sensor's runs go on writing new records until none came for that many seconds.
     ``spark_remote``: a Hudi target too, its runs thin clients of that Spark Connect server;
     ``hudi_follow``: its sensor's runs follow the stream the same way, into a table of
-    ``hudi_table_type``. ``batch``: the pipeline's ``batch.max_records`` (default: the
-    product's)."""
+    ``hudi_table_type`` with ``hudi_options`` (Hudi write options). ``batch``: the
+    pipeline's ``batch.max_records`` (default: the product's)."""
     doc: dict[str, Any] = {
         "keeper": {"hosts": zookeeper, "root": f"/eos_latency_{uuid.uuid4().hex[:8]}"},
         "clickhouse": {"url": f"chdb://{path.parent / 'chdb'}"},
@@ -147,6 +148,7 @@ def pipelines_file(
             "path": str(hudi_path(path.parent)),
             "table": "events",
             "table_type": hudi_table_type,
+            "options": dict(hudi_options or {}),
             "follow": {"idle_seconds": hudi_follow},
         }
     path.write_text(json.dumps(doc, indent=1))
@@ -188,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("COPY_ON_WRITE", "MERGE_ON_READ"),
         default="COPY_ON_WRITE",
         help="with --hudi: the Hudi table's type",
+    )
+    parser.add_argument(
+        "--hudi-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --hudi: a Hudi write option for the table (repeatable)",
     )
     parser.add_argument("--spark-remote", help="sc://host:port; default: the private stack's")
     parser.add_argument("--timeout", type=float, default=300.0, help="for start-up and drain")
@@ -263,6 +272,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         remote,
         args.hudi_follow,
         hudi_table_type=args.hudi_table_type,
+        hudi_options=dict(o.split("=", 1) for o in args.hudi_option),
     )
     env, instance = dagster_env(work, config, args.interval)
     store = keeper_store(config)
@@ -284,6 +294,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "follow_idle_s": args.follow,
         "hudi_follow_idle_s": args.hudi_follow if args.hudi else None,
         "hudi_table_type": args.hudi_table_type if args.hudi else None,
+        "hudi_options": dict(o.split("=", 1) for o in args.hudi_option) if args.hudi else None,
     }
     hudi_runs: list[Any] = []
     hudi_by_partition: dict[int, list[tuple[float, float, float, float]]] = {}
