@@ -3,33 +3,21 @@
 The sinks and the Dagster layer ask a :class:`Source` and never test which kind they hold: this
 is the one place that knows about clusters (the Hudi sink plans its transactions through it).
 
-* :class:`OneCluster`: topic ``T`` of the configured cluster; positions, rows and dedup tokens
-  name the plain topic.
-* :class:`ActiveCluster`: on the cluster the keeper says is active, ``T`` and each replica
-  MirrorMaker 2 makes of it there (``B.T`` on A), each a topic with its own positions keyed by
-  cluster; rows name the cluster (``A:T``, ``core.failover.table_position.row_topic``) and so
-  do tokens. The physical topics fold into one state per Dagster partition
-  (:mod:`eos_pipeline.core.failover`). Built from the keeper's state, refused while a
-  switch is in flight (``SwitchInProgress``): no sink may run then, and the sensors skip.
+* :class:`OneCluster`: topic ``T`` of the configured cluster, named as it is.
+* :class:`ActiveCluster`: ``T`` and each replica MM2 makes of it (``B.T`` on A) on the cluster
+  the keeper says is active, refused while a switch is in flight (``SwitchInProgress``); keeper
+  positions, rows (``A:T``) and tokens name the cluster, and the physical topics fold into one
+  state per Dagster partition.
 
-  A Hudi table's position stays in its commits (the single source of truth, as for any Hudi
-  table), but each commit of a clustered pipeline also stores a cluster position
-  (:class:`~eos_pipeline.core.failover.TablePosition`): the cluster, the next offset of every
-  physical topic read there and the fingerprint of the last record written per partition. One
-  transaction reads all of them. A switch (``eos-pipeline failover``) moves only the keeper's
-  active cluster. When a run finds the latest commit on another cluster, the plan moves the
-  position with the core's rule: translated through the offset syncs, a pending mark per
-  partition, then the copy of the last record written is found by fingerprint in the re-read
-  window (``sinks.clickhouse.locate_copy``) and everything up to it is skipped; the first commit on
-  the new cluster stores the result. Because the move starts from whatever commit is latest, a
-  write still in flight on the old cluster when the switch ran is carried over as well; Hudi's
-  commit fence keeps an old-cluster and a new-cluster writer from both committing. Tables written
-  before clusters were configured (a checkpoint without a cluster position) are read as
-  positions on the pipeline's initial cluster; the record before each position is marked on the
-  first run, so the table can then move. Their rows keep the plain topic name.
-
-Built per run or sensor tick by ``components.source.PipelineSource.at``; the rules are in the
-core.
+  A Hudi table's position stays in its commits, each also storing a cluster position
+  (:class:`~eos_pipeline.core.failover.TablePosition`) read in one transaction. A switch moves
+  only the keeper's active cluster; the first run that finds the latest commit on another cluster
+  carries the position over by the core's rule and skips the copies of what was written
+  (``sinks.clickhouse.locate_copy``). Starting from whatever commit is latest also carries over a
+  write in flight on the old cluster at the switch; Hudi's commit fence keeps an old- and a
+  new-cluster writer from both committing. A table written before clusters were configured (no
+  cluster position) is on the initial cluster, keeps the plain topic in its rows, and has the
+  record before each position marked on its first run so that it can move.
 """
 
 from __future__ import annotations
@@ -44,11 +32,10 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import (
     FailoverPipeline,
     FailoverStates,
-    TimeFloors,
-    first_offset,
+    MirrorReaders,
+    carry_table,
     partitions_of,
     record_syncs,
-    refresh,
 )
 from eos_pipeline.adapters.hudi_timeline import CommitInfo, latest_checkpoint, latest_commit
 from eos_pipeline.adapters.kafka import (
@@ -65,10 +52,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.failover import (
-    SyncHistory,
     TablePosition,
-    carry_over,
-    flows_needed,
     fold_keeper_states,
     fold_positions,
     row_topic,
@@ -113,17 +97,14 @@ class HudiPlan:
     topic_id: str | None  # Kafka's id of the topic, stored next to the checkpoint
     partition_count: int  # partitions the checkpoint must name
     after: Checkpoint  # position of every partition read here after the commit
-    #: The position before this transaction is not what the latest commit stores, so a commit
-    #: is due even with no record to read. With one cluster: a position recorded for the first
-    #: time, which matters for ``reset="latest"``: the first commit pins where the table starts,
-    #: otherwise every run would start at the then-latest offset and skip the records produced
-    #: in between. With several: also a position moved from another cluster, or new marks.
+    #: The position before is not the latest commit's, so a commit is due even with nothing to
+    #: read: a first position (it pins ``reset="latest"``, see ``core.positions``), or with
+    #: clusters one carried over or new marks.
     recorded: bool
     #: The commit may move the checkpoint back (the latest commit was on another cluster).
     allow_rewind: bool = False
-    #: With several clusters: the cluster read, its position before this transaction (carried
-    #: over from another cluster if a switch happened, moved past the copies of what was already
-    #: written), and the records re-read and skipped to resume exactly.
+    #: With clusters: the cluster read, its position before (carried over after a switch, past
+    #: the copies of what was written), and the records re-read and skipped to resume exactly.
     cluster: str | None = None
     position: TablePosition | None = None
     reread: int = 0
@@ -242,17 +223,11 @@ class OneCluster(Source):
         """Nothing: no switch can move a pipeline with one cluster."""
 
     def partition_counts(self, topics: Sequence[str]) -> tuple[dict[str, int], list[str]]:
-        counts: dict[str, int] = {}
-        missing: list[str] = []
         # One request for every topic; Kafka not answering raises (a sensor's skip reason names
         # it), a topic it refuses is missing.
         infos = describe(self.kafka, topics)
-        for topic in topics:
-            if isinstance(info := infos[topic], TopicInfo):
-                counts[topic] = info.partitions
-            else:
-                missing.append(topic)
-        return counts, missing
+        counts = {t: i.partitions for t in topics if isinstance(i := infos[t], TopicInfo)}
+        return counts, [t for t in topics if t not in counts]
 
     def row_topic(self, topic: str) -> str:
         return topic
@@ -372,15 +347,10 @@ class ActiveCluster(Source):
 
     def partition_counts(self, topics: Sequence[str]) -> tuple[dict[str, int], list[str]]:
         """A logical topic has as many partitions as the largest of its physical topics here."""
-        counts: dict[str, int] = {}
-        missing: list[str] = []
-        for topic in topics:
-            found = [partitions_of(self.kafka, t) for t in self.physical_topics(topic)]
-            if any(found):
-                counts[topic] = max(found)
-            else:
-                missing.append(topic)
-        return counts, missing
+        found = {
+            t: max(partitions_of(self.kafka, p) for p in self.physical_topics(t)) for t in topics
+        }
+        return {t: n for t, n in found.items() if n}, [t for t, n in found.items() if not n]
 
     def before_write(self) -> None:
         # Keep the syncs a switch away from here would need, should this cluster go down.
@@ -398,29 +368,16 @@ class ActiveCluster(Source):
 
     def _carry_over(self, stored: TablePosition, name: str, topic: str) -> TablePosition:
         """Move a position stored on another cluster to this one (pending marks)."""
-        fp, topics = self.fp, (topic,)
-        flows = flows_needed(stored, self.alias, fp.clusters, topics) & set(fp.clusters.flows)
-        # from the syncs topic, or the keeper's copy while the old cluster does not answer
-        histories = {flow: refresh(self.store, fp, flow) for flow in sorted(flows)}
-
-        def floor(tp: TopicPartition) -> int:
-            try:
-                return first_offset(self.kafka, tp)
-            except Exception as exc:  # the replica topic may not exist yet
-                raise TransactionRefused(
-                    f"{self.alias}:{tp} cannot be read ({exc}); is MirrorMaker 2 replicating "
-                    f"to {self.alias!r}? Nothing was written"
-                ) from None
-
-        moved, moves = carry_over(
-            stored,
-            self.alias,
-            fp.clusters,
-            topics,
-            {f: histories.get(f, SyncHistory(f)) for f in flows},
-            floor,
-            TimeFloors(self.kafka),
-        )
+        with MirrorReaders() as readers:  # the syncs: the keeper's copy if the old cluster is down
+            moved, moves = carry_table(
+                self.store,
+                self.fp,
+                stored,
+                self.alias,
+                topic,
+                readers,
+                lambda why: TransactionRefused(f"{why} Nothing was written"),
+            )
         for m in moves:
             log.info(
                 "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
