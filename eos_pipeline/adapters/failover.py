@@ -634,13 +634,8 @@ class SyncArchive:
         """Store ``history`` trimmed (last writer wins: every copy is a prefix of the topic)."""
         data = json.dumps(history.trimmed(KEEP).to_dict(), separators=(",", ":")).encode()
         path = self.path(history.flow)
-        try:
-            self.store.client.set(path, data)
-        except NoNodeError:
-            try:
-                self.store.client.create(path, data, makepath=True)
-            except NodeExistsError:
-                self.store.client.set(path, data)
+        self.store.client.ensure_path(path)
+        self.store.client.set(path, data)
 
 
 def refresh(
@@ -786,7 +781,7 @@ def read_status(
         for f in flows:
             if not down[f]:
                 try:
-                    remotes = [_remote(fp, f, t) for t in fp.topics]
+                    remotes = [DEFAULT_POLICY.remote_topic(f.source, t) for t in fp.topics]
                     before[f] = end_offsets_of(fp.settings[f.target], remotes)
                 except KafkaReadError as exc:  # it answered the probe, then stopped
                     down[f] = ((f.target, str(exc)),)
@@ -803,10 +798,6 @@ def read_status(
             except KafkaReadError as exc:  # a cluster lost after its probe: named, not raised
                 read.append(FlowReplication(f, unreachable=((str(f), str(exc)),)))
     return FailoverStatus(fp.name, state, tuple(read))
-
-
-def _remote(fp: FailoverPipeline, flow: Flow, topic: str) -> str:
-    return DEFAULT_POLICY.remote_topic(flow.source, topic)
 
 
 def _flow(
@@ -832,10 +823,12 @@ def _flow(
         history, written_at = SyncHistory(flow), {}
     now_ms = time.time() * 1000
     ends, starts = ends_and_starts(source, fp.topics)
-    r_ends, r_starts = ends_and_starts(target, [_remote(fp, flow, t) for t in fp.topics])
+    r_ends, r_starts = ends_and_starts(
+        target, [DEFAULT_POLICY.remote_topic(flow.source, t) for t in fp.topics]
+    )
     parts, missing, absent = [], [], []
     for topic in fp.topics:
-        remote = _remote(fp, flow, topic)
+        remote = DEFAULT_POLICY.remote_topic(flow.source, topic)
         t_ends, t_starts = ends[topic], starts[topic]
         if isinstance(t_ends, KafkaReadError) or isinstance(t_starts, KafkaReadError):
             absent.append(topic)
@@ -886,7 +879,7 @@ def _facts(
 
     synced_to = history.inverse(tp, r_end, floor=s_low).position
     copied_to = s_low if r_end == r_low else None  # an empty replica: nothing copied yet
-    rtp = TopicPartition(_remote(fp, flow, tp.topic), tp.partition)
+    rtp = TopicPartition(DEFAULT_POLICY.remote_topic(flow.source, tp.topic), tp.partition)
     tail = read(flow.target, rtp, max(r_low, r_end - _TAIL), r_end)
     if tail:
         window = history.origin_window(tp, tail[-1].offset, floor=s_low)

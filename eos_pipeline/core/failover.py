@@ -454,12 +454,9 @@ class ReadStart:
 def read_start(window: Window, time_offset: int | None) -> ReadStart:
     """The later of the window's start and ``time_offset`` (the first offset at the last written
     record's timestamp). Trusted only inside the window: past it, timestamps were not kept."""
-    syncs = ReadStart(window.start, SYNCS, window.start)
-    if time_offset is None or time_offset <= window.start:
-        return syncs
-    if window.end is not None and time_offset >= window.end:
-        return syncs
-    return ReadStart(time_offset, TIMESTAMP, window.start)
+    if time_offset is not None and time_offset > window.start and time_offset in window:
+        return ReadStart(time_offset, TIMESTAMP, window.start)
+    return ReadStart(window.start, SYNCS, window.start)
 
 
 _FINGERPRINT_PERSON = b"eos-mm2-fp-v1"

@@ -366,32 +366,6 @@ class ActiveCluster(Source):
             return None
         return stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
 
-    def _carry_over(self, stored: TablePosition, name: str, topic: str) -> TablePosition:
-        """Move a position stored on another cluster to this one (pending marks)."""
-        with MirrorReaders() as readers:  # the syncs: the keeper's copy if the old cluster is down
-            moved, moves = carry_table(
-                self.store,
-                self.fp,
-                stored,
-                self.alias,
-                topic,
-                readers,
-                lambda why: TransactionRefused(f"{why} Nothing was written"),
-            )
-        for m in moves:
-            log.info(
-                "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
-                name,
-                m.route.source,
-                m.partition,
-                m.route.target,
-                m.partition,
-                m.position,
-                m.bound,
-                m.mark.fingerprint if m.mark else "no mark, exact translation",
-            )
-        return moved
-
     def plan_hudi(
         self,
         previous: CommitInfo | None,
@@ -420,11 +394,31 @@ class ActiveCluster(Source):
                     f"{table}: the table's checkpoint is for topic(s) {foreign}, "
                     f"not {topic!r}; one Hudi table follows one topic"
                 )
-        stored = self._stored(previous)
-        position = TablePosition(active, {})
-        moved = stored is not None and stored.cluster != active
-        if stored is not None:
-            position = self._carry_over(stored, name, topic) if moved else stored
+        position = self._stored(previous) or TablePosition(active, {})
+        moved = position.cluster != active
+        if moved:
+            with MirrorReaders() as readers:  # the syncs: the keeper's copy if the old one is down
+                position, moves = carry_table(
+                    self.store,
+                    self.fp,
+                    position,
+                    active,
+                    topic,
+                    readers,
+                    lambda why: TransactionRefused(f"{why} Nothing was written"),
+                )
+            for m in moves:
+                log.info(
+                    "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
+                    name,
+                    m.route.source,
+                    m.partition,
+                    m.route.target,
+                    m.partition,
+                    m.position,
+                    m.bound,
+                    m.mark.fingerprint if m.mark else "no mark, exact translation",
+                )
         ends: dict[TopicPartition, int] = {}
         lows: dict[TopicPartition, int] = {}
         physical_ends = self.ends(topic)
@@ -486,7 +480,6 @@ class ActiveCluster(Source):
         after = position.advanced({tp: r.end for tp, r in ranges.items()}, {})
         counts = [len(e) for e in physical_ends.values()]
         summary_count = max([*counts, len(previous.checkpoint) if previous else 0, 1])
-        stored_text = previous.cluster_position if previous else None
         return HudiPlan(
             previous,
             dict(position.positions),
@@ -496,7 +489,7 @@ class ActiveCluster(Source):
             None,
             partition_count=summary_count,
             after=dict(after.positions),
-            recorded=position.encode() != stored_text,
+            recorded=position.encode() != (previous.cluster_position if previous else None),
             allow_rewind=moved or (previous is not None and previous.cluster_position is None),
             cluster=active,
             position=position,
@@ -598,14 +591,12 @@ class ActiveCluster(Source):
             if hudi_table is not None:
                 positions["hudi"] = {p: hudi.get(TopicPartition(physical, p)) for p in ends}
             for row in partition_lags(ends, starts, positions, reset):  # type: ignore[arg-type]
-                seen = totals.get(row.partition)
-                if seen is None:
-                    totals[row.partition] = row
-                else:
+                if (seen := totals.get(row.partition)) is not None:
                     lags = {s: seen.lags[s] + row.lags[s] for s in row.lags}
-                    totals[row.partition] = PartitionLag(
+                    row = PartitionLag(
                         row.partition, seen.held + row.held, seen.end + row.end, lags
                     )
+                totals[row.partition] = row
         return [totals[p] for p in sorted(totals)]
 
 
