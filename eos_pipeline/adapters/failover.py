@@ -690,9 +690,7 @@ def refresh(
 
 def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> int:
     """At a sink run on ``active``: fold in the syncs held there (what a switch away from it would
-    need if it went down); returns how many flows were stored. A flow with no syncs yet waits for
-    the next run.
-    """
+    need if it went down); returns how many flows were stored (one with no syncs yet waits)."""
     stored = 0
     with MirrorReaders() as readers:
         for flow in sorted(fp.clusters.flows):

@@ -419,13 +419,10 @@ class ActiveCluster(Source):
                     m.bound,
                     m.mark.fingerprint if m.mark else "no mark, exact translation",
                 )
-        ends: dict[TopicPartition, int] = {}
-        lows: dict[TopicPartition, int] = {}
         physical_ends = self.ends(topic)
-        for physical, topic_ends in physical_ends.items():
-            ends.update({TopicPartition(physical, p): e for p, e in topic_ends.items()})
-            starts = start_offsets(kafka, physical)
-            lows.update({TopicPartition(physical, p): low for p, low in starts.items()})
+        physical_lows = {physical: start_offsets(kafka, physical) for physical in physical_ends}
+        ends = {TopicPartition(t, p): e for t, es in physical_ends.items() for p, e in es.items()}
+        lows = {TopicPartition(t, p): o for t, low in physical_lows.items() for p, o in low.items()}
         check_same_log(
             f"{table} on {active!r}",
             topic=topic,
@@ -453,13 +450,13 @@ class ActiveCluster(Source):
         # reset policy; ranges capped by the batch limit, and ``until`` for ``topic`` itself.
         start_at: dict[TopicPartition, int] = {}
         ranges: dict[TopicPartition, OffsetRange] = {}
-        for physical in sorted({tp.topic for tp in ends}):
+        for physical in sorted(physical_ends):
             planned = plan_ranges(
                 f"{table} on {active!r}",
                 physical,
                 {tp: at for tp, at in position.positions.items() if tp.topic == physical},
-                {tp.partition: end for tp, end in ends.items() if tp.topic == physical},
-                {tp.partition: low for tp, low in lows.items() if tp.topic == physical},
+                physical_ends[physical],
+                physical_lows[physical],
                 reset=reset,
                 max_records=max_records,
                 # a replica may have fewer partitions: those it lacks are not read there
@@ -569,16 +566,10 @@ class ActiveCluster(Source):
         reset: str,
     ) -> list[PartitionLag]:
         """Per partition of ``topic``: records held, ends and each sink's lag, summed over the
-        physical topics here (what a run of that partition will read).
-
-        A Hudi table (``hudi_table``: the one that follows ``topic``) not moved to this cluster
-        yet counts its lag from the log start (or 0 under ``reset: latest``), as a partition
-        with nothing stored does.
-        """
-        hudi: dict[TopicPartition, int] = {}
+        physical topics here (what a run of that partition reads). A Hudi table (``hudi_table``,
+        following ``topic``) not moved here yet lags as a partition with nothing stored does."""
         stored = None if hudi_table is None else self._stored(latest_commit(hudi_table))
-        if stored is not None and stored.cluster == self.alias:
-            hudi = dict(stored.positions)
+        hudi = dict(stored.positions) if stored is not None and stored.cluster == self.alias else {}
         totals: dict[int, PartitionLag] = {}
         for physical, ends in self.ends(topic).items():
             starts = start_offsets(self.kafka, physical)
