@@ -243,47 +243,16 @@ def first_offset(
         return _watermarks(consumer, tp.topic, tp.partition, timeout)[0]
 
 
-class TimeFloors:
-    """Per partition of one cluster, the first offset at a mark's timestamp (the time bound of
-    :func:`~eos_pipeline.core.failover.read_start`); None where it must not be used."""
-
-    def __init__(self, admin: AdminClient, timeout: float = 10.0) -> None:
-        self.admin = admin
-        self.timeout = timeout
-        self._kept: dict[str, bool] = {}
-
-    def __call__(self, tp: TopicPartition, mark: Mark) -> int | None:
-        if mark.timestamp_ms is None:
-            return None
-        if tp.topic not in self._kept:
-            self._kept[tp.topic] = self._timestamps_kept(tp.topic)
-        if not self._kept[tp.topic]:
-            return None
-        try:
-            offset = _list_offset(
-                self.admin, tp, OffsetSpec.for_timestamp(mark.timestamp_ms), self.timeout
-            )
-        except Exception as exc:  # the syncs still bound the window
-            log.warning(
-                "%s: no offset for time %d (%s); the offset syncs alone bound",
-                tp,
-                mark.timestamp_ms,
-                exc,
-            )
-            return None
-        # -1: none so late. Markers count (stamped at commit): maybe before the record, not after.
-        return offset if offset >= 0 else None
-
-    def _timestamps_kept(self, topic: str) -> bool:
-        """``LogAppendTime`` restamps MM2's copies; a config that cannot be read counts as that."""
-        resource = ConfigResource(ResourceType.TOPIC, topic)
-        try:
-            entries = self.admin.describe_configs([resource], request_timeout=self.timeout)
-            entry = entries[resource].result().get("message.timestamp.type")
-        except Exception as exc:  # any failure: do not rely on timestamps
-            log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
-            return False
-        return entry is not None and entry.value == "CreateTime"
+def _timestamps_kept(admin: AdminClient, topic: str) -> bool:
+    """``LogAppendTime`` restamps MM2's copies; a config that cannot be read counts as that."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=10.0)
+        entry = entries[resource].result().get("message.timestamp.type")
+    except Exception as exc:  # any failure: do not rely on timestamps
+        log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
+        return False
+    return entry is not None and entry.value == "CreateTime"
 
 
 #: Called with the name of each step boundary of the switch (the fault suite kills there).
@@ -417,11 +386,14 @@ def _histories(
 
 def _floors(
     fp: FailoverPipeline, target: str, readers: MirrorReaders, refuse: Callable[[str], Exception]
-) -> tuple[Callable[[TopicPartition], int], TimeFloors]:
-    """Where a translation onto ``target`` may start: a partition's first offset, and its first
-    offset at a mark's time; ``refuse`` makes the error for a partition that cannot be read (MM2
-    may not have created the replica yet)."""
+) -> tuple[Callable[[TopicPartition], int], Callable[[TopicPartition, Mark], int | None]]:
+    """Where a translation onto ``target`` may start: a partition's first offset (``refuse``
+    makes the error when it cannot be read: MM2 may not have created the replica yet), and its
+    first offset at a mark's timestamp, the time bound of
+    :func:`~eos_pipeline.core.failover.read_start` (None where it must not be used)."""
     settings = fp.settings[target]
+    admin = readers.admin(settings)
+    kept: dict[str, bool] = {}  # per topic, whether its timestamps are the originals'
 
     def floor(tp: TopicPartition) -> int:
         try:
@@ -431,7 +403,27 @@ def _floors(
                 f"{target}:{tp} cannot be read ({exc}); is MirrorMaker 2 replicating to {target!r}?"
             ) from None
 
-    return floor, TimeFloors(readers.admin(settings))
+    def at_time(tp: TopicPartition, mark: Mark) -> int | None:
+        if mark.timestamp_ms is None:
+            return None
+        if tp.topic not in kept:
+            kept[tp.topic] = _timestamps_kept(admin, tp.topic)
+        if not kept[tp.topic]:
+            return None
+        try:
+            offset = _list_offset(admin, tp, OffsetSpec.for_timestamp(mark.timestamp_ms), 10.0)
+        except Exception as exc:  # the syncs still bound the window
+            log.warning(
+                "%s: no offset for time %d (%s); the offset syncs alone bound",
+                tp,
+                mark.timestamp_ms,
+                exc,
+            )
+            return None
+        # -1: none so late. Markers count (stamped at commit): maybe before the record, not after.
+        return offset if offset >= 0 else None
+
+    return floor, at_time
 
 
 def carry_table(

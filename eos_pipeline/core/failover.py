@@ -81,11 +81,8 @@ class ReplicationPolicy:
         """The alias a remote topic came from, else None; with ``aliases`` only a known alias
         counts (MM2 takes any prefix), so ``orders.v1`` is no replica."""
         prefix, sep, rest = topic.partition(self.separator)
-        if not sep or not prefix or not rest:
-            return None
-        if aliases is not None and prefix not in set(aliases):
-            return None
-        return prefix
+        known = aliases is None or prefix in set(aliases)
+        return prefix if sep and prefix and rest and known else None
 
     def offset_syncs_topic(self, other_alias: str) -> str:
         """MM2 names a flow's syncs topic after the flow's *other* cluster."""
@@ -1079,17 +1076,14 @@ def fold_keeper_states(
     physical: Iterable[tuple[int, SinkState | None]],
 ) -> tuple[int, SinkState | None]:
     """The sensors see one state per Dagster partition: of its physical partitions, the one that
-    most needs a run (``BEFORE`` first)."""
-    items = list(physical)
-    if not items:
-        raise ValueError("a partition folds at least one physical partition")
+    most needs a run (``BEFORE`` first); none at all is a ``ValueError``."""
 
     def urgency(item: tuple[int, SinkState | None]) -> tuple[bool, int]:
         end, state = item
         before = state is not None and state.phase is Phase.BEFORE
         return before, _behind(end, committed(state))
 
-    return max(items, key=urgency)
+    return max(physical, key=urgency)
 
 
 def fold_positions(
