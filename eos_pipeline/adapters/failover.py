@@ -456,8 +456,9 @@ def _plan_moves(
     moves = []
     for (sink, physical, p, record), r in zip(positions, routes, strict=True):
         tp = TopicPartition(r.target.topic, p)
+        low = floor(tp)  # first: a missing replica refuses before its time is asked
         at_time = None if record.mark is None else time_floor(tp, record.mark)
-        m = move(physical, p, record, target, fp.clusters, histories[r.flow], floor(tp), at_time)
+        m = move(physical, p, record, target, fp.clusters, histories[r.flow], low, at_time)
         moves.append((sink, m))
     return moves
 

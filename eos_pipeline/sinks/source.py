@@ -18,6 +18,8 @@ is the one place that knows about clusters (the Hudi sink plans its transactions
   new-cluster writer from both committing. A table written before clusters were configured (no
   cluster position) is on the initial cluster, keeps the plain topic in its rows, and has the
   record before each position marked on its first run so that it can move.
+
+Built per run or sensor tick by ``components.source.PipelineSource.at``; the rules are in the core.
 """
 
 from __future__ import annotations
@@ -446,8 +448,7 @@ class ActiveCluster(Source):
         }
         if unmarked:
             position = position.advanced({}, _last_marks(kafka, unmarked))
-        # Each physical topic by the one rule (core.planning): its stored position, else the
-        # reset policy; ranges capped by the batch limit, and ``until`` for ``topic`` itself.
+        # Each physical topic by core.planning's one rule; ``until`` caps ``topic`` itself.
         start_at: dict[TopicPartition, int] = {}
         ranges: dict[TopicPartition, OffsetRange] = {}
         for physical in sorted(physical_ends):
