@@ -740,9 +740,10 @@ class FailoverStatus:
                 )
                 copied = x.copied_to if p.exact else f"at least {x.synced_to} (by the syncs)"
                 out.append(
-                    f"  {p.name}: {p.state}, lag {p.lag}{'' if p.exact else ' at most'}; "
-                    f"source end {x.source_end}, copied up to {copied}; replica end "
-                    f"{x.remote_end} ({'moving' if x.remote_moved else 'not moving'}); {sync}"
+                    f"  {x.topic}[{x.partition}]: {p.state}, lag {p.lag}"
+                    f"{'' if p.exact else ' at most'}; source end {x.source_end}, copied up to "
+                    f"{copied}; replica end {x.remote_end} "
+                    f"({'moving' if x.remote_moved else 'not moving'}); {sync}"
                 )
         out += failback_advice(s.active, self.flows)
         return out

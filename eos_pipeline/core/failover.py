@@ -985,10 +985,6 @@ class PartitionReplication:
     exact: bool
     state: str
 
-    @property
-    def name(self) -> str:
-        return f"{self.facts.topic}[{self.facts.partition}]"
-
 
 def partition_replication(
     facts: ReplicaFacts, fresh_s: float = FRESH_SYNC_S
