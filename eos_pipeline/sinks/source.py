@@ -334,11 +334,11 @@ class ActiveCluster(Source):
 
     def ends(self, topic: str) -> dict[str, dict[int, int]]:
         """Last stable offsets of each physical topic of ``topic`` that exists here."""
-        found = {}
-        for physical in self.physical_topics(topic):
-            if partitions_of(self.kafka, physical):
-                found[physical] = end_offsets(self.kafka, physical)
-        return found
+        return {
+            t: end_offsets(self.kafka, t)
+            for t in self.physical_topics(topic)
+            if partitions_of(self.kafka, t)
+        }
 
     def partitions(self, tp: TopicPartition) -> list[TopicPartition]:
         return [
@@ -526,10 +526,8 @@ class ActiveCluster(Source):
             for physical, ends in self.ends(topic).items():
                 records = store.read_many(pipeline, sink, physical, self.alias)
                 for p, end in ends.items():
-                    stored = records.get(p)
-                    per.setdefault(p, []).append(
-                        (end, sink_state(stored.record if stored else None))
-                    )
+                    record = records[p].record if p in records else None
+                    per.setdefault(p, []).append((end, sink_state(record)))
             folded = {p: fold_keeper_states(items) for p, items in per.items()}
             states.append(
                 TopicState(
