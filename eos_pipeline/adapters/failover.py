@@ -52,10 +52,10 @@ from eos_pipeline.core.failover import (
     Move,
     PhysicalTopic,
     ReplicaFacts,
-    ReplicationPolicy,
     ResumeError,
     SwitchRefused,
     SyncHistory,
+    TablePosition,
     Window,
     carry_over,
     decode_offset_sync,
@@ -65,7 +65,6 @@ from eos_pipeline.core.failover import (
     partition_replication,
     plan_switch,
     resume_after,
-    route,
     stored_position,
 )
 from eos_pipeline.core.keeper import KeeperKey, KeeperRecord, Mark
@@ -87,16 +86,16 @@ def _cluster_key(settings: KafkaSettings) -> str:
     return repr(sorted(settings.config().items()))
 
 
-class MirrorReaders:
+class MirrorReaders(ExitStack):
     """One consumer and admin client per cluster for a sequence of reads, closed together: a fresh
     consumer's bootstrap was two thirds of a profiled failback."""
 
     def __init__(self, probe_timeout: float = PROBE_TIMEOUT) -> None:
+        super().__init__()
         self.probe_timeout = probe_timeout
         self._consumers: dict[str, Consumer] = {}
         self._admins: dict[str, AdminClient] = {}
         self._answered: dict[str, str | None] = {}
-        self._stack = ExitStack()
 
     def unreachable(self, settings: KafkaSettings) -> str | None:
         """Why the cluster did not answer one metadata request (None: it did), asked once per
@@ -116,7 +115,7 @@ class MirrorReaders:
     def get(self, settings: KafkaSettings) -> Consumer:
         key = _cluster_key(settings)
         if key not in self._consumers:
-            self._consumers[key] = self._stack.enter_context(range_consumer(settings))
+            self._consumers[key] = self.enter_context(range_consumer(settings))
         return self._consumers[key]
 
     def admin(self, settings: KafkaSettings) -> AdminClient:
@@ -124,17 +123,6 @@ class MirrorReaders:
         if key not in self._admins:
             self._admins[key] = admin_client(settings)
         return self._admins[key]
-
-    def close(self) -> None:
-        self._consumers.clear()
-        self._admins.clear()
-        self._stack.close()
-
-    def __enter__(self) -> MirrorReaders:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _borrowed(
@@ -183,7 +171,6 @@ def read_offset_syncs(
     history: SyncHistory | None = None,
     *,
     location: str = "source",
-    policy: ReplicationPolicy = DEFAULT_POLICY,
     timeout: float = 30.0,
     consumer: Consumer | None = None,
     written_at: dict[TopicPartition, int] | None = None,
@@ -193,7 +180,7 @@ def read_offset_syncs(
     history = history if history is not None else SyncHistory(flow)
     if history.flow != flow:
         raise MirrorReadError(f"a history of flow {history.flow} cannot take syncs of {flow}")
-    topic = flow.offset_syncs_topic(location, policy)
+    topic = flow.offset_syncs_topic(location)
     with _borrowed(settings, consumer) as consumer:
         try:
             low, high = _watermarks(consumer, topic, SYNCS_PARTITION, timeout)
@@ -256,53 +243,16 @@ def first_offset(
         return _watermarks(consumer, tp.topic, tp.partition, timeout)[0]
 
 
-class TimeFloors:
-    """Per partition of one cluster, the first offset at a mark's timestamp (the time bound of
-    :func:`~eos_pipeline.core.failover.read_start`); None where it must not be used."""
-
-    def __init__(
-        self, settings: KafkaSettings, timeout: float = 10.0, admin: AdminClient | None = None
-    ) -> None:
-        self.settings = settings
-        self.timeout = timeout
-        self.admin = admin
-        self._kept: dict[str, bool] = {}
-
-    def __call__(self, tp: TopicPartition, mark: Mark) -> int | None:
-        if mark.timestamp_ms is None:
-            return None
-        if self.admin is None:
-            self.admin = admin_client(self.settings)
-        if tp.topic not in self._kept:
-            self._kept[tp.topic] = self._timestamps_kept(tp.topic)
-        if not self._kept[tp.topic]:
-            return None
-        try:
-            offset = _list_offset(
-                self.admin, tp, OffsetSpec.for_timestamp(mark.timestamp_ms), self.timeout
-            )
-        except Exception as exc:  # the syncs still bound the window
-            log.warning(
-                "%s: no offset for time %d (%s); the offset syncs alone bound",
-                tp,
-                mark.timestamp_ms,
-                exc,
-            )
-            return None
-        # -1: none so late. Markers count (stamped at commit): maybe before the record, not after.
-        return offset if offset >= 0 else None
-
-    def _timestamps_kept(self, topic: str) -> bool:
-        """``LogAppendTime`` restamps MM2's copies; a config that cannot be read counts as that."""
-        resource = ConfigResource(ResourceType.TOPIC, topic)
-        assert self.admin is not None
-        try:
-            entries = self.admin.describe_configs([resource], request_timeout=self.timeout)
-            entry = entries[resource].result().get("message.timestamp.type")
-        except Exception as exc:  # any failure: do not rely on timestamps
-            log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
-            return False
-        return entry is not None and entry.value == "CreateTime"
+def _timestamps_kept(admin: AdminClient, topic: str) -> bool:
+    """``LogAppendTime`` restamps MM2's copies; a config that cannot be read counts as that."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=10.0)
+        entry = entries[resource].result().get("message.timestamp.type")
+    except Exception as exc:  # any failure: do not rely on timestamps
+        log.warning("%s: timestamp type unknown (%s); the offset syncs alone bound", topic, exc)
+        return False
+    return entry is not None and entry.value == "CreateTime"
 
 
 #: Called with the name of each step boundary of the switch (the fault suite kills there).
@@ -423,6 +373,76 @@ def _positions(
     return found
 
 
+def _histories(
+    store: KeeperStateStore, fp: FailoverPipeline, flows: set[Flow], readers: MirrorReaders
+) -> dict[Flow, SyncHistory]:
+    """Each flow's syncs (:func:`refresh`); one MM2 does not replicate is empty, and the move
+    refuses it by name."""
+    return {
+        f: refresh(store, fp, f, readers) if f in fp.clusters.flows else SyncHistory(f)
+        for f in sorted(flows)
+    }
+
+
+def _floors(
+    fp: FailoverPipeline, target: str, readers: MirrorReaders, refuse: Callable[[str], Exception]
+) -> tuple[Callable[[TopicPartition], int], Callable[[TopicPartition, Mark], int | None]]:
+    """Where a translation onto ``target`` may start: a partition's first offset (``refuse``
+    makes the error when it cannot be read: MM2 may not have created the replica yet), and its
+    first offset at a mark's timestamp, the time bound of
+    :func:`~eos_pipeline.core.failover.read_start` (None where it must not be used)."""
+    settings = fp.settings[target]
+    admin = readers.admin(settings)
+    kept: dict[str, bool] = {}  # per topic, whether its timestamps are the originals'
+
+    def floor(tp: TopicPartition) -> int:
+        try:
+            return first_offset(settings, tp, consumer=readers.get(settings))
+        except Exception as exc:
+            raise refuse(
+                f"{target}:{tp} cannot be read ({exc}); is MirrorMaker 2 replicating to {target!r}?"
+            ) from None
+
+    def at_time(tp: TopicPartition, mark: Mark) -> int | None:
+        if mark.timestamp_ms is None:
+            return None
+        if tp.topic not in kept:
+            kept[tp.topic] = _timestamps_kept(admin, tp.topic)
+        if not kept[tp.topic]:
+            return None
+        try:
+            offset = _list_offset(admin, tp, OffsetSpec.for_timestamp(mark.timestamp_ms), 10.0)
+        except Exception as exc:  # the syncs still bound the window
+            log.warning(
+                "%s: no offset for time %d (%s); the offset syncs alone bound",
+                tp,
+                mark.timestamp_ms,
+                exc,
+            )
+            return None
+        # -1: none so late. Markers count (stamped at commit): maybe before the record, not after.
+        return offset if offset >= 0 else None
+
+    return floor, at_time
+
+
+def carry_table(
+    store: KeeperStateStore,
+    fp: FailoverPipeline,
+    stored: TablePosition,
+    target: str,
+    topic: str,
+    readers: MirrorReaders,
+    refuse: Callable[[str], Exception],
+) -> tuple[TablePosition, list[Move]]:
+    """The core's :func:`~eos_pipeline.core.failover.carry_over` of a Hudi table's position on
+    ``target``'s Kafka; ``refuse`` as in :func:`_floors`."""
+    topics = (topic,)
+    histories = _histories(store, fp, flows_needed(stored, target, fp.clusters, topics), readers)
+    floor, time_floor = _floors(fp, target, readers, refuse)
+    return carry_over(stored, target, fp.clusters, topics, histories, floor, time_floor)
+
+
 def _plan_moves(
     store: KeeperStateStore,
     fp: FailoverPipeline,
@@ -430,29 +450,16 @@ def _plan_moves(
     target: str,
     readers: MirrorReaders,
 ) -> list[tuple[str, Move]]:
-    aliases, policy = fp.clusters.aliases, fp.clusters.policy
-    flows = {route(p, target, aliases, policy).flow for _, p, _, _ in positions}
-    # each flow's syncs: from its topic, or the keeper's copy when the topic is unreachable
-    flows &= set(fp.clusters.flows)
-    histories = {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
-    time_floor = TimeFloors(fp.settings[target], admin=readers.admin(fp.settings[target]))
-    on_target = readers.get(fp.settings[target])
+    routes = [fp.clusters.route(p, target) for _, p, _, _ in positions]
+    histories = _histories(store, fp, {r.flow for r in routes}, readers)
+    floor, time_floor = _floors(fp, target, readers, SwitchRefused)
     moves = []
-    for sink, physical, partition, record in positions:
-        r = route(physical, target, aliases, policy)
-        history = histories.get(r.flow, SyncHistory(r.flow))
-        tp = TopicPartition(r.target.topic, partition)
-        try:
-            floor = first_offset(fp.settings[target], tp, consumer=on_target)
-        except Exception as exc:  # the replica topic may not exist yet
-            raise SwitchRefused(
-                f"{physical}[{partition}]: its counterpart {r.target}[{partition}] cannot be read "
-                f"({exc}); is MirrorMaker 2 replicating {r.flow}?"
-            ) from None
+    for (sink, physical, p, record), r in zip(positions, routes, strict=True):
+        tp = TopicPartition(r.target.topic, p)
+        low = floor(tp)  # first: a missing replica refuses before its time is asked
         at_time = None if record.mark is None else time_floor(tp, record.mark)
-        moves.append(
-            (sink, move(physical, partition, record, target, fp.clusters, history, floor, at_time))
-        )
+        m = move(physical, p, record, target, fp.clusters, histories[r.flow], low, at_time)
+        moves.append((sink, m))
     return moves
 
 
@@ -501,22 +508,15 @@ def _check_hudi_table(
     stored = stored_position(commit.cluster_position, commit.checkpoint, fp.initial)
     if stored.cluster == target:
         return
-    topics = fp.topics[:1]  # one Hudi table follows the pipeline's first topic
-    flows = flows_needed(stored, target, fp.clusters, topics) & set(fp.clusters.flows)
-    histories = {flow: refresh(store, fp, flow, readers=readers) for flow in sorted(flows)}
-    settings = fp.settings[target]
-
-    def floor(tp: TopicPartition) -> int:
-        try:
-            return first_offset(settings, tp, consumer=readers.get(settings))
-        except Exception as exc:  # the replica topic may not exist yet
-            raise SwitchRefused(
-                f"Hudi table {fp.hudi_table}: {target}:{tp} cannot be read ({exc}); is "
-                f"MirrorMaker 2 replicating to {target!r}?"
-            ) from None
-
-    time_floor = TimeFloors(settings, admin=readers.admin(settings))
-    _, moves = carry_over(stored, target, fp.clusters, topics, histories, floor, time_floor)
+    _, moves = carry_table(
+        store,
+        fp,
+        stored,
+        target,
+        fp.topics[0],  # one Hudi table follows the pipeline's first topic
+        readers,
+        lambda why: SwitchRefused(f"Hudi table {fp.hudi_table}: {why}"),
+    )
     _check_marks(fp, moves, readers, report, prefix="hudi ")
 
 
@@ -627,29 +627,20 @@ class SyncArchive:
         """Store ``history`` trimmed (last writer wins: every copy is a prefix of the topic)."""
         data = json.dumps(history.trimmed(KEEP).to_dict(), separators=(",", ":")).encode()
         path = self.path(history.flow)
-        try:
-            self.store.client.set(path, data)
-        except NoNodeError:
-            try:
-                self.store.client.create(path, data, makepath=True)
-            except NodeExistsError:
-                self.store.client.set(path, data)
+        self.store.client.ensure_path(path)
+        self.store.client.set(path, data)
 
 
 def refresh(
     store: KeeperStateStore,
     fp: FailoverPipeline,
     flow: Flow,
-    *,
+    readers: MirrorReaders,
     timeout: float | None = None,
-    readers: MirrorReaders | None = None,
 ) -> SyncHistory:
     """The flow's syncs: the stored copy plus what the topic holds since, stored again. With a
     copy, a syncs' cluster that does not answer a short probe leaves the copy alone (a warning);
     without one the read's error is raised."""
-    if readers is None:
-        with MirrorReaders() as own:
-            return refresh(store, fp, flow, timeout=timeout, readers=own)
     archive = SyncArchive(store, fp.name)
     stored = archive.load(flow)
     holder = flow.offset_syncs_cluster(fp.offset_syncs_location)
@@ -663,7 +654,6 @@ def refresh(
                 flow,
                 stored,
                 location=fp.offset_syncs_location,
-                policy=fp.clusters.policy,
                 timeout=timeout
                 if timeout is not None
                 else (SHORT_TIMEOUT if stored is not None else 30.0),
@@ -693,19 +683,18 @@ def refresh(
 
 def record_syncs(store: KeeperStateStore, fp: FailoverPipeline, active: str) -> int:
     """At a sink run on ``active``: fold in the syncs held there (what a switch away from it would
-    need if it went down); returns how many flows were stored. A flow with no syncs yet waits for
-    the next run.
-    """
+    need if it went down); returns how many flows were stored (one with no syncs yet waits)."""
     stored = 0
-    for flow in sorted(fp.clusters.flows):
-        if flow.offset_syncs_cluster(fp.offset_syncs_location) != active:
-            continue
-        try:
-            refresh(store, fp, flow, timeout=SHORT_TIMEOUT)
-            stored += 1
-        except (KafkaException, MirrorReadError) as exc:
-            # never a reason to stop the sink: the copy is refreshed again on the next run
-            log.info("%s: offset syncs of %s not kept this time (%s)", fp.name, flow, exc)
+    with MirrorReaders() as readers:
+        for flow in sorted(fp.clusters.flows):
+            if flow.offset_syncs_cluster(fp.offset_syncs_location) != active:
+                continue
+            try:
+                refresh(store, fp, flow, readers, timeout=SHORT_TIMEOUT)
+                stored += 1
+            except (KafkaException, MirrorReadError) as exc:
+                # never a reason to stop the sink: the copy is refreshed again on the next run
+                log.info("%s: offset syncs of %s not kept this time (%s)", fp.name, flow, exc)
     return stored
 
 
@@ -751,9 +740,10 @@ class FailoverStatus:
                 )
                 copied = x.copied_to if p.exact else f"at least {x.synced_to} (by the syncs)"
                 out.append(
-                    f"  {p.name}: {p.state}, lag {p.lag}{'' if p.exact else ' at most'}; "
-                    f"source end {x.source_end}, copied up to {copied}; replica end "
-                    f"{x.remote_end} ({'moving' if x.remote_moved else 'not moving'}); {sync}"
+                    f"  {x.topic}[{x.partition}]: {p.state}, lag {p.lag}"
+                    f"{'' if p.exact else ' at most'}; source end {x.source_end}, copied up to "
+                    f"{copied}; replica end {x.remote_end} "
+                    f"({'moving' if x.remote_moved else 'not moving'}); {sync}"
                 )
         out += failback_advice(s.active, self.flows)
         return out
@@ -783,27 +773,23 @@ def read_status(
         for f in flows:
             if not down[f]:
                 try:
-                    remotes = [_remote(fp, f, t) for t in fp.topics]
+                    remotes = [DEFAULT_POLICY.remote_topic(f.source, t) for t in fp.topics]
                     before[f] = end_offsets_of(fp.settings[f.target], remotes)
                 except KafkaReadError as exc:  # it answered the probe, then stopped
                     down[f] = ((f.target, str(exc)),)
         if before and sample_s > 0:
             time.sleep(sample_s)
-
-        def flow_or_fault(f: Flow) -> FlowReplication:
-            if f not in before:
-                return FlowReplication(f, unreachable=down[f])
+        read = []
+        for f in flows:
             try:
-                return _flow(fp, f, before[f], readers, fresh_s)
+                read.append(
+                    _flow(fp, f, before[f], readers, fresh_s)
+                    if f in before
+                    else FlowReplication(f, unreachable=down[f])
+                )
             except KafkaReadError as exc:  # a cluster lost after its probe: named, not raised
-                return FlowReplication(f, unreachable=((str(f), str(exc)),))
-
-        flows_read = tuple(flow_or_fault(f) for f in flows)
-    return FailoverStatus(fp.name, state, flows_read)
-
-
-def _remote(fp: FailoverPipeline, flow: Flow, topic: str) -> str:
-    return fp.clusters.policy.remote_topic(flow.source, topic)
+                read.append(FlowReplication(f, unreachable=((str(f), str(exc)),)))
+    return FailoverStatus(fp.name, state, tuple(read))
 
 
 def _flow(
@@ -814,13 +800,27 @@ def _flow(
     fresh_s: float,
 ) -> FlowReplication:
     source, target = fp.settings[flow.source], fp.settings[flow.target]
-    history, written_at = _syncs(fp, flow, readers)
+    holder = fp.settings[flow.offset_syncs_cluster(fp.offset_syncs_location)]
+    written_at: dict[TopicPartition, int] = {}  # when MM2 wrote each partition's latest sync
+    try:
+        history = read_offset_syncs(
+            holder,
+            flow,
+            location=fp.offset_syncs_location,
+            timeout=10.0,
+            consumer=readers.get(holder),
+            written_at=written_at,
+        )
+    except KafkaReadError:  # no syncs topic yet: MM2 has copied nothing on this flow
+        history, written_at = SyncHistory(flow), {}
     now_ms = time.time() * 1000
     ends, starts = ends_and_starts(source, fp.topics)
-    r_ends, r_starts = ends_and_starts(target, [_remote(fp, flow, t) for t in fp.topics])
+    r_ends, r_starts = ends_and_starts(
+        target, [DEFAULT_POLICY.remote_topic(flow.source, t) for t in fp.topics]
+    )
     parts, missing, absent = [], [], []
     for topic in fp.topics:
-        remote = _remote(fp, flow, topic)
+        remote = DEFAULT_POLICY.remote_topic(flow.source, topic)
         t_ends, t_starts = ends[topic], starts[topic]
         if isinstance(t_ends, KafkaReadError) or isinstance(t_starts, KafkaReadError):
             absent.append(topic)
@@ -850,27 +850,6 @@ def _flow(
     return FlowReplication(flow, tuple(parts), missing=tuple(missing), absent=tuple(absent))
 
 
-def _syncs(
-    fp: FailoverPipeline, flow: Flow, readers: MirrorReaders
-) -> tuple[SyncHistory, dict[TopicPartition, int]]:
-    """Every sync the flow's topic holds, and when the latest of each partition was written."""
-    holder = fp.settings[flow.offset_syncs_cluster(fp.offset_syncs_location)]
-    written_at: dict[TopicPartition, int] = {}
-    try:
-        history = read_offset_syncs(
-            holder,
-            flow,
-            location=fp.offset_syncs_location,
-            policy=fp.clusters.policy,
-            timeout=10.0,
-            consumer=readers.get(holder),
-            written_at=written_at,
-        )
-    except KafkaReadError:  # no syncs topic yet: MM2 has copied nothing on this flow
-        return SyncHistory(flow), {}
-    return history, written_at
-
-
 def _facts(
     fp: FailoverPipeline,
     flow: Flow,
@@ -892,7 +871,7 @@ def _facts(
 
     synced_to = history.inverse(tp, r_end, floor=s_low).position
     copied_to = s_low if r_end == r_low else None  # an empty replica: nothing copied yet
-    rtp = TopicPartition(_remote(fp, flow, tp.topic), tp.partition)
+    rtp = TopicPartition(DEFAULT_POLICY.remote_topic(flow.source, tp.topic), tp.partition)
     tail = read(flow.target, rtp, max(r_low, r_end - _TAIL), r_end)
     if tail:
         window = history.origin_window(tp, tail[-1].offset, floor=s_low)

@@ -81,11 +81,8 @@ class ReplicationPolicy:
         """The alias a remote topic came from, else None; with ``aliases`` only a known alias
         counts (MM2 takes any prefix), so ``orders.v1`` is no replica."""
         prefix, sep, rest = topic.partition(self.separator)
-        if not sep or not prefix or not rest:
-            return None
-        if aliases is not None and prefix not in set(aliases):
-            return None
-        return prefix
+        known = aliases is None or prefix in set(aliases)
+        return prefix if sep and prefix and rest and known else None
 
     def offset_syncs_topic(self, other_alias: str) -> str:
         """MM2 names a flow's syncs topic after the flow's *other* cluster."""
@@ -112,11 +109,9 @@ class Flow:
             raise FailoverError(f"offset-syncs location must be 'source' or 'target': {location!r}")
         return self.source if location == "source" else self.target
 
-    def offset_syncs_topic(
-        self, location: str = "source", policy: ReplicationPolicy = DEFAULT_POLICY
-    ) -> str:
+    def offset_syncs_topic(self, location: str = "source") -> str:
         other = self.target if self.offset_syncs_cluster(location) == self.source else self.source
-        return policy.offset_syncs_topic(other)
+        return DEFAULT_POLICY.offset_syncs_topic(other)
 
     def __str__(self) -> str:
         return f"{self.source}->{self.target}"
@@ -140,25 +135,22 @@ class PhysicalTopic:
         return f"{self.cluster}:{self.topic}"
 
 
-def check_aliases(clusters: Sequence[str], policy: ReplicationPolicy) -> None:
+def check_aliases(clusters: Sequence[str]) -> None:
     if len(clusters) < 2 or len(set(clusters)) != len(clusters):
         raise FailoverError(f"a failover pipeline needs two or more distinct clusters: {clusters}")
+    sep = DEFAULT_POLICY.separator
     for alias in clusters:
-        if not alias or policy.separator in alias:
-            raise FailoverError(
-                f"cluster alias {alias!r} must be non-empty and free of {policy.separator!r}"
-            )
+        if not alias or sep in alias:
+            raise FailoverError(f"cluster alias {alias!r} must be non-empty and free of {sep!r}")
 
 
 def physical_topics(
-    pipeline_topic: str,
-    clusters: Sequence[str],
-    active: str,
-    policy: ReplicationPolicy = DEFAULT_POLICY,
+    pipeline_topic: str, clusters: Sequence[str], active: str
 ) -> tuple[PhysicalTopic, ...]:
     """Every topic to read on ``active`` for ``pipeline_topic`` (on A: ``T``, ``B.T``); MM2 never
     copies a topic back, so no record is in two of them."""
-    check_aliases(clusters, policy)
+    check_aliases(clusters)
+    policy = DEFAULT_POLICY
     if active not in clusters:
         raise FailoverError(f"unknown cluster {active!r}: the pipeline's clusters are {clusters}")
     TopicPartition(pipeline_topic, 0)  # validates the name
@@ -315,9 +307,7 @@ class SyncHistory:
         return sorted(self._by_tp)
 
     def syncs(self, tp: TopicPartition) -> list[OffsetSync]:
-        entry = self._by_tp.get(tp)
-        if entry is None:
-            return []
+        entry = self._entry(tp)
         return [
             OffsetSync(tp.topic, tp.partition, u, d)
             for u, d in zip(entry.ups, entry.downs, strict=True)
@@ -417,15 +407,10 @@ class Route:
         return TopicPartition(self.source.pipeline_topic, partition)
 
 
-def route(
-    physical: PhysicalTopic,
-    to_cluster: str,
-    clusters: Sequence[str],
-    policy: ReplicationPolicy = DEFAULT_POLICY,
-) -> Route:
+def route(physical: PhysicalTopic, to_cluster: str, clusters: Sequence[str]) -> Route:
     """``T`` read on C is ``C.T`` on D (forward through C->D); ``D.T`` read on C is D's ``T``
     (inverse through D->C); a third cluster's replica has no direct syncs to D: refused."""
-    check_aliases(clusters, policy)
+    check_aliases(clusters)
     if to_cluster not in clusters:
         raise FailoverError(
             f"unknown cluster {to_cluster!r}: the pipeline's clusters are {clusters}"
@@ -435,7 +420,7 @@ def route(
     base = physical.pipeline_topic
     if physical.is_local:
         target = PhysicalTopic(
-            to_cluster, policy.remote_topic(physical.cluster, base), physical.cluster, base
+            to_cluster, DEFAULT_POLICY.remote_topic(physical.cluster, base), physical.cluster, base
         )
         return Route(physical, target, Flow(physical.cluster, to_cluster), "forward")
     if physical.origin == to_cluster:
@@ -466,12 +451,9 @@ class ReadStart:
 def read_start(window: Window, time_offset: int | None) -> ReadStart:
     """The later of the window's start and ``time_offset`` (the first offset at the last written
     record's timestamp). Trusted only inside the window: past it, timestamps were not kept."""
-    syncs = ReadStart(window.start, SYNCS, window.start)
-    if time_offset is None or time_offset <= window.start:
-        return syncs
-    if window.end is not None and time_offset >= window.end:
-        return syncs
-    return ReadStart(time_offset, TIMESTAMP, window.start)
+    if time_offset is not None and time_offset > window.start and time_offset in window:
+        return ReadStart(time_offset, TIMESTAMP, window.start)
+    return ReadStart(window.start, SYNCS, window.start)
 
 
 _FINGERPRINT_PERSON = b"eos-mm2-fp-v1"
@@ -642,7 +624,6 @@ class ClusterSet:
 
     aliases: tuple[str, ...]
     flows: frozenset[Flow]
-    policy: ReplicationPolicy = DEFAULT_POLICY
 
     @classmethod
     def both_ways(cls, aliases: Sequence[str]) -> ClusterSet:
@@ -667,13 +648,13 @@ class ClusterSet:
         return cls(tuple(aliases), frozenset(parsed))
 
     def route(self, physical: PhysicalTopic, to_cluster: str) -> Route:
-        return route(physical, to_cluster, self.aliases, self.policy)
+        return route(physical, to_cluster, self.aliases)
 
     def topics(self, pipeline_topic: str, active: str) -> tuple[PhysicalTopic, ...]:
         """The local topic and each replica MM2 makes on ``active``."""
         return tuple(
             t
-            for t in physical_topics(pipeline_topic, self.aliases, active, self.policy)
+            for t in physical_topics(pipeline_topic, self.aliases, active)
             if t.is_local or Flow(t.origin, active) in self.flows
         )
 
@@ -870,12 +851,7 @@ class TablePosition:
     ) -> TablePosition:
         """``positions`` moved, ``marks`` replaced (None: dropped), ``since`` set."""
         merged = {**self.positions, **positions}
-        new_marks = dict(self.marks)
-        for tp, mark in marks.items():
-            if mark is None:
-                new_marks.pop(tp, None)
-            else:
-                new_marks[tp] = mark
+        new_marks = {tp: m for tp, m in {**self.marks, **marks}.items() if m is not None}
         return TablePosition(self.cluster, merged, new_marks, {**self.since, **(since or {})})
 
 
@@ -912,7 +888,7 @@ def physical_of(
     for topic in pipeline_topics:
         # every name a replica could have, replicated or not: a flow no longer replicated is
         # refused by the move, with the flow named
-        for physical in physical_topics(topic, clusters.aliases, cluster, clusters.policy):
+        for physical in physical_topics(topic, clusters.aliases, cluster):
             if physical.topic == tp.topic:
                 return physical
     raise TablePositionError(
@@ -1009,10 +985,6 @@ class PartitionReplication:
     exact: bool
     state: str
 
-    @property
-    def name(self) -> str:
-        return f"{self.facts.topic}[{self.facts.partition}]"
-
 
 def partition_replication(
     facts: ReplicaFacts, fresh_s: float = FRESH_SYNC_S
@@ -1100,17 +1072,14 @@ def fold_keeper_states(
     physical: Iterable[tuple[int, SinkState | None]],
 ) -> tuple[int, SinkState | None]:
     """The sensors see one state per Dagster partition: of its physical partitions, the one that
-    most needs a run (``BEFORE`` first)."""
-    items = list(physical)
-    if not items:
-        raise ValueError("a partition folds at least one physical partition")
+    most needs a run (``BEFORE`` first); none at all is a ``ValueError``."""
 
     def urgency(item: tuple[int, SinkState | None]) -> tuple[bool, int]:
         end, state = item
         before = state is not None and state.phase is Phase.BEFORE
         return before, _behind(end, committed(state))
 
-    return max(items, key=urgency)
+    return max(physical, key=urgency)
 
 
 def fold_positions(

@@ -3,33 +3,23 @@
 The sinks and the Dagster layer ask a :class:`Source` and never test which kind they hold: this
 is the one place that knows about clusters (the Hudi sink plans its transactions through it).
 
-* :class:`OneCluster`: topic ``T`` of the configured cluster; positions, rows and dedup tokens
-  name the plain topic.
-* :class:`ActiveCluster`: on the cluster the keeper says is active, ``T`` and each replica
-  MirrorMaker 2 makes of it there (``B.T`` on A), each a topic with its own positions keyed by
-  cluster; rows name the cluster (``A:T``, ``core.failover.table_position.row_topic``) and so
-  do tokens. The physical topics fold into one state per Dagster partition
-  (:mod:`eos_pipeline.core.failover`). Built from the keeper's state, refused while a
-  switch is in flight (``SwitchInProgress``): no sink may run then, and the sensors skip.
+* :class:`OneCluster`: topic ``T`` of the configured cluster, named as it is.
+* :class:`ActiveCluster`: ``T`` and each replica MM2 makes of it (``B.T`` on A) on the cluster
+  the keeper says is active, refused while a switch is in flight (``SwitchInProgress``); keeper
+  positions, rows (``A:T``) and tokens name the cluster, and the physical topics fold into one
+  state per Dagster partition.
 
-  A Hudi table's position stays in its commits (the single source of truth, as for any Hudi
-  table), but each commit of a clustered pipeline also stores a cluster position
-  (:class:`~eos_pipeline.core.failover.TablePosition`): the cluster, the next offset of every
-  physical topic read there and the fingerprint of the last record written per partition. One
-  transaction reads all of them. A switch (``eos-pipeline failover``) moves only the keeper's
-  active cluster. When a run finds the latest commit on another cluster, the plan moves the
-  position with the core's rule: translated through the offset syncs, a pending mark per
-  partition, then the copy of the last record written is found by fingerprint in the re-read
-  window (``sinks.clickhouse.locate_copy``) and everything up to it is skipped; the first commit on
-  the new cluster stores the result. Because the move starts from whatever commit is latest, a
-  write still in flight on the old cluster when the switch ran is carried over as well; Hudi's
-  commit fence keeps an old-cluster and a new-cluster writer from both committing. Tables written
-  before clusters were configured (a checkpoint without a cluster position) are read as
-  positions on the pipeline's initial cluster; the record before each position is marked on the
-  first run, so the table can then move. Their rows keep the plain topic name.
+  A Hudi table's position stays in its commits, each also storing a cluster position
+  (:class:`~eos_pipeline.core.failover.TablePosition`) read in one transaction. A switch moves
+  only the keeper's active cluster; the first run that finds the latest commit on another cluster
+  carries the position over by the core's rule and skips the copies of what was written
+  (``sinks.clickhouse.locate_copy``). Starting from whatever commit is latest also carries over a
+  write in flight on the old cluster at the switch; Hudi's commit fence keeps an old- and a
+  new-cluster writer from both committing. A table written before clusters were configured (no
+  cluster position) is on the initial cluster, keeps the plain topic in its rows, and has the
+  record before each position marked on its first run so that it can move.
 
-Built per run or sensor tick by ``components.source.PipelineSource.at``; the rules are in the
-core.
+Built per run or sensor tick by ``components.source.PipelineSource.at``; the rules are in the core.
 """
 
 from __future__ import annotations
@@ -44,11 +34,10 @@ from eos_pipeline.adapters.dlq import DeadLetterWriter
 from eos_pipeline.adapters.failover import (
     FailoverPipeline,
     FailoverStates,
-    TimeFloors,
-    first_offset,
+    MirrorReaders,
+    carry_table,
     partitions_of,
     record_syncs,
-    refresh,
 )
 from eos_pipeline.adapters.hudi_timeline import CommitInfo, latest_checkpoint, latest_commit
 from eos_pipeline.adapters.kafka import (
@@ -65,10 +54,7 @@ from eos_pipeline.adapters.kafka import (
 from eos_pipeline.adapters.keeper import KeeperStateStore
 from eos_pipeline.core.checkpoint import Checkpoint
 from eos_pipeline.core.failover import (
-    SyncHistory,
     TablePosition,
-    carry_over,
-    flows_needed,
     fold_keeper_states,
     fold_positions,
     row_topic,
@@ -113,17 +99,14 @@ class HudiPlan:
     topic_id: str | None  # Kafka's id of the topic, stored next to the checkpoint
     partition_count: int  # partitions the checkpoint must name
     after: Checkpoint  # position of every partition read here after the commit
-    #: The position before this transaction is not what the latest commit stores, so a commit
-    #: is due even with no record to read. With one cluster: a position recorded for the first
-    #: time, which matters for ``reset="latest"``: the first commit pins where the table starts,
-    #: otherwise every run would start at the then-latest offset and skip the records produced
-    #: in between. With several: also a position moved from another cluster, or new marks.
+    #: The position before is not the latest commit's, so a commit is due even with nothing to
+    #: read: a first position (it pins ``reset="latest"``, see ``core.positions``), or with
+    #: clusters one carried over or new marks.
     recorded: bool
     #: The commit may move the checkpoint back (the latest commit was on another cluster).
     allow_rewind: bool = False
-    #: With several clusters: the cluster read, its position before this transaction (carried
-    #: over from another cluster if a switch happened, moved past the copies of what was already
-    #: written), and the records re-read and skipped to resume exactly.
+    #: With clusters: the cluster read, its position before (carried over after a switch, past
+    #: the copies of what was written), and the records re-read and skipped to resume exactly.
     cluster: str | None = None
     position: TablePosition | None = None
     reread: int = 0
@@ -242,17 +225,11 @@ class OneCluster(Source):
         """Nothing: no switch can move a pipeline with one cluster."""
 
     def partition_counts(self, topics: Sequence[str]) -> tuple[dict[str, int], list[str]]:
-        counts: dict[str, int] = {}
-        missing: list[str] = []
         # One request for every topic; Kafka not answering raises (a sensor's skip reason names
         # it), a topic it refuses is missing.
         infos = describe(self.kafka, topics)
-        for topic in topics:
-            if isinstance(info := infos[topic], TopicInfo):
-                counts[topic] = info.partitions
-            else:
-                missing.append(topic)
-        return counts, missing
+        counts = {t: i.partitions for t in topics if isinstance(i := infos[t], TopicInfo)}
+        return counts, [t for t in topics if t not in counts]
 
     def row_topic(self, topic: str) -> str:
         return topic
@@ -357,11 +334,11 @@ class ActiveCluster(Source):
 
     def ends(self, topic: str) -> dict[str, dict[int, int]]:
         """Last stable offsets of each physical topic of ``topic`` that exists here."""
-        found = {}
-        for physical in self.physical_topics(topic):
-            if partitions_of(self.kafka, physical):
-                found[physical] = end_offsets(self.kafka, physical)
-        return found
+        return {
+            t: end_offsets(self.kafka, t)
+            for t in self.physical_topics(topic)
+            if partitions_of(self.kafka, t)
+        }
 
     def partitions(self, tp: TopicPartition) -> list[TopicPartition]:
         return [
@@ -372,15 +349,10 @@ class ActiveCluster(Source):
 
     def partition_counts(self, topics: Sequence[str]) -> tuple[dict[str, int], list[str]]:
         """A logical topic has as many partitions as the largest of its physical topics here."""
-        counts: dict[str, int] = {}
-        missing: list[str] = []
-        for topic in topics:
-            found = [partitions_of(self.kafka, t) for t in self.physical_topics(topic)]
-            if any(found):
-                counts[topic] = max(found)
-            else:
-                missing.append(topic)
-        return counts, missing
+        found = {
+            t: max(partitions_of(self.kafka, p) for p in self.physical_topics(t)) for t in topics
+        }
+        return {t: n for t, n in found.items() if n}, [t for t, n in found.items() if not n]
 
     def before_write(self) -> None:
         # Keep the syncs a switch away from here would need, should this cluster go down.
@@ -395,45 +367,6 @@ class ActiveCluster(Source):
         if commit is None:
             return None
         return stored_position(commit.cluster_position, commit.checkpoint, self.fp.initial)
-
-    def _carry_over(self, stored: TablePosition, name: str, topic: str) -> TablePosition:
-        """Move a position stored on another cluster to this one (pending marks)."""
-        fp, topics = self.fp, (topic,)
-        flows = flows_needed(stored, self.alias, fp.clusters, topics) & set(fp.clusters.flows)
-        # from the syncs topic, or the keeper's copy while the old cluster does not answer
-        histories = {flow: refresh(self.store, fp, flow) for flow in sorted(flows)}
-
-        def floor(tp: TopicPartition) -> int:
-            try:
-                return first_offset(self.kafka, tp)
-            except Exception as exc:  # the replica topic may not exist yet
-                raise TransactionRefused(
-                    f"{self.alias}:{tp} cannot be read ({exc}); is MirrorMaker 2 replicating "
-                    f"to {self.alias!r}? Nothing was written"
-                ) from None
-
-        moved, moves = carry_over(
-            stored,
-            self.alias,
-            fp.clusters,
-            topics,
-            {f: histories.get(f, SyncHistory(f)) for f in flows},
-            floor,
-            TimeFloors(self.kafka),
-        )
-        for m in moves:
-            log.info(
-                "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
-                name,
-                m.route.source,
-                m.partition,
-                m.route.target,
-                m.partition,
-                m.position,
-                m.bound,
-                m.mark.fingerprint if m.mark else "no mark, exact translation",
-            )
-        return moved
 
     def plan_hudi(
         self,
@@ -463,18 +396,35 @@ class ActiveCluster(Source):
                     f"{table}: the table's checkpoint is for topic(s) {foreign}, "
                     f"not {topic!r}; one Hudi table follows one topic"
                 )
-        stored = self._stored(previous)
-        position = TablePosition(active, {})
-        moved = stored is not None and stored.cluster != active
-        if stored is not None:
-            position = self._carry_over(stored, name, topic) if moved else stored
-        ends: dict[TopicPartition, int] = {}
-        lows: dict[TopicPartition, int] = {}
+        position = self._stored(previous) or TablePosition(active, {})
+        moved = position.cluster != active
+        if moved:
+            with MirrorReaders() as readers:  # the syncs: the keeper's copy if the old one is down
+                position, moves = carry_table(
+                    self.store,
+                    self.fp,
+                    position,
+                    active,
+                    topic,
+                    readers,
+                    lambda why: TransactionRefused(f"{why} Nothing was written"),
+                )
+            for m in moves:
+                log.info(
+                    "%s: %s[%d] moved to %s[%d] at %d (bound: %s; last written: %s)",
+                    name,
+                    m.route.source,
+                    m.partition,
+                    m.route.target,
+                    m.partition,
+                    m.position,
+                    m.bound,
+                    m.mark.fingerprint if m.mark else "no mark, exact translation",
+                )
         physical_ends = self.ends(topic)
-        for physical, topic_ends in physical_ends.items():
-            ends.update({TopicPartition(physical, p): e for p, e in topic_ends.items()})
-            starts = start_offsets(kafka, physical)
-            lows.update({TopicPartition(physical, p): low for p, low in starts.items()})
+        physical_lows = {physical: start_offsets(kafka, physical) for physical in physical_ends}
+        ends = {TopicPartition(t, p): e for t, es in physical_ends.items() for p, e in es.items()}
+        lows = {TopicPartition(t, p): o for t, low in physical_lows.items() for p, o in low.items()}
         check_same_log(
             f"{table} on {active!r}",
             topic=topic,
@@ -498,17 +448,16 @@ class ActiveCluster(Source):
         }
         if unmarked:
             position = position.advanced({}, _last_marks(kafka, unmarked))
-        # Each physical topic by the one rule (core.planning): its stored position, else the
-        # reset policy; ranges capped by the batch limit, and ``until`` for ``topic`` itself.
+        # Each physical topic by core.planning's one rule; ``until`` caps ``topic`` itself.
         start_at: dict[TopicPartition, int] = {}
         ranges: dict[TopicPartition, OffsetRange] = {}
-        for physical in sorted({tp.topic for tp in ends}):
+        for physical in sorted(physical_ends):
             planned = plan_ranges(
                 f"{table} on {active!r}",
                 physical,
                 {tp: at for tp, at in position.positions.items() if tp.topic == physical},
-                {tp.partition: end for tp, end in ends.items() if tp.topic == physical},
-                {tp.partition: low for tp, low in lows.items() if tp.topic == physical},
+                physical_ends[physical],
+                physical_lows[physical],
                 reset=reset,
                 max_records=max_records,
                 # a replica may have fewer partitions: those it lacks are not read there
@@ -529,7 +478,6 @@ class ActiveCluster(Source):
         after = position.advanced({tp: r.end for tp, r in ranges.items()}, {})
         counts = [len(e) for e in physical_ends.values()]
         summary_count = max([*counts, len(previous.checkpoint) if previous else 0, 1])
-        stored_text = previous.cluster_position if previous else None
         return HudiPlan(
             previous,
             dict(position.positions),
@@ -539,7 +487,7 @@ class ActiveCluster(Source):
             None,
             partition_count=summary_count,
             after=dict(after.positions),
-            recorded=position.encode() != stored_text,
+            recorded=position.encode() != (previous.cluster_position if previous else None),
             allow_rewind=moved or (previous is not None and previous.cluster_position is None),
             cluster=active,
             position=position,
@@ -578,10 +526,8 @@ class ActiveCluster(Source):
             for physical, ends in self.ends(topic).items():
                 records = store.read_many(pipeline, sink, physical, self.alias)
                 for p, end in ends.items():
-                    stored = records.get(p)
-                    per.setdefault(p, []).append(
-                        (end, sink_state(stored.record if stored else None))
-                    )
+                    record = records[p].record if p in records else None
+                    per.setdefault(p, []).append((end, sink_state(record)))
             folded = {p: fold_keeper_states(items) for p, items in per.items()}
             states.append(
                 TopicState(
@@ -619,16 +565,10 @@ class ActiveCluster(Source):
         reset: str,
     ) -> list[PartitionLag]:
         """Per partition of ``topic``: records held, ends and each sink's lag, summed over the
-        physical topics here (what a run of that partition will read).
-
-        A Hudi table (``hudi_table``: the one that follows ``topic``) not moved to this cluster
-        yet counts its lag from the log start (or 0 under ``reset: latest``), as a partition
-        with nothing stored does.
-        """
-        hudi: dict[TopicPartition, int] = {}
+        physical topics here (what a run of that partition reads). A Hudi table (``hudi_table``,
+        following ``topic``) not moved here yet lags as a partition with nothing stored does."""
         stored = None if hudi_table is None else self._stored(latest_commit(hudi_table))
-        if stored is not None and stored.cluster == self.alias:
-            hudi = dict(stored.positions)
+        hudi = dict(stored.positions) if stored is not None and stored.cluster == self.alias else {}
         totals: dict[int, PartitionLag] = {}
         for physical, ends in self.ends(topic).items():
             starts = start_offsets(self.kafka, physical)
@@ -641,14 +581,12 @@ class ActiveCluster(Source):
             if hudi_table is not None:
                 positions["hudi"] = {p: hudi.get(TopicPartition(physical, p)) for p in ends}
             for row in partition_lags(ends, starts, positions, reset):  # type: ignore[arg-type]
-                seen = totals.get(row.partition)
-                if seen is None:
-                    totals[row.partition] = row
-                else:
+                if (seen := totals.get(row.partition)) is not None:
                     lags = {s: seen.lags[s] + row.lags[s] for s in row.lags}
-                    totals[row.partition] = PartitionLag(
+                    row = PartitionLag(
                         row.partition, seen.held + row.held, seen.end + row.end, lags
                     )
+                totals[row.partition] = row
         return [totals[p] for p in sorted(totals)]
 
 
