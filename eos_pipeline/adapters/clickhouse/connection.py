@@ -255,4 +255,3 @@ def _engine_open_error(path: str, ex: Exception) -> ClickHouseSinkError:
             retryable=True,
         )
     return ClickHouseSinkError(f"cannot open chDB at {path}: {text}")
-
