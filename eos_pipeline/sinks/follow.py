@@ -84,12 +84,9 @@ def follow(
     out = list(reports)
 
     def step(ahead: list[TopicPartition]) -> dict[TopicPartition, int]:
-        moved: dict[TopicPartition, int] = {}
-        for tp in ahead:
-            report = run(tp)
-            moved[report.tp] = report.end
-            out.append(report)
-        return moved
+        done = [run(tp) for tp in ahead]
+        out.extend(done)
+        return {r.tp: r.end for r in done}
 
     why = follow_positions(
         step,

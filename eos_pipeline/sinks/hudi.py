@@ -13,8 +13,7 @@ One transaction is one Hudi commit, and the commit is the only place the positio
    the records that do not decode to the dead-letter topic;
 3. write the good rows in one Hudi write whose commit metadata carries the next offset of
    *every* partition of the topic (the ones not in this transaction carried forward). The
-   Spark side of steps 2 and 3 (the counting job, dead letters, the table's columns) is shared
-   with the replay (:class:`HudiReplay`), so a replayed range is decoded,
+   replay (:class:`HudiReplay`) shares steps 2 and 3, so a replayed range is decoded,
    dead-lettered and written exactly like the transaction that first wrote it.
 
 If anything fails before the commit completes, the table and its checkpoint are as they were
@@ -245,9 +244,9 @@ def count_read(
     """Run the ONE job that reads, decodes and counts records and bad rows per partition.
 
     ``tagged`` is cached by the caller (:func:`computed_once`): this job fills the cache and the
-    write reads it. Every
-    failure of this action is a failed read, whatever raised it (PySpark's errors, Connect's,
-    gRPC's, or a JVM error a classic session passes on raw): it becomes one clear error.
+    write reads it (no second Kafka read, no second parse). Every failure of this action is a
+    failed read, whatever raised it (PySpark's errors, Connect's, gRPC's, or a JVM error a
+    classic session passes on raw): it becomes one clear error.
     """
     counts = tagged.groupBy("topic", "partition").agg(
         F.count(F.lit(1)).alias("records"),
@@ -374,14 +373,25 @@ class HudiTableSync:
             reread=plan.reread,
             skipped=plan.skipped,
         )
-        self._log_plan(plan)
+        log.info(
+            "%s: %s; transaction over %d partition(s): %s",
+            spec.table_name,
+            f"latest commit {plan.previous.instant_time}" if plan.previous else "new table",
+            len(plan.ranges),
+            ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items())) or "none",
+        )
+        if plan.reread:
+            log.info(
+                "%s: resumed on %s exactly: %d records re-read, %d skipped",
+                spec.table_name,
+                plan.cluster,
+                plan.reread,
+                plan.skipped,
+            )
         if not plan.has_work:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        # ONE Spark job both fills the cache of parsed rows and counts records and bad rows per
-        # partition; the bad rows are only fetched if there are any, and the write reads the
-        # cache (no second Kafka read, no second parse).
         with self.decoded(wanted) as tagged:
             spec = self.spec  # with the writer schemas the ranges name
             counts = count_read(
@@ -389,6 +399,7 @@ class HudiTableSync:
             )
             report.records_read = counts.records
             good, bad = split_tagged(tagged, spec.schema)
+            # The bad rows are fetched only if there are any.
             report.dead_letters = (
                 send_dead_letters(self.dead_letters, bad, plan.ranges)
                 if counts.any_bad
@@ -554,23 +565,6 @@ class HudiTableSync:
         self.follower.settle(ids)
         if self.follower.schema is not self.spec.schema:
             self.spec = replace(self.spec, schema=self.follower.schema)
-
-    def _log_plan(self, plan: HudiPlan) -> None:
-        log.info(
-            "%s: %s; transaction over %d partition(s): %s",
-            self.spec.table_name,
-            f"latest commit {plan.previous.instant_time}" if plan.previous else "new table",
-            len(plan.ranges),
-            ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items())) or "none",
-        )
-        if plan.reread:
-            log.info(
-                "%s: resumed on %s exactly: %d records re-read, %d skipped",
-                self.spec.table_name,
-                plan.cluster,
-                plan.reread,
-                plan.skipped,
-            )
 
 
 _REPLAY_SINK = "hudi"
