@@ -125,12 +125,6 @@ def _value(col: NativeColumn, index: int) -> str:
     return value
 
 
-def _settings_sql(settings: dict[str, Any]) -> str:
-    for name in settings:
-        validate_identifier(name, "setting name")
-    return ", ".join(f"{name} = {literal(value)}" for name, value in settings.items())
-
-
 def native_insert_sql(
     ref: str, plan: NativePlan, source: SourceColumns, settings: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
@@ -145,6 +139,8 @@ def native_insert_sql(
         for c in plan.columns
     )
     params: dict[str, Any] = {"structure": structure}
+    for name in settings:
+        validate_identifier(name, "setting name")
     # Quoted values the rows hold: one per required String column and row, plus the non-null
     # values of the optional ones (a window sum over the chunk, only when there are any).
     required = sum(1 for c in plan.columns if c.kind == "string" and c.required)
@@ -165,7 +161,7 @@ def native_insert_sql(
             params[f"d{i}"] = col.default
     sql = (
         f"INSERT INTO {ref} ({', '.join(quote_identifier(n) for n in names)}) "
-        f"SETTINGS {_settings_sql(settings)} "
+        f"SETTINGS {', '.join(f'{name} = {literal(value)}' for name, value in settings.items())} "
         f"WITH (SELECT raw_blob FROM file({{source:String}}, 'RawBLOB')) AS {_SOURCE} "
         f"SELECT {', '.join(exprs)} FROM ("
         + (f"SELECT *, sum({' + '.join(optional)}) OVER () AS {_QUOTED} FROM (" if optional else "")
