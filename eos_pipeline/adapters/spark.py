@@ -488,10 +488,7 @@ def _decode_batch(
     is_bad = [i in errors for i in range(count)]
     payload = pa.StructArray.from_arrays(arrays, fields=list(target))
     columns = [
-        batch.column("topic"),
-        batch.column("partition"),
-        batch.column("offset"),
-        batch.column("timestamp"),
+        *(batch.column(name) for name in ("topic", "partition", "offset", "timestamp")),
         pa.array([k if b else None for k, b in zip(keys, is_bad, strict=True)], pa.binary()),
         pa.array([v if b else None for v, b in zip(values, is_bad, strict=True)], pa.binary()),
         pa.array([errors[i][0] if i in errors else None for i in range(count)], pa.string()),

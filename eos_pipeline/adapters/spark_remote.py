@@ -203,15 +203,6 @@ def classify(exc: BaseException, url: str) -> SparkConnectError | None:
     return None
 
 
-def _probe(host: str, port: int, timeout: float) -> str | None:
-    """Why a TCP connection to the server fails, or None if one opens."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
-
-
 def _server_version(url: str) -> str:
     """The server's Spark version in one call, without Connect's minutes of retries."""
     from pyspark.sql.connect.client import SparkConnectClient
@@ -250,10 +241,11 @@ def connect(
 
     budget = retry_seconds() if retry_for is None else retry_for
     full = with_token(url, token)
-    host, port = host_port(full)
-    reason = _probe(host, port, timeout)
-    if reason is not None:
-        raise SparkServerUnreachable(unreachable_message(full, reason))
+    try:  # a TCP connection first: PySpark's client would retry for minutes in silence
+        socket.create_connection(host_port(full), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise SparkServerUnreachable(unreachable_message(full, reason)) from None
     try:
         server = _server_version(full)
     except Exception as exc:
