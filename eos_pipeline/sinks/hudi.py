@@ -23,16 +23,13 @@ nothing is written twice. Dead letters sent by an attempt that did not commit ar
 the retry with the same source coordinates, which is what readers de-duplicate on.
 
 Hudi tables take one writer at a time: runs are serialized per table by Dagster (see
-``dagster.yaml``) and, as a second line, the commit is fenced: under Hudi's optimistic
-concurrency control and commit lock, it is refused if any checkpoint-carrying commit completed
-after the one the plan started from (``adapters.hudi.write_transaction``). Kafka's topic id is
+``dagster.yaml``) and, as a second line, the commit is fenced against any checkpoint-carrying
+commit completed after the plan's (``adapters.hudi.write_transaction``). Kafka's topic id is
 stored next to the checkpoint, so a topic deleted and recreated under the same name is refused
 even once its new log has grown past the stored offsets.
 
-Where the sink reads is a :class:`~eos_pipeline.sinks.source.Source`, and the sink never asks
-which kind: the source plans the transaction's positions (one cluster: the topic's partitions;
-the active one of several: each physical topic there, a position carried over from another
-cluster after a switch, the cluster position stored in the commit, rows naming the cluster).
+Where the sink reads is a :class:`~eos_pipeline.sinks.source.Source` (one cluster, or the active
+one of several), and the sink never asks which kind: the source plans the transaction's positions.
 """
 
 from __future__ import annotations
