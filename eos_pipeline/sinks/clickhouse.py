@@ -24,6 +24,7 @@ the process there: :mod:`eos_pipeline.sinks.hooks`).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -182,12 +183,7 @@ class SyncReport:
 def case_summary(cases: list[str]) -> str:
     """The cases of a run's batches in order, a repeat shown once with its count (a run that
     followed the stream steps a partition many times)."""
-    parts: list[tuple[str, int]] = []
-    for case in cases:
-        if parts and parts[-1][0] == case:
-            parts[-1] = (case, parts[-1][1] + 1)
-        else:
-            parts.append((case, 1))
+    parts = [(case, len(list(run))) for case, run in itertools.groupby(cases)]
     return ", ".join(case if n == 1 else f"{case} x{n}" for case, n in parts)
 
 

@@ -36,8 +36,6 @@ with chDB 26.9 (ClickHouse 26.9.2.1, clickhouse-connect 1.12) and what this modu
 * **Settings per insert:** besides the token, ``insert_deduplicate=1`` plus
   ``deduplicate_insert='enable'`` (26.x: the newer setting supersedes the older one, and a user
   profile could disable it) and ``async_insert=0`` (async inserts deduplicate differently).
-* chDB allows one engine per process and one process per data path; opening one is
-  :mod:`eos_pipeline.adapters.clickhouse.connection`'s job.
 * chDB's insert summary reports rows read, not rows written, so an insert cannot tell whether
   ClickHouse dropped it as a duplicate: :meth:`offsets_in_table` is the proof.
 * ``DateTime64`` columns read a bare number as *seconds*, on both paths: a Python ``int`` in the
