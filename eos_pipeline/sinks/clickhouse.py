@@ -345,7 +345,6 @@ class ClickHousePartitionSync:
         self._consumer: Any = None
         #: Kafka's answers: asked per use, or for all partitions of a reading session at once.
         self._facts = TopicFacts(kafka)
-        #: The schema written with, following a registry subject's newer writer schemas.
         self.follower = SchemaFollower(spec.schema)
         if spec.json_parser == "native" and self._native_plan() is None:
             raise ValueError(

@@ -316,14 +316,12 @@ class HudiTableSync:
     ) -> None:
         source.before_write()
         self.spec = spec
-        #: Where the topic is read: one cluster, or the active one of several.
         self.source = source
         self.kafka = source.kafka
         self.spark = spark
         self.dead_letters = dead_letters
         self.fault = fault
         self.source_hook = source_hook
-        #: The schema written with, following a registry subject's newer writer schemas.
         self.follower = SchemaFollower(spec.schema)
 
     # ------------------------------------------------------------------------------- reading
