@@ -3,11 +3,10 @@
 A Hudi commit is atomic: its data files become visible only once the completed instant is on the
 timeline. Putting the Kafka positions into that same commit's extra metadata makes "data written"
 and "position advanced" one event, so the latest *completed* commit is the source of truth for
-where the next run starts. Requested and inflight instants are never read; several writers may
-share a table, so a failed write is rolled back lazily, once its heartbeat expired. A new table
-gets one empty commit before its first data commit (see ``_start_timeline``): Hudi would
-otherwise read a failed writer's files as committed. That commit is made by one writer at a time
-(``adapters.hudi_create``): two writers creating a table at once can corrupt it.
+where the next run starts. Requested and inflight instants are never read (a failed write is
+rolled back lazily, see ``_CONCURRENCY_OPTIONS``). A new table gets one empty commit before its
+first data commit, made by one writer at a time (see ``_start_timeline``): Hudi would otherwise
+read a failed writer's files as committed.
 
 The checkpoint is stored as HoodieStreamer 1.x stores it (see :mod:`eos_pipeline.core.checkpoint`),
 so a table can be handed over between HoodieStreamer and this project in either direction.
@@ -344,15 +343,10 @@ def _timeline_started(table_path: str, wait_s: float = 30.0) -> bool:
         time.sleep(0.5)
 
 
-_FENCED = re.compile(r"eos-fenced: ([^\n]+)")
-_WRITE_CONFLICT = re.compile(r"HoodieWriteConflictException: ([^\n]+)")
-
-
 def _conflict(exc: BaseException) -> str | None:
     """Why Hudi refused the commit as a write conflict, or None for any other failure."""
-    text = str(exc)
-    for pattern in (_FENCED, _WRITE_CONFLICT):
-        found = pattern.search(text)
+    for pattern in (r"eos-fenced: ([^\n]+)", r"HoodieWriteConflictException: ([^\n]+)"):
+        found = re.search(pattern, str(exc))
         if found:
             return found.group(1).strip()
     return None

@@ -170,12 +170,11 @@ _REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 #: The newest such error per (bootstrap servers, SASL user), for :meth:`KafkaSettings.refused`.
 _LAST_REFUSAL: dict[tuple[str, str], str] = {}
 
-_SECRET_SETTING = re.compile(r"password|secret|jaas|token|\.pem$|key$|credentials", re.IGNORECASE)
-
 
 def is_secret_setting(name: str) -> bool:
     """True for client settings whose value is a secret (``sasl.password``, ``ssl.key.pem``...)."""
-    return bool(_SECRET_SETTING.search(name)) and not name.endswith(".location")
+    secret = re.search(r"password|secret|jaas|token|\.pem$|key$|credentials", name, re.I)
+    return bool(secret) and not name.endswith(".location")
 
 
 @dataclass
@@ -326,14 +325,12 @@ def partition_count(settings: KafkaSettings, topic: str, timeout: float | None =
     timeout = settings.timeout(timeout)
     admin = shared_admin(settings)
     try:
-        meta = admin.list_topics(topic, timeout=timeout)
+        info = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+        if info is not None and info.error is not None and is_down(KafkaException(info.error)):
+            raise KafkaException(info.error)
     except KafkaException as exc:
         what = f"read the metadata of topic {topic!r}"
         raise unreachable(settings, what, timeout, exc, admin) from exc
-    info = meta.topics.get(topic)
-    if info is not None and info.error is not None and is_down(KafkaException(info.error)):
-        what = f"read the metadata of topic {topic!r}"
-        raise unreachable(settings, what, timeout, KafkaException(info.error), admin)
     if info is None or info.error is not None:
         raise TopicMissingError(f"topic {topic!r} does not exist on {settings.bootstrap_servers}")
     return len(info.partitions)
@@ -447,17 +444,13 @@ def list_offsets(
 
 
 def end_offsets_of(
-    settings: KafkaSettings,
-    topics: Iterable[str],
-    *,
-    committed: bool = True,
-    timeout: float | None = None,
+    settings: KafkaSettings, topics: Iterable[str]
 ) -> dict[str, dict[int, int] | KafkaReadError]:
     """``end_offsets`` of many topics in two requests (DescribeTopics, then one ListOffsets);
     a topic that cannot be described maps to its error."""
-    infos = describe(settings, topics, timeout)
+    infos = describe(settings, topics)
     known = {t: range(i.partitions) for t, i in infos.items() if isinstance(i, TopicInfo)}
-    ends = list_offsets(settings, known, committed=committed, timeout=timeout)
+    ends = list_offsets(settings, known)
     return {t: ends[t] if t in known else info for t, info in infos.items()}  # type: ignore[misc]
 
 
@@ -485,12 +478,10 @@ class TopicFacts:
         settings: KafkaSettings,
         *,
         max_age_s: float = 0.0,
-        timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.max_age_s = max_age_s
-        self.timeout = settings.timeout(timeout)
         self._clock = clock
         self._wanted: dict[str, set[int]] = {}
         self._infos: dict[str, tuple[float, TopicInfo | KafkaReadError]] = {}
@@ -542,9 +533,7 @@ class TopicFacts:
         if held is not None and not fresh and self._live(held[0]):
             return held[1]
         now = self._clock()
-        for name, got in describe(
-            self.settings, self._due(self._infos, topic), self.timeout
-        ).items():
+        for name, got in describe(self.settings, self._due(self._infos, topic)).items():
             self._infos[name] = (now, got)
         return self._infos[topic][1]
 
@@ -572,7 +561,7 @@ class TopicFacts:
             parts = self._wanted.get(topic, set()) if self.max_age_s > 0 else {tp.partition}
             wanted[topic] = sorted(p for p in parts if p < got.partitions)
         now = self._clock()
-        found = list_offsets(self.settings, wanted, latest=latest, timeout=self.timeout)
+        found = list_offsets(self.settings, wanted, latest=latest)
         for topic, values in found.items():
             table[topic] = (now, values)
         return table[tp.topic][1].get(tp.partition)
@@ -687,7 +676,7 @@ def _consume_into(
 ) -> int:
     """The read loop of :func:`read_range` (the sink's CPU floor), returning where the batch ends:
     an error-free list of messages is taken apart column by column with ``map``, no Python statement
-    per message; any other list goes message by message (:func:`_take_each`).
+    per message (:func:`_take_all`); any other list is split at its errors (:func:`_take_each`).
     """
     tp = batch.tp
     deadline = time.monotonic() + timeout
@@ -726,8 +715,8 @@ _second = operator.itemgetter(1)
 def _take_all(
     batch: KafkaBatch, msgs: list[Message], end: int, limit: int | None
 ) -> tuple[int, int, bool]:
-    """Append records from ``msgs`` (none of them an error) to ``batch``, in bulk; the same
-    cut as :func:`_take_each`. Returns (end, position, done)."""
+    """Append records from ``msgs`` (none of them an error) to ``batch``, in bulk, up to the
+    range's end and the byte limit. Returns (end, position, done)."""
     offsets = list(map(_offset, msgs))
     position = offsets[-1] + 1
     done = False
@@ -774,49 +763,37 @@ def _take_each(
     position: int,
     limit: int | None,
 ) -> tuple[int, int, bool]:
-    """Append records from ``msgs`` to ``batch`` one message at a time, handling errors and
-    the end of the partition. Returns (end, position, done)."""
-    tp = batch.tp
+    """Append records from ``msgs``, some of them errors, to ``batch``: each run of records by
+    :func:`_take_all`, then the error after it (the end of the partition, or a failure).
+    Returns (end, position, done)."""
     done = False
-    offsets = batch.offsets
-    for msg in msgs:
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                # Nothing more to read right now. If the log ends at or past our end,
-                # the rest of the range held only markers or aborted records.
-                done = msg.offset() >= end
-                continue
-            if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                raise OffsetsDeleted(
-                    f"{tp}: offset {wanted.start} is no longer in the log (deleted by "
-                    "retention, or the topic was recreated); refusing to skip ahead. "
-                    f"Details: {err.str()}",
-                    "retention",
-                )
-            raise kafka_error(f"{tp}: error while reading {wanted}: {err.str()}", err)
-        offset = msg.offset()
-        position = offset + 1
-        if offset >= end:
-            done = True
+    records: list[Message] = []
+    for msg in [*msgs, None]:
+        err = None if msg is None else msg.error()
+        if msg is not None and err is None:
+            records.append(msg)
+            continue
+        if records:
+            end, position, done = _take_all(batch, records, end, limit)
+            records = []
+            if done:
+                break
+        if err is None:
             break
-        value = msg.value()
-        size = len(value) if value is not None else 0
-        if limit is not None and offsets and batch.value_bytes + size > limit:
-            end = offset
-            done = True
-            break
-        offsets.append(offset)
-        batch.keys.append(msg.key())
-        batch.values.append(value)
-        batch.timestamps_ms.append(msg.timestamp()[1])
-        headers = msg.headers()
-        if headers:
-            batch.headers[len(offsets) - 1] = tuple(headers)
-        batch.value_bytes += size
-        if offset == end - 1:
-            done = True
-            break
+        if err.code() == KafkaError._PARTITION_EOF:
+            # Nothing more to read right now. If the log ends at or past our end,
+            # the rest of the range held only markers or aborted records.
+            done = msg.offset() >= end
+            continue
+        tp = batch.tp
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+            raise OffsetsDeleted(
+                f"{tp}: offset {wanted.start} is no longer in the log (deleted by "
+                "retention, or the topic was recreated); refusing to skip ahead. "
+                f"Details: {err.str()}",
+                "retention",
+            )
+        raise kafka_error(f"{tp}: error while reading {wanted}: {err.str()}", err)
     return end, position, done
 
 

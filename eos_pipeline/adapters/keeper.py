@@ -414,10 +414,9 @@ class KeeperStateStore:
             current = self._read_path(path)
             if current is None:
                 intended = KeeperRecord(epoch=1, lease_id=lease_id, writer=writer, updated_at=now)
-                stored, _ = self._put(path, intended, None)
             else:
                 intended = current.record.taken_over(lease_id, writer, now)
-                stored, _ = self._put(path, intended, current.version)
+            stored, _ = self._put(path, intended, current.version if current else None)
             if stored is not None:
                 log.info("keeper: %s acquired %s at epoch %d", writer, key, stored.record.epoch)
                 return Lease(key, stored.record.epoch, writer, stored.version, stored.record)

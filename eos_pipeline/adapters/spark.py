@@ -60,11 +60,6 @@ KAFKA_COLUMNS = tuple(KAFKA_SCHEMA.fieldNames())
 
 # Kafka client settings that would break exactness if a caller could change them.
 _FORCED_CLIENT_OPTIONS = {"isolation.level": "read_committed"}
-# Defaults a caller may override: librdkafka's 500 ms fetch wait was paid once per partition
-# read, most of a small read; the ranges are in the log, so an early answer costs nothing.
-_DEFAULT_CLIENT_OPTIONS = {"fetch.max.wait.ms": str(RANGE_FETCH_WAIT_MS)}
-
-_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
 HUDI_SPARK_CONF = {
     # Hudi requires Kryo and its own registrator (it ships Avro and Hudi types between tasks).
@@ -182,7 +177,7 @@ def build_fencing_jar(hudi_jar: Path, cache_dir: Path | None = None) -> Path:
 
 
 def _local_cores(master: str) -> int | None:
-    match = _LOCAL_MASTER.match(master.strip())
+    match = re.match(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$", master.strip())
     if not match:
         return None
     cores = match.group(1)
@@ -274,7 +269,9 @@ def kafka_source_options(
     """
     if not ranges:
         raise SparkKafkaError("no offset range to read")
-    options = {f"kafka.{k}": v for k, v in _DEFAULT_CLIENT_OPTIONS.items()}
+    # A default a caller may override: librdkafka's 500 ms fetch wait was paid once per partition
+    # read, most of a small read; the ranges are in the log, so an early answer costs nothing.
+    options = {"kafka.fetch.max.wait.ms": str(RANGE_FETCH_WAIT_MS)}
     for key, value in client_options.items():
         name = key.removeprefix("kafka.")
         forced = _FORCED_CLIENT_OPTIONS.get(name)
@@ -329,11 +326,6 @@ def read_kafka_ranges(
     return spark.read.format("kafka").options(**options).load().select(*KAFKA_COLUMNS)
 
 
-# An exception line of a Python traceback (the executor's Python worker): no dotted module path.
-_PY_ERROR = re.compile(r"^\s*((?!Py4J)[A-Za-z_]\w*(?:Error|Exception): .+)$", re.MULTILINE)
-_JAVA_CAUSE = re.compile(r"^\s*Caused by: ([\w.$]+: .+)$", re.MULTILINE)
-
-
 def spark_failure(exc: BaseException) -> str:
     """One line naming why a Spark job failed: the stage failure and its innermost cause (a
     Python worker's last exception, else the Java trace's root ``Caused by:``)."""
@@ -341,8 +333,9 @@ def spark_failure(exc: BaseException) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     stage = next((line for line in lines if "Job aborted due to stage failure" in line), "")
     stage = stage[stage.find("Job aborted") :].split(", most recent failure")[0]
-    python = [m.group(1) for m in _PY_ERROR.finditer(text)]
-    java = [m.group(1) for m in _JAVA_CAUSE.finditer(text)]
+    # An exception line of a Python traceback (the executor's worker): no dotted module path.
+    python = re.findall(r"^\s*((?!Py4J)[A-Za-z_]\w*(?:Error|Exception): .+)$", text, re.M)
+    java = re.findall(r"^\s*Caused by: ([\w.$]+: .+)$", text, re.M)
     cause = python[-1] if python else java[-1] if java else lines[0] if lines else repr(exc)
     return f"{stage}: {cause}" if stage and stage not in cause else cause
 
@@ -495,10 +488,7 @@ def _decode_batch(
     is_bad = [i in errors for i in range(count)]
     payload = pa.StructArray.from_arrays(arrays, fields=list(target))
     columns = [
-        batch.column("topic"),
-        batch.column("partition"),
-        batch.column("offset"),
-        batch.column("timestamp"),
+        *(batch.column(name) for name in ("topic", "partition", "offset", "timestamp")),
         pa.array([k if b else None for k, b in zip(keys, is_bad, strict=True)], pa.binary()),
         pa.array([v if b else None for v, b in zip(values, is_bad, strict=True)], pa.binary()),
         pa.array([errors[i][0] if i in errors else None for i in range(count)], pa.string()),

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 #: How the stack's own server is started (named in the "unreachable" message).
 STACK_COMMAND = "eos-pipeline stack up"
-DEFAULT_PORT = 15002
 #: How long a connected client retries a server that stopped answering, in seconds.
 RETRY_SECONDS_ENV = "EOS_SPARK_CONNECT_RETRY_SECONDS"
 DEFAULT_RETRY_SECONDS = 60.0
@@ -40,15 +39,7 @@ REQUIRED_JARS: Mapping[str, str] = {
 }
 #: Data sources of the required jars, as Spark names them when one is missing at run time.
 _SOURCE_JARS: Mapping[str, str] = {"hudi": "hudi-spark", "kafka": "spark-sql-kafka"}
-_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 _TOKEN = re.compile(r"(;\s*token=)[^;]*", re.IGNORECASE)
-_GRPC_DETAILS = re.compile(r'details = "([^"]+)"')
-_MISSING_SOURCE = re.compile(r"Failed to find (?:the )?data source:\s*[`\"]?(\w+)", re.IGNORECASE)
-_UNAVAILABLE = (
-    "StatusCode.UNAVAILABLE",
-    "failed to connect to all addresses",
-    "Connection refused",
-)
 
 
 class SparkConnectError(RuntimeError):
@@ -111,7 +102,7 @@ def host_port(url: str) -> tuple[str, int]:
     parsed = urlparse("http://" + url.removeprefix("sc://").split("/;")[0].split(";")[0])
     if not parsed.hostname:
         raise SparkConnectError(f"{redact(url)!r} names no host")
-    return parsed.hostname, parsed.port or DEFAULT_PORT
+    return parsed.hostname, parsed.port or 15002
 
 
 def unreachable_message(url: str, reason: str) -> str:
@@ -192,28 +183,24 @@ def classify(exc: BaseException, url: str) -> SparkConnectError | None:
     """The clear error behind a Spark failure over Connect (the server went away, a data source
     whose jar it lacks), or None if it is none of ours."""
     text = str(exc)
-    if any(marker in text for marker in _UNAVAILABLE):
+    unavailable = (
+        "StatusCode.UNAVAILABLE",
+        "failed to connect to all addresses",
+        "Connection refused",
+    )
+    if any(marker in text for marker in unavailable):
         # gRPC's details line says what happened
-        details = _GRPC_DETAILS.search(text)
+        details = re.search(r'details = "([^"]+)"', text)
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return SparkServerUnreachable(
             unreachable_message(url, (details.group(1) if details else first)[:200])
         )
-    found = _MISSING_SOURCE.search(text)
+    found = re.search(r"Failed to find (?:the )?data source:\s*[`\"]?(\w+)", text, re.I)
     if found and found.group(1).lower() in _SOURCE_JARS:
         return SparkServerMissingJar(
             missing_jar_message(url, [_SOURCE_JARS[found.group(1).lower()]])
         )
     return None
-
-
-def _probe(host: str, port: int, timeout: float) -> str | None:
-    """Why a TCP connection to the server fails, or None if one opens."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _server_version(url: str) -> str:
@@ -254,10 +241,11 @@ def connect(
 
     budget = retry_seconds() if retry_for is None else retry_for
     full = with_token(url, token)
-    host, port = host_port(full)
-    reason = _probe(host, port, timeout)
-    if reason is not None:
-        raise SparkServerUnreachable(unreachable_message(full, reason))
+    try:  # a TCP connection first: PySpark's client would retry for minutes in silence
+        socket.create_connection(host_port(full), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise SparkServerUnreachable(unreachable_message(full, reason)) from None
     try:
         server = _server_version(full)
     except Exception as exc:
@@ -294,4 +282,4 @@ def connect_error(spark: object, exc: BaseException) -> SparkConnectError | None
 
 def in_connect_mode() -> bool:
     """This process was put in Connect mode (it can no longer build an in-process session)."""
-    return os.environ.get(_CONNECT_MODE_ENV) == "1"
+    return os.environ.get("SPARK_CONNECT_MODE_ENABLED") == "1"

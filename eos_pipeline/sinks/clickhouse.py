@@ -12,26 +12,23 @@ read Kafka, keep state in the keeper and insert into ClickHouse. Per batch:
 3. decide; send dead letters (undecodable records, and the one case that cannot be re-sent
    identically);
 4. for each step: write ``BEFORE(step)``, insert the step's rows as one block under the step's own
-   dedup token, write ``AFTER(step)``. The rows go by the first path that vouches for every
-   record: ClickHouse parsing the JSON itself (chDB only, where ``clickhouse.json_parser``
-   allows it), Arrow decoding the chunk in bulk, or the per-record decoder, which also names
-   the dead letters. All three send the same rows under the same token.
+   dedup token (:meth:`ClickHousePartitionSync.insert_rows`), write ``AFTER(step)``.
 
 A crash anywhere leaves a state from which the next run re-derives the same steps: ClickHouse drops
 a re-sent block by its token, and the keeper's ``AFTER`` says which ranges are done.
 
-Every step is logged, and the sink's ``fault`` hook is called at each step boundary: it does
-nothing unless a caller injects one (the fault tests kill the process there; see
-:mod:`eos_pipeline.sinks.hooks`).
+Every step is logged, and the ``fault`` hook is called at each step boundary (the fault tests kill
+the process there: :mod:`eos_pipeline.sinks.hooks`).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -59,6 +56,7 @@ from eos_pipeline.adapters.keeper import (
 from eos_pipeline.adapters.registry import decode_values, schemas_for
 from eos_pipeline.core.contract import ErrorClass, oversized, oversized_positions
 from eos_pipeline.core.decode import (
+    NativePlan,
     NativeRows,
     add_source_columns,
     decode_json_arrow,
@@ -103,14 +101,12 @@ from eos_pipeline.sinks.hooks import FaultHook, no_fault
 
 log = logging.getLogger(__name__)
 
-#: How long a run over many partitions keeps Kafka's answers (topic ids, end and start offsets,
-#: asked for all its partitions at once); see ``adapters.kafka``.
+#: How long a run over many partitions keeps Kafka's answers (``adapters.kafka.TopicFacts``)...
 SESSION_FACTS_MAX_AGE_S = 2.0
-#: ... and longer for a wider run, per partition: every refresh asks for all the run's
-#: partitions, so with a fixed age a run's offset lookups grew with its length times its width
-#: (N²: 470 ListOffsets of 4,096 partitions in a 4,096-partition catch-up, a quarter of it).
-#: A target read this much earlier is still exact (at or below the last stable offset); the
-#: records produced since are the next run's.
+#: ... and longer per partition: every refresh asks for all the run's partitions, so a fixed age
+#: made lookups grow as length times width (N²: 470 ListOffsets of 4,096 partitions in a
+#: 4,096-partition catch-up). An older target is still exact (at or below the last stable
+#: offset); the records produced since are the next run's.
 SESSION_FACTS_S_PER_PARTITION = 0.002
 
 
@@ -187,12 +183,7 @@ class SyncReport:
 def case_summary(cases: list[str]) -> str:
     """The cases of a run's batches in order, a repeat shown once with its count (a run that
     followed the stream steps a partition many times)."""
-    parts: list[tuple[str, int]] = []
-    for case in cases:
-        if parts and parts[-1][0] == case:
-            parts[-1] = (case, parts[-1][1] + 1)
-        else:
-            parts.append((case, 1))
+    parts = [(case, len(list(run))) for case, run in itertools.groupby(cases)]
     return ", ".join(case if n == 1 else f"{case} x{n}" for case, n in parts)
 
 
@@ -202,18 +193,14 @@ def locate_copy(
     """Exact resume after a switch: find a pending mark's copy in ``tp`` from ``start``;
     (position, mark, re-read, skipped).
 
-    A switch (``eos-pipeline failover``) stores, per partition of the new cluster's topics, a
-    translated position (never ahead of the truth) and a *pending mark*: the fingerprint of the
-    last record written from the old cluster, whose copy lies somewhere in ``[position,
-    window_end)``. Before writing anything, the sink reads that window, finds the copy by
-    fingerprint (the core's :func:`~eos_pipeline.core.failover.resume_after`) and moves its
-    position right after it. Every record before the copy was written already, so skipping them
-    is exact, not a guess.
-
-    When the window is open (no offset sync after the position yet) and the copy is not there,
-    MirrorMaker 2 has not copied it yet: everything read is a copy of an earlier record, so all
-    of it is skipped and the mark stays pending until the copy arrives. A closed window without
-    the copy, or two copies, stop the run with the core's error; nothing is written.
+    A switch (``eos-pipeline failover``) stores a translated position (never ahead of the truth)
+    and a *pending mark*: the fingerprint of the last record written from the old cluster, whose
+    copy lies in ``[position, window_end)``. The sink reads that window, finds the copy
+    (:func:`~eos_pipeline.core.failover.resume_after`) and moves right after it: every record
+    before the copy was written already, so skipping them is exact. In an open window (no offset
+    sync after the position yet) without the copy, MirrorMaker 2 has not copied it yet: all read
+    is skipped and the mark stays pending. A closed window without the copy, or two copies, stop
+    the run with the core's error; nothing is written.
     """
     assert mark.pending
     end = target if mark.window_end is None else min(mark.window_end, target)
@@ -253,16 +240,13 @@ def locate_copy(
 
 
 class SchemaFollower:
-    """The table schema a sink writes with, as it follows a registry subject's newer writer
-    schemas (both sinks).
+    """The table schema a sink writes with, following a registry subject's newer writer schemas
+    (both sinks; ``TableSchema.schema_id`` set).
 
-    A table whose columns come from a registry subject (``TableSchema.schema_id`` set) follows
-    the writer schemas its records name: before the rows of a range are written, the sink asks
-    which evolutions the range's writer ids need (:func:`core.evolution.plan_evolution`, in id
-    order, each against the schema the previous one left), applies each to its table, and then
-    adopts it. The writer schemas come from the process's registry cache (an id's schema never
-    changes), so a retried range plans the same evolutions; the DDL that applies them is
-    idempotent.
+    Before a range's rows are written, the sink asks which evolutions its writer ids need
+    (:func:`core.evolution.plan_evolution`, in id order), applies each to its table, then adopts
+    it. An id's schema never changes (the registry cache), so a retried range plans the same
+    evolutions; the DDL that applies them is idempotent.
     """
 
     def __init__(self, schema: TableSchema) -> None:
@@ -361,9 +345,8 @@ class ClickHousePartitionSync:
         self._consumer: Any = None
         #: Kafka's answers: asked per use, or for all partitions of a reading session at once.
         self._facts = TopicFacts(kafka)
-        #: The schema written with, following a registry subject's newer writer schemas.
         self.follower = SchemaFollower(spec.schema)
-        if spec.json_parser == "native" and not self._native_possible():
+        if spec.json_parser == "native" and self._native_plan() is None:
             raise ValueError(
                 f"pipeline {spec.pipeline!r}: clickhouse.json_parser is 'native', but ClickHouse "
                 "parses JSON itself only into chDB and for columns of Int8..Int64, UInt8..UInt64, "
@@ -411,8 +394,12 @@ class ClickHousePartitionSync:
             state or "nothing",
             target,
         )
-        # One consumer for the run's batches: the next batch continues from what it fetched.
-        with self._reader() as consumer:
+        # One consumer for the run's batches (the reading session's, if one is open): the next
+        # batch continues from what it fetched.
+        reader = (
+            range_consumer(self.kafka) if self._consumer is None else nullcontext(self._consumer)
+        )
+        with reader as consumer:
             while True:
                 state = sink_state(lease.record)
                 if state is not None and state.phase is Phase.BEFORE:
@@ -456,16 +443,10 @@ class ClickHousePartitionSync:
                 self._facts = TopicFacts(self.kafka)
 
     # ------------------------------------------------------------------------------- internals
-    def _reader(self) -> AbstractContextManager[Any]:
-        """The reading session's consumer, or one for this run alone."""
-        if self._consumer is not None:
-            return nullcontext(self._consumer)
-        return range_consumer(self.kafka)
-
     def _same_topic(self, tp: TopicPartition, record: KeeperRecord | None) -> str:
         """Kafka's id of ``tp.topic``, refusing a position read from another topic of that name
-        (``core.positions.check_same_log``, on a fresh answer only); a record stored before ids
-        were kept has none and gets one with its next write."""
+        (``core.positions.check_same_log``); a record stored before ids were kept has none and
+        gets one with its next write."""
         tid = self._facts.topic_id(tp.topic)
         stored = record.topic_id if record is not None else None
         if stored is not None and stored != tid:  # refuse on a fresh answer only
@@ -477,8 +458,7 @@ class ClickHousePartitionSync:
 
     def _log_end(self, tp: TopicPartition, state: SinkState | None) -> int:
         """Kafka's last stable offset of ``tp``, refusing a log that is not the stored state's
-        (a partition gone, a log ending before it: ``core.positions.check_same_log``, on a
-        fresh answer only)."""
+        (a partition gone, a log ending before it: ``core.positions.check_same_log``)."""
         end = self._facts.end(tp)
         if end is None or (state is not None and state.range.end > end):
             end = self._facts.end(tp, fresh=True)  # refuse on a fresh answer only
@@ -661,12 +641,12 @@ class ClickHousePartitionSync:
         sent = self.sink.insert_chunk(self.spec.database, self.spec.table, columns, token)
         return sent, dead
 
-    def _native_possible(self) -> bool:
-        """ClickHouse may parse the JSON itself: the table is in chDB (``file()`` reads the
+    def _native_plan(self) -> NativePlan | None:
+        """How ClickHouse may parse the JSON itself: the table is in chDB (``file()`` reads the
         engine's own file system) and :func:`~eos_pipeline.core.decode.native_plan` vouches for
-        the schema (``clickhouse.json_parser`` decides whether it is used)."""
+        the schema; None otherwise."""
         embedded = bool(getattr(self.sink, "embedded", False))
-        return embedded and native_plan(self.spec.schema) is not None
+        return native_plan(self.spec.schema) if embedded else None
 
     def _insert_native(
         self,
@@ -680,9 +660,7 @@ class ClickHousePartitionSync:
         None: ClickHouse may not parse this chunk, or refused a record (nothing was written
         then; the caller takes the Arrow path). The token and rows are those of the other
         paths, so a retry deduplicates against a block written by any of them."""
-        if self.spec.json_parser == "arrow" or not self._native_possible():
-            return None
-        plan = native_plan(self.spec.schema)
+        plan = None if self.spec.json_parser == "arrow" else self._native_plan()
         if plan is None or not values:
             return None
         try:

@@ -76,20 +76,15 @@ def follow(
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[list[SyncReport], str]:
     """Keep catching up the partitions of ``reports`` as records arrive; returns every report
-    (the caught-up ones first) and why following ended.
-
-    ``run`` is the sink's own step (:meth:`ClickHousePartitionSync.run`): every write goes
-    through the keeper state machine as in any run. ``ends`` gives Kafka's last stable offsets.
+    (the caught-up ones first) and why following ended. ``run`` is the sink's own step
+    (:meth:`ClickHousePartitionSync.run`): every write goes through the keeper as in any run.
     """
     out = list(reports)
 
     def step(ahead: list[TopicPartition]) -> dict[TopicPartition, int]:
-        moved: dict[TopicPartition, int] = {}
-        for tp in ahead:
-            report = run(tp)
-            moved[report.tp] = report.end
-            out.append(report)
-        return moved
+        done = [run(tp) for tp in ahead]
+        out.extend(done)
+        return {r.tp: r.end for r in done}
 
     why = follow_positions(
         step,
@@ -116,10 +111,9 @@ def follow_table(
 ) -> tuple[list[HudiReport], str]:
     """Keep a Hudi table's partitions ``tps`` caught up after the run's first transaction
     (``report``); returns every transaction's report (``report`` first) and why following ended.
-
-    ``run(partitions)`` is one complete transaction of the Hudi sink
-    (:meth:`HudiTableSync.run`): planned from the latest completed commit, one fenced commit
-    carrying its checkpoint, so each step is exactly once on its own.
+    ``run(partitions)`` is one complete transaction (:meth:`HudiTableSync.run`): planned from the
+    latest completed commit, one fenced commit carrying its checkpoint, so each step is exactly
+    once on its own.
     """
     out = [report]
 

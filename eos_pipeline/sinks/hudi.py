@@ -13,8 +13,7 @@ One transaction is one Hudi commit, and the commit is the only place the positio
    the records that do not decode to the dead-letter topic;
 3. write the good rows in one Hudi write whose commit metadata carries the next offset of
    *every* partition of the topic (the ones not in this transaction carried forward). The
-   Spark side of steps 2 and 3 (the counting job, dead letters, the table's columns) is shared
-   with the replay (:class:`HudiReplay`), so a replayed range is decoded,
+   replay (:class:`HudiReplay`) shares steps 2 and 3, so a replayed range is decoded,
    dead-lettered and written exactly like the transaction that first wrote it.
 
 If anything fails before the commit completes, the table and its checkpoint are as they were
@@ -24,16 +23,13 @@ nothing is written twice. Dead letters sent by an attempt that did not commit ar
 the retry with the same source coordinates, which is what readers de-duplicate on.
 
 Hudi tables take one writer at a time: runs are serialized per table by Dagster (see
-``dagster.yaml``) and, as a second line, the commit is fenced: under Hudi's optimistic
-concurrency control and commit lock, it is refused if any checkpoint-carrying commit completed
-after the one the plan started from (``adapters.hudi.write_transaction``). Kafka's topic id is
+``dagster.yaml``) and, as a second line, the commit is fenced against any checkpoint-carrying
+commit completed after the plan's (``adapters.hudi.write_transaction``). Kafka's topic id is
 stored next to the checkpoint, so a topic deleted and recreated under the same name is refused
 even once its new log has grown past the stored offsets.
 
-Where the sink reads is a :class:`~eos_pipeline.sinks.source.Source`, and the sink never asks
-which kind: the source plans the transaction's positions (one cluster: the topic's partitions;
-the active one of several: each physical topic there, a position carried over from another
-cluster after a switch, the cluster position stored in the commit, rows naming the cluster).
+Where the sink reads is a :class:`~eos_pipeline.sinks.source.Source` (one cluster, or the active
+one of several), and the sink never asks which kind: the source plans the transaction's positions.
 """
 
 from __future__ import annotations
@@ -245,9 +241,9 @@ def count_read(
     """Run the ONE job that reads, decodes and counts records and bad rows per partition.
 
     ``tagged`` is cached by the caller (:func:`computed_once`): this job fills the cache and the
-    write reads it. Every
-    failure of this action is a failed read, whatever raised it (PySpark's errors, Connect's,
-    gRPC's, or a JVM error a classic session passes on raw): it becomes one clear error.
+    write reads it (no second Kafka read, no second parse). Every failure of this action is a
+    failed read, whatever raised it (PySpark's errors, Connect's, gRPC's, or a JVM error a
+    classic session passes on raw): it becomes one clear error.
     """
     counts = tagged.groupBy("topic", "partition").agg(
         F.count(F.lit(1)).alias("records"),
@@ -320,14 +316,12 @@ class HudiTableSync:
     ) -> None:
         source.before_write()
         self.spec = spec
-        #: Where the topic is read: one cluster, or the active one of several.
         self.source = source
         self.kafka = source.kafka
         self.spark = spark
         self.dead_letters = dead_letters
         self.fault = fault
         self.source_hook = source_hook
-        #: The schema written with, following a registry subject's newer writer schemas.
         self.follower = SchemaFollower(spec.schema)
 
     # ------------------------------------------------------------------------------- reading
@@ -374,14 +368,25 @@ class HudiTableSync:
             reread=plan.reread,
             skipped=plan.skipped,
         )
-        self._log_plan(plan)
+        log.info(
+            "%s: %s; transaction over %d partition(s): %s",
+            spec.table_name,
+            f"latest commit {plan.previous.instant_time}" if plan.previous else "new table",
+            len(plan.ranges),
+            ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items())) or "none",
+        )
+        if plan.reread:
+            log.info(
+                "%s: resumed on %s exactly: %d records re-read, %d skipped",
+                spec.table_name,
+                plan.cluster,
+                plan.reread,
+                plan.skipped,
+            )
         if not plan.has_work:
             log.info("%s: caught up, nothing to commit", spec.table_name)
             return report
         wanted = {tp: r for tp, r in plan.ranges.items() if not r.is_empty}
-        # ONE Spark job both fills the cache of parsed rows and counts records and bad rows per
-        # partition; the bad rows are only fetched if there are any, and the write reads the
-        # cache (no second Kafka read, no second parse).
         with self.decoded(wanted) as tagged:
             spec = self.spec  # with the writer schemas the ranges name
             counts = count_read(
@@ -389,6 +394,7 @@ class HudiTableSync:
             )
             report.records_read = counts.records
             good, bad = split_tagged(tagged, spec.schema)
+            # The bad rows are fetched only if there are any.
             report.dead_letters = (
                 send_dead_letters(self.dead_letters, bad, plan.ranges)
                 if counts.any_bad
@@ -554,23 +560,6 @@ class HudiTableSync:
         self.follower.settle(ids)
         if self.follower.schema is not self.spec.schema:
             self.spec = replace(self.spec, schema=self.follower.schema)
-
-    def _log_plan(self, plan: HudiPlan) -> None:
-        log.info(
-            "%s: %s; transaction over %d partition(s): %s",
-            self.spec.table_name,
-            f"latest commit {plan.previous.instant_time}" if plan.previous else "new table",
-            len(plan.ranges),
-            ", ".join(f"{tp.partition}:{r}" for tp, r in sorted(plan.ranges.items())) or "none",
-        )
-        if plan.reread:
-            log.info(
-                "%s: resumed on %s exactly: %d records re-read, %d skipped",
-                self.spec.table_name,
-                plan.cluster,
-                plan.reread,
-                plan.skipped,
-            )
 
 
 _REPLAY_SINK = "hudi"

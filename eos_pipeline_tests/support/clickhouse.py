@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from eos_pipeline.adapters import clickhouse as product
 from eos_pipeline.adapters.clickhouse import DEFAULT_DEDUP_WINDOW, ClickHouseSink
+from eos_pipeline.adapters.clickhouse.connection import explained_errors
 from eos_pipeline.adapters.clickhouse.ddl import (
     column_sql,
     literal,
@@ -120,7 +121,7 @@ class JsonEachRowSink(ClickHouseSink):
         settings = self.insert_settings(dedup_token)
         if not raw_lines.strip():
             return
-        with self._errors(f"inserting into {ref}", database, table):
+        with explained_errors(f"inserting into {ref}", self.target, database, table):
             self._client.raw_insert(ref, names, raw_lines, settings=settings, fmt="JSONEachRow")
 
 

@@ -221,17 +221,13 @@ def _prepare_data_dir(path: str) -> None:
 
 def _status_locked_elsewhere(path: str) -> bool:
     """True when another process holds ClickHouse's lock on ``<path>/status``."""
-    status = Path(path) / "status"
-    if not status.is_file():
-        return False
     try:
-        with status.open("rb") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
+        with (Path(path) / "status").open("rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(handle, fcntl.LOCK_UN)
-    except OSError:
+    except BlockingIOError:
+        return True
+    except OSError:  # no status file (or one that cannot be read)
         return False
     return False
 
@@ -255,4 +251,3 @@ def _engine_open_error(path: str, ex: Exception) -> ClickHouseSinkError:
             retryable=True,
         )
     return ClickHouseSinkError(f"cannot open chDB at {path}: {text}")
-

@@ -130,20 +130,13 @@ def check_table(
         and not _same_type(client, c.sql_type, existing[c.name])
         and not (evolving and holds(c, existing[c.name]))
     ]
-    if missing or mismatched:
-        problems = []
-        if missing:
-            problems.append(
-                "missing columns: " + ", ".join(f"{c.name} {c.sql_type}" for c in missing)
-            )
-        if mismatched:
-            problems.append(
-                "mismatched types: "
-                + ", ".join(
-                    f"{c.name} is {actual} in the table but declared {c.sql_type}"
-                    for c, actual in mismatched
-                )
-            )
+    problems = []
+    if missing:
+        problems.append("missing columns: " + ", ".join(f"{c.name} {c.sql_type}" for c in missing))
+    if mismatched:
+        wrong = [f"{c.name} is {t} in the table but declared {c.sql_type}" for c, t in mismatched]
+        problems.append("mismatched types: " + ", ".join(wrong))
+    if problems:
         raise ClickHouseSinkError(
             f"table {database}.{table} exists but does not match the declared schema ("
             + "; ".join(problems)

@@ -125,12 +125,6 @@ def _value(col: NativeColumn, index: int) -> str:
     return value
 
 
-def _settings_sql(settings: dict[str, Any]) -> str:
-    for name in settings:
-        validate_identifier(name, "setting name")
-    return ", ".join(f"{name} = {literal(value)}" for name, value in settings.items())
-
-
 def native_insert_sql(
     ref: str, plan: NativePlan, source: SourceColumns, settings: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
@@ -145,6 +139,8 @@ def native_insert_sql(
         for c in plan.columns
     )
     params: dict[str, Any] = {"structure": structure}
+    for name in settings:
+        validate_identifier(name, "setting name")
     # Quoted values the rows hold: one per required String column and row, plus the non-null
     # values of the optional ones (a window sum over the chunk, only when there are any).
     required = sum(1 for c in plan.columns if c.kind == "string" and c.required)
@@ -165,7 +161,7 @@ def native_insert_sql(
             params[f"d{i}"] = col.default
     sql = (
         f"INSERT INTO {ref} ({', '.join(quote_identifier(n) for n in names)}) "
-        f"SETTINGS {_settings_sql(settings)} "
+        f"SETTINGS {', '.join(f'{name} = {literal(value)}' for name, value in settings.items())} "
         f"WITH (SELECT raw_blob FROM file({{source:String}}, 'RawBLOB')) AS {_SOURCE} "
         f"SELECT {', '.join(exprs)} FROM ("
         + (f"SELECT *, sum({' + '.join(optional)}) OVER () AS {_QUOTED} FROM (" if optional else "")
@@ -189,11 +185,8 @@ def insert_native(
 ) -> None:
     """Insert ``values`` (one JSON object per offset) as one block; :class:`NativeRefused` if
     their bytes or any line is not one ClickHouse may parse for us (nothing is written then).
-
-    The values go straight into the file ClickHouse reads (the process's staging file, written
-    over: :class:`_Staging`), and the byte scans of :func:`native_payload` run over a memory map
-    of it: no joined copy of the chunk in Python. One insert at a time per process.
-    """
+    No joined copy of the chunk in Python (see the module docstring); one insert at a time per
+    process."""
     known = client.server_settings
     unknown = sorted(set(_PARSE_SETTINGS) - set(known))
     if unknown:  # each of them closes a leniency: without one, the checks prove less
@@ -214,7 +207,7 @@ def insert_native(
             quoted = _scanned(values, lines, size)
             if quoted is None:
                 raise NativeRefused("the bytes are not ones ClickHouse may parse for us")
-            packed = _packed(rows.offsets) + _packed(rows.timestamps_ms)
+            packed = np.asarray([*rows.offsets, *rows.timestamps_ms], dtype="<i8").tobytes()
             _rewrite(source, lambda fd: _write_all(fd, packed))
             params.update(
                 path=staging.paths[0],
@@ -364,12 +357,6 @@ def _scanned(values: Sequence[bytes | None], fd: int, size: int) -> int | None:
             view.close()
 
 
-def _packed(values: Sequence[int]) -> bytes:
-    """Int64 values as their little-endian bytes."""
-    return np.asarray(values, dtype="<i8").tobytes()
-
-
 def _nth(index: str) -> str:
     """The ``index``-th (from 1) Int64 of the source file."""
     return f"reinterpretAsInt64(substring({_SOURCE}, 8 * ({index}) - 7, 8))"
-

@@ -27,20 +27,15 @@ with chDB 26.9 (ClickHouse 26.9.2.1, clickhouse-connect 1.12) and what this modu
   ``max_insert_block_size`` rows (HTTP body); squashing emits at ``min_insert_block_size_*``; and
   a user profile can change any of these. Measured: 200,000 rows sent under one token first as
   one block, then as four, were stored twice; under a profile with strict 1,000-row blocks, a
-  retry of a 5,000-row one-block insert stored 4,000 rows twice. So every insert here (a) sends
-  one Native block or one Arrow record batch; (b) sets ``input_format_parallel_parsing=0``,
-  ``max_insert_block_size`` and ``max_block_size`` to 2**40 and
-  ``input_format_max_block_size_bytes=0``, so parsing yields one source block; (c) sets
-  ``min_insert_block_size_rows/bytes`` to 2**40, ``max_insert_block_size_bytes=0`` and
-  ``use_strict_insert_block_limits=0``, so squashing emits one block. A chunk is then one part
-  with one id whichever path sent it (tested: JSONEachRow, columnar and Arrow retries of each
-  other are dropped). The price: a chunk is held whole in memory and JSON is parsed on one
-  thread, so callers keep chunks bounded.
-* **Settings per insert:** ``insert_deduplication_token``, ``insert_deduplicate=1`` plus
+  retry of a 5,000-row one-block insert stored 4,000 rows twice. So every insert here sends one
+  Native block or one Arrow record batch, under :meth:`ClickHouseSink.insert_settings`, whose
+  thresholds keep parsing to one source block and squashing to one output block. A chunk is then
+  one part with one id whichever path sent it (tested: JSONEachRow, columnar and Arrow retries
+  of each other are dropped). The price: a chunk is held whole in memory and JSON is parsed on
+  one thread, so callers keep chunks bounded.
+* **Settings per insert:** besides the token, ``insert_deduplicate=1`` plus
   ``deduplicate_insert='enable'`` (26.x: the newer setting supersedes the older one, and a user
   profile could disable it) and ``async_insert=0`` (async inserts deduplicate differently).
-* chDB allows one engine per process and one process per data path; opening one is
-  :mod:`eos_pipeline.adapters.clickhouse.connection`'s job.
 * chDB's insert summary reports rows read, not rows written, so an insert cannot tell whether
   ClickHouse dropped it as a duplicate: :meth:`offsets_in_table` is the proof.
 * ``DateTime64`` columns read a bare number as *seconds*, on both paths: a Python ``int`` in the
@@ -51,7 +46,6 @@ with chDB 26.9 (ClickHouse 26.9.2.1, clickhouse-connect 1.12) and what this modu
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
@@ -162,12 +156,6 @@ class ClickHouseSink:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _errors(
-        self, action: str, database: str | None = None, table: str | None = None
-    ) -> contextlib.AbstractContextManager[None]:
-        """Driver errors raised inside, re-raised as ClickHouseSinkError naming this target."""
-        return explained_errors(action, self.target, database, table)
-
     # ---- DDL ------------------------------------------------------------------------------------
 
     def ensure_table(
@@ -182,14 +170,14 @@ class ClickHouseSink:
         (``ddl.check_table``)."""
         db_sql = create_database_sql(database)
         table_sql = create_table_sql(database, table, schema, dedup_window=dedup_window)
-        with self._errors("creating the table", database, table):
+        with explained_errors("creating the table", self.target, database, table):
             self._client.command(db_sql)
             self._client.command(table_sql)
         if schema.schema_id is not None:
             # A subject's latest schema may be newer than the table: it catches up first.
             existing = column_types(self._client, database, table)
             self.evolve_table(database, table, catch_up(schema, existing))
-        with self._errors("checking the table", database, table):
+        with explained_errors("checking the table", self.target, database, table):
             check_table(self._client, database, table, schema, target=self.target)
 
     def evolve_table(self, database: str, table: str, evolution: Evolution) -> list[str]:
@@ -203,7 +191,7 @@ class ClickHouseSink:
             return []
         existing = column_types(self._client, database, table)
         sent = []
-        with self._errors("evolving the table", database, table):
+        with explained_errors("evolving the table", self.target, database, table):
             for col in evolution.added:
                 if col.name not in existing:
                     sent.append(add_column_sql(database, table, col))
@@ -239,6 +227,7 @@ class ClickHouseSink:
         optional = {
             "deduplicate_insert": "enable",
             "async_insert": 0,
+            # One output block: squashing must not cut or split it.
             "use_strict_insert_block_limits": 0,
             "max_insert_block_size_bytes": 0,
             # One source block: parsing must not cut the input (HTTP bodies are parsed in
@@ -270,24 +259,23 @@ class ClickHouseSink:
             validate_identifiers(columns.column_names, "column name")
             settings = self.insert_settings(dedup_token)
             rows = columns.num_rows
-            if rows == 0:
-                return 0
-            with self._errors(f"inserting into {ref}", database, table):
-                # One record batch, so the server sees one source block.
-                self._insert_arrow(ref, columns.combine_chunks(), settings)
-            return rows
-        names = validate_identifiers(columns.keys(), "column name")
-        if not names:
-            raise ValueError(f"insert into {ref}: no columns given")
-        settings = self.insert_settings(dedup_token)
-        data = [columns[n] for n in names]
-        lengths = {n: len(v) for n, v in zip(names, data, strict=True)}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"insert into {ref}: columns differ in length: {lengths}")
-        rows = len(data[0])
+        else:
+            names = validate_identifiers(columns.keys(), "column name")
+            if not names:
+                raise ValueError(f"insert into {ref}: no columns given")
+            settings = self.insert_settings(dedup_token)
+            data = [columns[n] for n in names]
+            lengths = {n: len(v) for n, v in zip(names, data, strict=True)}
+            if len(set(lengths.values())) != 1:
+                raise ValueError(f"insert into {ref}: columns differ in length: {lengths}")
+            rows = len(data[0])
         if rows == 0:
             return 0
-        with self._errors(f"inserting into {ref}", database, table):
+        with explained_errors(f"inserting into {ref}", self.target, database, table):
+            if isinstance(columns, pa.Table):
+                # One record batch, so the server sees one source block.
+                self._insert_arrow(ref, columns.combine_chunks(), settings)
+                return rows
             context = self._client.create_insert_context(
                 ref, column_names=names, column_oriented=True, settings=settings
             )
@@ -360,7 +348,7 @@ class ClickHouseSink:
             where, params = self._source_filter(src, topic, partition, within)
             sql += f" WHERE {where}"
         sql += tail.format(offset=offset)
-        with self._errors(action, database, table):
+        with explained_errors(action, self.target, database, table):
             return self._client.query(sql, parameters=params).result_rows
 
     def offsets_in_table(
@@ -449,7 +437,7 @@ class ClickHouseSink:
         ((rows,),) = self._select(action, "count()", where_table, within, source)
         if rows:
             where, params = self._source_filter(source or SourceColumns(), topic, partition, within)
-            with self._errors(action, database, table):
+            with explained_errors(action, self.target, database, table):
                 self._client.command(
                     f"ALTER TABLE {table_ref(database, table)} DELETE WHERE {where}",
                     parameters=params,
@@ -487,4 +475,3 @@ class ClickHouseSink:
             clauses.append(f"{offset} >= {{start:Int64}} AND {offset} < {{end:Int64}}")
             params.update(start=within.start, end=within.end)
         return " AND ".join(clauses), params
-
