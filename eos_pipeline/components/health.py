@@ -111,29 +111,23 @@ def _resource_of(exc: BaseException) -> str | None:
     ``MirrorReadError`` is a ``KafkaReadError``) and their modules; no client is imported here
     (the sensor daemon never loads Spark)."""
     for cls in type(exc).__mro__:
-        found = _resource_of_class(cls.__name__, cls.__module__ or "")
-        if found is not None:
-            return found
-    return None
-
-
-def _resource_of_class(name: str, module: str) -> str | None:
-    if name in {"KafkaReadError", "KafkaException", "SwitchInProgress"} or module.startswith(
-        "confluent_kafka"
-    ):
-        return KAFKA
-    if name in {"KeeperUnavailableError", "KeeperAuthError"} or module.startswith("kazoo"):
-        return KEEPER
-    if name == "HudiTimelineError":
-        return HUDI
-    if (
-        module.startswith(("pyspark", "grpc"))
-        or module == "eos_pipeline.adapters.spark_remote"
-        or name.startswith(("SparkConnect", "SparkServer"))
-    ):
-        return SPARK
-    if module.startswith(("chdb", "clickhouse_connect")) or "ClickHouse" in name:
-        return CLICKHOUSE
+        name, module = cls.__name__, cls.__module__ or ""
+        if name in {"KafkaReadError", "KafkaException", "SwitchInProgress"} or module.startswith(
+            "confluent_kafka"
+        ):
+            return KAFKA
+        if name in {"KeeperUnavailableError", "KeeperAuthError"} or module.startswith("kazoo"):
+            return KEEPER
+        if name == "HudiTimelineError":
+            return HUDI
+        if (
+            module.startswith(("pyspark", "grpc"))
+            or module == "eos_pipeline.adapters.spark_remote"
+            or name.startswith(("SparkConnect", "SparkServer"))
+        ):
+            return SPARK
+        if module.startswith(("chdb", "clickhouse_connect")) or "ClickHouse" in name:
+            return CLICKHOUSE
     return None
 
 
@@ -265,10 +259,8 @@ def pipeline_sensor(
 ) -> dg.SensorDefinition:
     """``<pipeline>_<suffix>``: ``body`` :func:`guarded`, with ``pipeline``'s Kafka resource
     (and the keeper if ``keeper``)."""
-    def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
-        return resource_endpoints(context, pipeline)
 
-    evaluate = guarded(body, where, interval, on_fault)
+    evaluate = guarded(body, lambda ctx: resource_endpoints(ctx, pipeline), interval, on_fault)
 
     @dg.sensor(
         name=f"{pipeline.name}_{suffix}",

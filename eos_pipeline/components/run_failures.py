@@ -61,11 +61,9 @@ def failed_runs(instance: dg.DagsterInstance, sink: str) -> "DiagnosedFailures":
 def _chain(error: Any) -> list[tuple[str, str]]:
     """``(class, message)`` of an error and its causes, outer first."""
     out: list[tuple[str, str]] = []
-    seen = 0
-    while error is not None and seen < 20:
+    while error is not None and len(out) < 20:
         out.append((str(error.cls_name or ""), str(error.message or "")))
         error = error.cause or error.context
-        seen += 1
     return out
 
 

@@ -99,16 +99,13 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
     return specs
 
 
-_LAG_COLUMNS = {CLICKHOUSE_SINK: "clickhouse_lag", "hudi": "hudi_lag"}
-
-
 def _table(rows: list[PartitionLag], sinks: list[str]) -> dg.TableMetadataValue:
     columns = [
         dg.TableColumn("partition", "int"),
         dg.TableColumn("records_held", "int", description="end minus Kafka's log start"),
         dg.TableColumn("last_stable_offset", "int"),
     ] + [
-        dg.TableColumn(_LAG_COLUMNS[s], "int", description="offsets the sink has still to read")
+        dg.TableColumn(f"{s}_lag", "int", description="offsets the sink has still to read")
         for s in sinks
     ]
     records = [
@@ -117,7 +114,7 @@ def _table(rows: list[PartitionLag], sinks: list[str]) -> dg.TableMetadataValue:
                 "partition": r.partition,
                 "records_held": r.held,
                 "last_stable_offset": r.end,
-                **{_LAG_COLUMNS[s]: r.lags[s] for s in sinks},
+                **{f"{s}_lag": r.lags[s] for s in sinks},
             }
         )
         for r in rows
@@ -141,12 +138,8 @@ def observation(
         "last_stable_offset_total": sum(r.end for r in rows),
     }
     for sink in sinks:
-        metadata[_LAG_COLUMNS[sink]] = sum(r.lags[sink] for r in rows)
+        metadata[f"{sink}_lag"] = sum(r.lags[sink] for r in rows)
     return dg.AssetObservation(asset_key=key, metadata={**metadata, **(extra or {})})
-
-
-def _digest(parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _seen(rows: list[PartitionLag]) -> list[object]:
@@ -167,14 +160,16 @@ def _observed(
 ) -> dg.SensorResult | dg.SkipReason:
     """The observations, if something changed since the cursor's digest, the last ones are
     :data:`STEADY_SECONDS` old or ``force``; a skip otherwise. With them, the tables'
-    :data:`SOURCE_CHECK` passes where it has not since their latest materialization (so the UI,
-    which shows a check's evaluation for the latest materialization, keeps showing it).
-    ``keep``: more the cursor carries (the failover status read last); ``finish``: adds to
-    the observations what is read only when they are recorded."""
-    digest = _digest(seen)
-    last_digest, last_at = _parse(cursor)
+    :data:`SOURCE_CHECK` passes where it has not since their latest materialization (the UI
+    shows a check's evaluation for the latest one). ``keep``: more for the cursor; ``finish``:
+    adds what is read only when the observations are recorded."""
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    data = _cursor(cursor)
+    last_digest = data.get("digest") if data else cursor  # a bare digest from before: time 0
+    at = data.get("at")
+    last_at = float(at) if isinstance(at, int | float) else 0.0
     now = time.time()
-    passes = _passes(context, pipeline, _cursor(cursor).get("checked_at"))
+    passes = _passes(context, pipeline, data.get("checked_at"))
     if not events or (
         not force and not passes and digest == last_digest and now - last_at < STEADY_SECONDS
     ):
@@ -239,17 +234,6 @@ def _cursor(cursor: str | None) -> dict[str, object]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _parse(cursor: str | None) -> tuple[str | None, float]:
-    """``(digest, time observed)`` of the cursor (a bare digest from before: time 0)."""
-    data = _cursor(cursor)
-    if not data:
-        return cursor or None, 0.0
-    digest, at = data.get("digest"), data.get("at")
-    return (digest if isinstance(digest, str) else None), (
-        float(at) if isinstance(at, int | float) else 0.0
-    )
 
 
 def source_check(pipeline: Pipeline, key: dg.AssetKey) -> dg.AssetChecksDefinition:
