@@ -32,7 +32,7 @@ from eos_pipeline.components.health import chain, named_faults
 from eos_pipeline.components.metadata import (
     CLICKHOUSE_SINK,
     clickhouse_run_metadata,
-    clustered_hudi_result,
+    clustered_hudi_metadata,
     code_version,
     definition_metadata,
     hudi_row_counts,
@@ -285,7 +285,8 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             )
             report = sync.run(partitions=sorted(tp.partition for tp in tps))
         if source.cluster is not None:  # physical topics are not Dagster partitions
-            return clustered_hudi_result(context, report, hooks)
+            hooks.fault("before_materialization_event")
+            return dg.MaterializeResult(metadata=clustered_hudi_metadata(report))
         context.log.info(
             f"hudi {hudi.table}: commit {report.instant_time or '(none: caught up)'} over "
             f"{len(report.ranges)} partition(s), {report.total_records_read} read, "
@@ -296,7 +297,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         if policy is not None:  # one more transaction (commit) per burst of new records
 
             def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-                return hudi_row_counts(spark, hudi.path, pipeline, sorted(tps)) or {}
+                return hudi_row_counts(spark, hudi.path, pipeline, sorted(tps))
 
             counted: dict[TopicPartition, int] = {}
             if report.instant_time is not None or report.checkpoint_before is not None:

@@ -282,14 +282,11 @@ class Pipeline(_Strict):
     def _schema(cls, columns: dict[str, str] | None) -> dict[str, str] | None:
         if columns is None:
             return None
-        for name, ch_type in columns.items():
-            if not isinstance(ch_type, str):
-                raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
-            try:
-                Column(name, ch_type)
-            except SchemaError as exc:
-                raise ValueError(str(exc)) from None
         try:
+            for name, ch_type in columns.items():
+                if not isinstance(ch_type, str):
+                    raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
+                Column(name, ch_type)
             # The decoder contract refuses types the two sinks would store differently.
             compile_contract(TableSchema.from_mapping(columns))
         except SchemaError as exc:
@@ -536,8 +533,7 @@ def explain(source: str, exc: ValidationError) -> ConfigError:
         elif err["type"] == "missing":
             message = "required field is missing"
         lines.append(f"{source}: {_loc(loc).replace('schema_', 'schema')}: {message}")
-    unique = list(dict.fromkeys(lines))
-    return ConfigError("\n".join(unique))
+    return ConfigError("\n".join(dict.fromkeys(lines)))
 
 
 def parse_config(

@@ -1,12 +1,8 @@
-"""What each asset, check and run shows in Dagster's UI, for both sinks, and the partitions.
-
-The definitions carry each table's identity the way Dagster's integrations record it and a code
-version that changes with what decides the rows. A run's materializations carry each partition's
-own numbers, and the run's list of partitions once (:func:`record_run`); a run that did nothing
-records no activity numbers (:func:`quiet_when_idle`).
-
-The partitions are dynamic, one per Kafka topic-partition (``core.planning`` keys them): a topic
-that grows needs no restart and no code change.
+"""What each asset, check and run shows in Dagster's UI, for both sinks, and the partitions:
+dynamic, one per Kafka topic-partition (``core.planning`` keys them), so a topic that grows needs
+no restart. A run's materializations carry each partition's own numbers and the run's list of
+partitions once (:func:`record_run`); a run that did nothing records no activity numbers
+(:func:`quiet_when_idle`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -27,7 +23,6 @@ from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import lag
 from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.sinks.clickhouse import case_summary
-from eos_pipeline.sinks.hooks import SinkHooks
 
 # ------------------------------------------------------------------------------- Partitions
 
@@ -358,13 +353,9 @@ def _hudi_rows(
     ]
 
 
-def clustered_hudi_result(
-    context: dg.AssetExecutionContext, report: Any, hooks: SinkHooks
-) -> dg.MaterializeResult:
+def clustered_hudi_metadata(report: Any) -> dict[str, Any]:
     """A clustered Hudi run's metadata: the cluster read and the exact resume after a switch.
-
-    Physical topics (``T``, ``B.T``) are not Dagster partitions: the run-wide numbers stand.
-    """
+    Physical topics (``T``, ``B.T``) are not Dagster partitions: the run-wide numbers stand."""
     rows = _hudi_rows(report, lambda tp: f"{report.cluster}:{partition_key(tp)}")
     header = ["partition", "offset range", "read", "written", "DLQ", "to", "lag after"]
     metadata: dict[str, Any] = {
@@ -385,9 +376,7 @@ def clustered_hudi_result(
         ),
         "partitions": partitions_table(header, rows),
     }
-    metadata, _ = quiet_when_idle(metadata, {})
-    hooks.fault("before_materialization_event")
-    return dg.MaterializeResult(metadata=metadata)
+    return quiet_when_idle(metadata, {})[0]
 
 
 def hudi_run_metadata(
@@ -456,7 +445,7 @@ def hudi_run_metadata(
 
 def hudi_row_counts(
     spark: Any, path: str, pipeline: Pipeline, tps: list[TopicPartition]
-) -> dict[TopicPartition, int] | None:
+) -> dict[TopicPartition, int]:
     """Rows per partition of the run in the table after the commit: one Spark aggregation over
     the source columns (no payload column is read)."""
     from pyspark.sql import functions as F

@@ -123,15 +123,10 @@ def topic_columns(pipeline: Pipeline) -> dg.TableSchema:
         dg.TableColumn(name=name, type=type_, description=what)
         for name, (type_, what) in KAFKA_FIELDS.items()
     ]
-    written = pipeline.schema_
-    types = (
-        written.items()
-        if written
-        else [(c.name, c.sql_type) for c in pipeline.table_schema.columns]
-    )
+    types = pipeline.schema_ or {c.name: c.sql_type for c in pipeline.table_schema.columns}
     payload = [
         dg.TableColumn(name=name, type=ch_type, description="field of the record's payload")
-        for name, ch_type in types
+        for name, ch_type in types.items()
     ]
     return dg.TableSchema(columns=[*kafka, *payload])
 
@@ -375,11 +370,8 @@ def defs_dir() -> Path:
 
 
 def _defs_module(folder: Path) -> types.ModuleType:
-    """The folder as a Python package, as the component tree wants one.
-
-    The project's own folder is ``eos_pipeline.defs``; any other gets a module of its own whose
-    name follows from its path, so two folders never share one.
-    """
+    """The folder as the Python package the component tree wants: ``eos_pipeline.defs``, or a
+    module named after the folder's path (two folders never share one)."""
     if folder == package_defs_dir():
         return importlib.import_module(PACKAGE_DEFS_MODULE)
     name = "eos_defs_" + "".join(c if c.isalnum() else "_" for c in str(folder))

@@ -133,13 +133,9 @@ class ClickHouseResource(dg.ConfigurableResource):
 
 
 class SparkResource(dg.ConfigurableResource):
-    """Spark for the Hudi asset and its check, made on first use (so loading the code location
-    never fetches jars, and a step that never touches Spark never starts a JVM): a Spark Connect
-    client of ``remote``, or a ``master`` session in this process.
-
-    Connect mode is process-wide in PySpark: a process that made a Connect session can no longer
-    make an in-process one and the other way round; a run uses one resource, so one mode.
-    """
+    """Spark for the Hudi asset and its check, made on first use (loading the code location
+    never fetches jars nor starts a JVM): a Spark Connect client of ``remote``, or a ``master``
+    session in this process (PySpark allows one of the two modes per process)."""
 
     remote: str | None = Field(
         default=None, description="Spark Connect URL sc://host:port (None: Spark in-process)"

@@ -237,9 +237,8 @@ def _cursor(cursor: str | None) -> dict[str, object]:
 
 
 def source_check(pipeline: Pipeline, key: dg.AssetKey) -> dg.AssetChecksDefinition:
-    """``source_reachable`` on the table ``key``: evaluated by the ``<pipeline>_topics``
-    sensor, never by a run (the sensors' runs leave it out; a backfill or a run from the UI
-    that includes it files nothing for it: skipped there, until the sensor passes it again)."""
+    """``source_reachable`` on the table ``key``: evaluated by the ``<pipeline>_topics`` sensor
+    only (a backfill or a UI run that includes it files nothing: skipped there)."""
 
     @dg.asset_check(
         asset=key,
