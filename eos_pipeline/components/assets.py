@@ -246,7 +246,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         group_name=HUDI_GROUP,
         tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "spark"}
-        | ({"keeper"} if source_of(pipeline).needs_keeper else set()),
+        | ({"keeper"} if source_of(pipeline).switches else set()),
         pool=pool,
         kinds={"hudi", "spark", "table"},
         description=(

@@ -488,9 +488,8 @@ def _prove(
             if position == 0:
                 continue
             gone = dead[alias].get(ptp, set())
-            seen = (*(o for counts in rows.values() for o in counts), *gone)
-            log_start = start_offsets(kafka, physical.topic)[tp.partition]
-            low = committed_low(log_start, pipeline.reset, seen, position)
+            seen = (o for counts in rows.values() for o in counts)
+            low = _low_bound(kafka, ptp, pipeline, seen, gone, position)
             span = OffsetRange(low, max(low, position))
             if legacy:
                 local = span

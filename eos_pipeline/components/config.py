@@ -585,15 +585,13 @@ def _write(path: Path, type_name: str, attributes: dict[str, Any], source: str) 
 
 
 def migrate(pipelines_file: Path, defs_dir: Path) -> list[Path]:
-    """Write ``defs_dir``'s component folders from ``pipelines_file``; return the files written.
-
-    Refuses (writing nothing) a file that does not validate or a folder that already exists.
-    """
+    """Write ``defs_dir``'s component folders from ``pipelines_file``; return the files written."""
     return migrate_text(pipelines_file.read_text(), pipelines_file.name, defs_dir)
 
 
 def migrate_text(text: str, source: str, defs_dir: Path) -> list[Path]:
-    """:func:`migrate` for a pipelines file's text (``source`` names it in messages)."""
+    """:func:`migrate` for a file's text (``source`` names it); refuses, writing nothing, a text
+    that does not validate or a folder that already exists."""
     parse_config(text, source)  # raises ConfigError, naming the field
     raw = yaml.safe_load(text)
     shared = {k: raw[k] for k in _SHARED_KEYS if k in raw}

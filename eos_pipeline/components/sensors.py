@@ -173,7 +173,7 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         "cluster of a clustered pipeline): adds a key per new Kafka partition, removes keys that "
         "match none (naming the valid ones). An unreachable broker or keeper is a skip reason "
         "naming it.",
-        keeper=source.needs_keeper,
+        keeper=source.switches,
     )
 
 
@@ -350,6 +350,6 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         "Requests ONE run (one Hudi commit) covering every partition whose Hudi checkpoint is "
         "behind Kafka's last stable offset; with hudi.follow the run covers every partition and "
         "goes on committing what arrives.",
-        keeper=source.needs_keeper,
+        keeper=source.switches,
         target=asset,
     )

@@ -35,7 +35,6 @@ from eos_pipeline.components.assets import (
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.health import (
     KAFKA,
-    Body,
     NamedFault,
     OnFault,
     Streak,
@@ -318,71 +317,67 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         pipeline,
         "topics",
         interval,
-        _topics_body(pipeline),
+        lambda context, cursor: _observe(context, pipeline, cursor),
         "Observes the pipeline's Kafka topics: records held, last stable offset and each sink's "
         "lag per partition (on change, and at least every minute); when the broker cannot be "
         "read, 'unreachable since <time>' on every topic.",
-        keeper=pipeline.clickhouse is not None or source_of(pipeline).needs_keeper,
+        keeper=pipeline.clickhouse is not None or source_of(pipeline).switches,
         on_fault=unreachable_events(pipeline),
     )
 
 
-def _topics_body(pipeline: Pipeline) -> Body:
+def _observe(
+    context: dg.SensorEvaluationContext, pipeline: Pipeline, cursor: str | None
+) -> dg.SensorResult | dg.SkipReason:
     """One observation of the pipeline's topics (a plain or a clustered pipeline)."""
+    if source_of(pipeline).switches:  # the active cluster's physical topics, summed
+        return _clustered(context, pipeline, cursor)
+    kafka = kafka_resource(context, pipeline.name).settings()
+    hudi_positions: dict[int, int | None] = {}
+    if pipeline.hudi is not None:
+        try:  # the table's own checkpoint, as the Hudi lag sensor reads it (no JVM)
+            checkpoint = latest_checkpoint(pipeline.hudi.path) or {}
+        except HudiTimelineError:
+            checkpoint = {}
+        topic = pipeline.kafka.topics[0]
+        hudi_positions = {tp.partition: o for tp, o in checkpoint.items() if tp.topic == topic}
+    events: list[dg.AssetObservation] = []
+    seen: dict[str, object] = {}
+    missing: list[str] = []
+    keeper: KeeperResource | None = getattr(context.resources, "keeper", None)
+    every = [*pipeline.kafka.topics, pipeline.dead_letter_topic]
+    # two ListOffsets in all; Kafka not answering raises (``unreachable_events``)
+    all_ends, all_starts = ends_and_starts(kafka, every)
+    for index, topic in enumerate(every):
+        ends, starts = all_ends.get(topic), all_starts.get(topic)
+        if not isinstance(ends, dict) or not isinstance(starts, dict):
+            missing.append(topic)
+            continue
+        positions: dict[str, dict[int, int | None]] = {}
+        source = index < len(pipeline.kafka.topics)
+        if source and pipeline.clickhouse is not None and keeper is not None:
+            with shared_store(keeper.settings()) as store:  # one session across ticks
+                records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
+            positions[CLICKHOUSE_SINK] = {
+                p: committed(sink_state(r.record)) for p, r in records.items()
+            }
+        if pipeline.hudi is not None and index == 0:
+            positions["hudi"] = hudi_positions
+        rows = partition_lags(ends, starts, positions, pipeline.reset)
+        seen[topic] = _seen(rows)
+        events.append(observation(topic_key(topic), rows, list(positions)))
+    note = f"; not found: {', '.join(missing)}" if missing else ""
 
-    def _body(
-        context: dg.SensorEvaluationContext, cursor: str | None
-    ) -> dg.SensorResult | dg.SkipReason:
-        if source_of(pipeline).switches:  # the active cluster's physical topics, summed
-            return _clustered(context, pipeline, cursor)
-        kafka = kafka_resource(context, pipeline.name).settings()
-        hudi_positions: dict[int, int | None] = {}
-        if pipeline.hudi is not None:
-            try:  # the table's own checkpoint, as the Hudi lag sensor reads it (no JVM)
-                checkpoint = latest_checkpoint(pipeline.hudi.path) or {}
-            except HudiTimelineError:
-                checkpoint = {}
-            topic = pipeline.kafka.topics[0]
-            hudi_positions = {tp.partition: o for tp, o in checkpoint.items() if tp.topic == topic}
-        events: list[dg.AssetObservation] = []
-        seen: dict[str, object] = {}
-        missing: list[str] = []
-        keeper: KeeperResource | None = getattr(context.resources, "keeper", None)
-        every = [*pipeline.kafka.topics, pipeline.dead_letter_topic]
-        # two ListOffsets in all; Kafka not answering raises (``unreachable_events``)
-        all_ends, all_starts = ends_and_starts(kafka, every)
-        for index, topic in enumerate(every):
-            ends, starts = all_ends.get(topic), all_starts.get(topic)
-            if not isinstance(ends, dict) or not isinstance(starts, dict):
-                missing.append(topic)
-                continue
-            positions: dict[str, dict[int, int | None]] = {}
-            source = index < len(pipeline.kafka.topics)
-            if source and pipeline.clickhouse is not None and keeper is not None:
-                with shared_store(keeper.settings()) as store:  # one session across ticks
-                    records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
-                positions[CLICKHOUSE_SINK] = {
-                    p: committed(sink_state(r.record)) for p, r in records.items()
-                }
-            if source and pipeline.hudi is not None and index == 0:
-                positions["hudi"] = hudi_positions
-            rows = partition_lags(ends, starts, positions, pipeline.reset)
-            seen[topic] = _seen(rows)
-            events.append(observation(topic_key(topic), rows, list(positions)))
-        note = f"; not found: {', '.join(missing)}" if missing else ""
+    def with_dead_letters(events: list[dg.AssetObservation]) -> list[dg.AssetObservation]:
+        """The dead-letter topic's own numbers: dead letters per source partition and
+        sink (read only when the observations are recorded)."""
+        if pipeline.dead_letter_topic in missing:
+            return events
+        dlq = events[-1]
+        metadata = {**dlq.metadata, **dead_letter_counts(kafka, pipeline)}
+        return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
 
-        def with_dead_letters(events: list[dg.AssetObservation]) -> list[dg.AssetObservation]:
-            """The dead-letter topic's own numbers: dead letters per source partition and
-            sink (read only when the observations are recorded)."""
-            if pipeline.dead_letter_topic in missing:
-                return events
-            dlq = events[-1]
-            metadata = {**dlq.metadata, **dead_letter_counts(kafka, pipeline)}
-            return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
-
-        return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
-
-    return _body
+    return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
 
 
 def _clustered(
