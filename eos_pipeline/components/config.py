@@ -558,8 +558,6 @@ def parse_config(
 
 # ------------------------------------------------------------------------ the one-shot move
 
-_SHARED_KEYS = ("keeper", "clickhouse", "spark", "sensor_interval_seconds")
-
 
 def to_template(value: Any) -> Any:
     """``${...}`` in every string of a parsed YAML tree as Dagster's ``{{ env... }}``: unset or
@@ -575,15 +573,6 @@ def to_template(value: Any) -> Any:
     return _substitute(value, sub)
 
 
-def _write(path: Path, type_name: str, attributes: dict[str, Any], source: str) -> None:
-    path.mkdir(parents=True)
-    header = f"# Moved from {source} by `eos-pipeline migrate-config`.\n"
-    body = yaml.safe_dump(
-        {"type": type_name, "attributes": attributes}, sort_keys=False, default_flow_style=False
-    )
-    (path / "defs.yaml").write_text(header + body)
-
-
 def migrate(pipelines_file: Path, defs_dir: Path) -> list[Path]:
     """Write ``defs_dir``'s component folders from ``pipelines_file``; return the files written."""
     return migrate_text(pipelines_file.read_text(), pipelines_file.name, defs_dir)
@@ -594,12 +583,16 @@ def migrate_text(text: str, source: str, defs_dir: Path) -> list[Path]:
     that does not validate or a folder that already exists."""
     parse_config(text, source)  # raises ConfigError, naming the field
     raw = yaml.safe_load(text)
-    shared = {k: raw[k] for k in _SHARED_KEYS if k in raw}
+    shared = {k: raw[k] for k in Settings.model_fields if k in raw}
     targets = [(defs_dir / SHARED_PATH, SHARED_TYPE, shared)]
     targets += [(defs_dir / p["name"], PIPELINE_TYPE, p) for p in raw["pipelines"]]
     taken = [str(path) for path, _, _ in targets if path.exists()]
     if taken:
         raise ConfigError(f"already there, not overwritten: {', '.join(taken)}")
+    header = f"# Moved from {source} by `eos-pipeline migrate-config`.\n"
     for path, type_name, attributes in targets:
-        _write(path, type_name, to_template(attributes), source)
+        path.mkdir(parents=True)
+        written = {"type": type_name, "attributes": to_template(attributes)}
+        body = yaml.safe_dump(written, sort_keys=False, default_flow_style=False)
+        (path / "defs.yaml").write_text(header + body)
     return [path / "defs.yaml" for path, _, _ in targets]
