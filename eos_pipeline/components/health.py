@@ -66,10 +66,6 @@ class NamedFault:
         return f"{self.resource} {self.endpoint} {self.state}: {self.cause}. Fix: {self.fix}"
 
 
-def _without_credentials(url: str) -> str:
-    return re.sub(r"//[^/@]*@", "//", url)
-
-
 def _resource(context: Any, key: str) -> Any:
     """``context``'s resource ``key``, or None when the step did not ask for it."""
     try:
@@ -92,7 +88,7 @@ def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
         found[SPARK] = str(spark.remote) if spark.remote else "(in-process Spark)"
     clickhouse = _resource(context, "clickhouse")
     if clickhouse is not None:
-        found[CLICKHOUSE] = _without_credentials(str(clickhouse.url))
+        found[CLICKHOUSE] = re.sub(r"//[^/@]*@", "//", str(clickhouse.url))  # no credentials
     return found
 
 
