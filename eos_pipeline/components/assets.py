@@ -31,11 +31,10 @@ from eos_pipeline.components.following import (
 from eos_pipeline.components.health import chain, named_faults
 from eos_pipeline.components.metadata import (
     CLICKHOUSE_SINK,
-    clickhouse_definition_metadata,
     clickhouse_run_metadata,
-    clustered_hudi_result,
+    clustered_hudi_metadata,
     code_version,
-    hudi_definition_metadata,
+    definition_metadata,
     hudi_row_counts,
     hudi_run_metadata,
     pipeline_partitions,
@@ -64,9 +63,8 @@ CHECK_NAME = "exactly_once"
 HooksFor = Callable[[Pipeline, str], SinkHooks]
 
 
-#: Asset groups by where the data lives: the lineage shows each node in its group's box, so a
-#: topic, its dead letters, the ClickHouse table and the Hudi table are told apart at a glance
-#: (their keys' last parts, e.g. ``demo-events`` and ``demo_events``, may look alike).
+#: Asset groups by where the data lives: the lineage boxes tell a topic, its dead letters and
+#: the tables apart at a glance (``demo-events`` and ``demo_events`` look alike).
 KAFKA_GROUP = "kafka"
 DEAD_LETTER_GROUP = "dead_letters"
 CLICKHOUSE_GROUP = "clickhouse"
@@ -158,7 +156,7 @@ def clickhouse_asset(
             "+ insert deduplication tokens). One partition per Kafka topic-partition. A run or "
             "backfill of a caught-up partition reads nothing and records no activity numbers."
         ),
-        metadata=clickhouse_definition_metadata(pipeline),
+        metadata=definition_metadata(pipeline, CLICKHOUSE_SINK),
         owners=pipeline.owners or None,
         code_version=code_version(pipeline, CLICKHOUSE_SINK),
     )
@@ -248,7 +246,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         group_name=HUDI_GROUP,
         tags={PIPELINE_TAG: pipeline.name},
         required_resource_keys={kafka_resource_key(pipeline.name), "spark"}
-        | ({"keeper"} if source_of(pipeline).needs_keeper else set()),
+        | ({"keeper"} if source_of(pipeline).switches else set()),
         pool=pool,
         kinds={"hudi", "spark", "table"},
         description=(
@@ -257,7 +255,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             "A run or backfill of caught-up partitions makes no commit and records no activity "
             "numbers."
         ),
-        metadata=hudi_definition_metadata(pipeline),
+        metadata=definition_metadata(pipeline, "hudi"),
         owners=pipeline.owners or None,
         code_version=code_version(pipeline, "hudi"),
     )
@@ -287,7 +285,8 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             )
             report = sync.run(partitions=sorted(tp.partition for tp in tps))
         if source.cluster is not None:  # physical topics are not Dagster partitions
-            return clustered_hudi_result(context, report, hooks)
+            hooks.fault("before_materialization_event")
+            return dg.MaterializeResult(metadata=clustered_hudi_metadata(report))
         context.log.info(
             f"hudi {hudi.table}: commit {report.instant_time or '(none: caught up)'} over "
             f"{len(report.ranges)} partition(s), {report.total_records_read} read, "
@@ -298,7 +297,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
         if policy is not None:  # one more transaction (commit) per burst of new records
 
             def rows(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-                return hudi_row_counts(spark, hudi.path, pipeline, sorted(tps)) or {}
+                return hudi_row_counts(spark, hudi.path, pipeline, sorted(tps))
 
             counted: dict[TopicPartition, int] = {}
             if report.instant_time is not None or report.checkpoint_before is not None:
@@ -343,9 +342,8 @@ def hudi_pool(pipeline: Pipeline) -> str:
 # ------------------------------------------------------------ ClickHouse runs over many partitions
 
 
-#: A run over more partitions logs one summary line, not a line per partition: each line is an
-#: event-log record (a third of a wide run's records), and each partition's numbers are on its
-#: own materialization anyway.
+#: A run over more partitions logs one summary line: each line is an event-log record (a third
+#: of a wide run's records), and each partition's numbers are on its materialization anyway.
 PER_PARTITION_LOG_LIMIT = 16
 
 
@@ -388,8 +386,10 @@ def catch_up(
                 cause = person_cause(exc)
                 if len(order) == 1 or cause is None:
                     raise
-                where = parse_partition_key(key)
-                stuck[key] = stuck_entry(store, pipeline, CLICKHOUSE_SINK, where, cause)
+                # the state label as the sensor will see it (its keeper record)
+                tp = parse_partition_key(key)
+                stored = store.read_many(pipeline, CLICKHOUSE_SINK, tp.topic).get(tp.partition)
+                stuck[key] = (state_label(sink_state(stored.record) if stored else None), cause)
                 context.log.error(f"{key} needs a person, set aside: {cause}")
     if len(order) > PER_PARTITION_LOG_LIMIT:
         cases = Counter(case for r in reports for case in r.cases or ["caught up"])
@@ -405,13 +405,6 @@ def person_cause(exc: BaseException) -> str | None:
     errors = tuple((type(err).__name__, str(err)) for err in chain(exc))
     diagnosis = diagnose(FailureFacts(errors=errors))
     return diagnosis.cause if diagnosis.fault is Fault.NEEDS_PERSON else None
-
-
-def stuck_entry(store: Any, pipeline: str, sink: str, tp: TopicPartition, cause: str) -> tuple:
-    """``(state label, cause)`` of ``tp`` as the sensor will see it (its keeper record)."""
-    records = store.read_many(pipeline, sink, tp.topic)
-    stored = records.get(tp.partition)
-    return (state_label(sink_state(stored.record) if stored else None), cause)
 
 
 def fail_naming(

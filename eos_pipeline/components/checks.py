@@ -76,8 +76,8 @@ def _exactly_once_check(
     description: str,
     events: Callable[[dg.AssetCheckExecutionContext], list[Any]],
 ) -> dg.AssetChecksDefinition:
-    """``sink``'s check on ``key``: ``events`` of a context, or none when its evidence cannot
-    be read (:func:`evaluated`)."""
+    """``sink``'s check on ``key``: the ``events`` of a context or, when its evidence cannot be
+    read (the module's note), a warning and an observation saying why; unknown errors raise."""
 
     @dg.asset_check(
         asset=key,
@@ -89,7 +89,43 @@ def _exactly_once_check(
         blocking=False,
     )
     def _check(context: dg.AssetCheckExecutionContext) -> Iterator[Any]:
-        yield from evaluated(context, pipeline, key, sink, lambda: events(context))
+        reason = None
+        if source_of(pipeline).switches:
+            # a run after a switch skips through what the previous cluster wrote: not
+            # comparable until it ends
+            runs = context.instance.get_runs(
+                filters=dg.RunsFilter(
+                    statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
+                    tags={SINK_TAG: f"{pipeline.name}.{sink}"},
+                ),
+                limit=5,
+            )
+            busy = [r.run_id for r in runs if r.run_id != context.run.run_id]
+            if busy:
+                reason = (
+                    f"a run of {pipeline.name}.{sink} is in flight ({busy[0]}): its range is "
+                    "judged once it has ended, by the next evaluation"
+                )
+        if reason is None:
+            try:
+                found = events(context)
+            except Exception as exc:
+                fault = name_fault(exc, resource_endpoints(context, pipeline))
+                if fault is None:
+                    raise
+                reason = f"could not read its evidence: {fault.message()}"
+            else:
+                yield from found
+                return
+        context.log.warning(
+            f"{CHECK_NAME} not evaluated for {sorted(context.partition_keys)}: {reason}"
+        )
+        yield dg.AssetObservation(
+            asset_key=key,
+            partition=context.partition_key if context.has_partition_key else None,
+            metadata={"exactly_once_not_evaluated": dg.MetadataValue.text(reason)},
+        )
+        yield dg.Output(None)
 
     return _check
 
@@ -100,7 +136,6 @@ def _check_result(
     notes: dict[TopicPartition, str] | None = None,
     notes_key: str = "replay_in_flight",
 ) -> dg.AssetCheckResult:
-    passed = all(p.passed for p in proofs)
     header = ["partition", "committed", "kafka", "DLQ", "rows", "distinct", "dups", "gaps", "extra"]
     rows = [
         [
@@ -132,7 +167,7 @@ def _check_result(
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=CHECK_NAME,
-        passed=passed,
+        passed=all(p.passed for p in proofs),
         severity=dg.AssetCheckSeverity.ERROR,
         metadata=metadata,
         description=metadata["summary"],
@@ -140,9 +175,8 @@ def _check_result(
 
 
 def _target_type() -> Any:
-    """The type of ``AssetCheckEvaluation``'s public ``target_materialization_data`` parameter,
-    read from its signature (Dagster 1.13 exports no name for it; importing it from
-    ``dagster._core`` would tie the product to a private path), or None if it cannot be read."""
+    """The type of ``AssetCheckEvaluation``'s ``target_materialization_data``, read from its
+    signature (Dagster 1.13 exports it only under ``dagster._core``, a private path), or None."""
     import inspect
     import typing
 
@@ -162,9 +196,8 @@ _TARGET = _target_type()
 
 
 def _latest_materialization(instance: dg.DagsterInstance, asset_key: dg.AssetKey, key: str) -> Any:
-    """The partition's latest materialization, as the check evaluation's target (so the UI
-    counts the evaluation against that materialization), or None. A single-partition run gets
-    this from Dagster; a range run files one evaluation per partition and names it itself."""
+    """The partition's latest materialization, as an evaluation's target (the UI counts the
+    evaluation against it), or None."""
     if _TARGET is None:
         return None
     records = instance.fetch_materializations(
@@ -189,13 +222,10 @@ def check_events(
 ) -> Iterable[Any]:
     """What a check step yields: one result per partition, each stored under its partition.
 
-    A single-partition run: one ``AssetCheckResult`` (Dagster files it under the run's
-    partition). A range run (the Hudi sensor's and the single-run backfill's, or a range
-    launched from the UI): Dagster would file one ``AssetCheckResult`` under no partition,
-    leaving every planned partition "skipped"; so the check yields the step's output and then
-    one evaluation per partition, each naming its partition and that partition's latest
-    materialization, exactly as Dagster builds them from a single-partition run.
-    """
+    For a range run Dagster would file one ``AssetCheckResult`` under no partition, leaving
+    every planned partition "skipped"; so the step yields its output, then one evaluation per
+    partition naming that partition's latest materialization, as Dagster builds them for a
+    single-partition run."""
     if context.has_partition_key or not proofs:
         return [_check_result(proofs, asset_key, notes, notes_key)]
     events: list[Any] = [dg.Output(None)]
@@ -367,60 +397,6 @@ class ProvenStore:
             self.store.client.create(path, data, makepath=True)
 
 
-def _runs_in_flight(context: dg.AssetCheckExecutionContext, sink: str) -> list[str]:
-    """Other runs of ``sink`` that are running now (this run excepted)."""
-    runs = context.instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
-            tags={SINK_TAG: sink},
-        ),
-        limit=5,
-    )
-    return [r.run_id for r in runs if r.run_id != context.run.run_id]
-
-
-def evaluated(
-    context: dg.AssetCheckExecutionContext,
-    pipeline: Pipeline,
-    key: dg.AssetKey,
-    sink: str,
-    evaluate: Callable[[], list[Any]],
-) -> Iterator[Any]:
-    """The check's events, or, when its evidence cannot be read, none (Dagster then shows the
-    check as skipped, and the run stays green) with a warning and an observation naming what
-    could not be read and the fix. Errors that are no known fault still raise."""
-    reason = None
-    if source_of(pipeline).switches:
-        # a run after a switch skips through what the previous cluster wrote: not comparable
-        # until it ends
-        busy = _runs_in_flight(context, f"{pipeline.name}.{sink}")
-        if busy:
-            reason = (
-                f"a run of {pipeline.name}.{sink} is in flight ({busy[0]}): its range is "
-                "judged once it has ended, by the next evaluation"
-            )
-    if reason is None:
-        try:
-            events = evaluate()
-        except Exception as exc:
-            fault = name_fault(exc, resource_endpoints(context, pipeline))
-            if fault is None:
-                raise
-            reason = f"could not read its evidence: {fault.message()}"
-        else:
-            yield from events
-            return
-    context.log.warning(
-        f"{CHECK_NAME} not evaluated for {sorted(context.partition_keys)}: {reason}"
-    )
-    yield dg.AssetObservation(
-        asset_key=key,
-        partition=context.partition_key if context.has_partition_key else None,
-        metadata={"exactly_once_not_evaluated": dg.MetadataValue.text(reason)},
-    )
-    yield dg.Output(None)
-
-
 def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
     hudi = pipeline.hudi
     assert hudi is not None
@@ -480,8 +456,9 @@ def hudi_check(pipeline: Pipeline, pool: str) -> dg.AssetChecksDefinition:
 # ------------------------------------------------------------ clustered pipelines: by identity
 
 
-#: ``(alias, physical partition) -> (position or 0, table counts per offset by row topic)``
-Stretch = Callable[[str, TopicPartition, bool], tuple[int, dict[str, dict[int, int]]]]
+#: ``(alias, physical partition, row topics) -> (position or 0, table counts per offset by row
+#: topic)``; the row topics: the cluster's, and the plain topic (an older table's) on the initial
+Stretch = Callable[[str, TopicPartition, list[str]], tuple[int, dict[str, dict[int, int]]]]
 
 
 def _prove(
@@ -506,13 +483,13 @@ def _prove(
                 continue
             ptp = TopicPartition(physical.topic, tp.partition)
             legacy = alias == fp.initial and physical.is_local
-            position, rows = stretch(alias, ptp, legacy)
+            name = row_topic(alias, physical.topic)
+            position, rows = stretch(alias, ptp, [name] + ([ptp.topic] if legacy else []))
             if position == 0:
                 continue
             gone = dead[alias].get(ptp, set())
-            seen = (*(o for counts in rows.values() for o in counts), *gone)
-            log_start = start_offsets(kafka, physical.topic)[tp.partition]
-            low = committed_low(log_start, pipeline.reset, seen, position)
+            seen = (o for counts in rows.values() for o in counts)
+            low = _low_bound(kafka, ptp, pipeline, seen, gone, position)
             span = OffsetRange(low, max(low, position))
             if legacy:
                 local = span
@@ -521,7 +498,6 @@ def _prove(
                 HeldRecord(alias, ptp, o, batch.fingerprint(i), o in gone)
                 for i, o in enumerate(batch.offsets)
             )
-            name = row_topic(alias, physical.topic)
             for counts in rows.values():  # plain-topic rows of an older table count as A's
                 for offset, n in counts.items():
                     if offset in span:
@@ -542,10 +518,9 @@ def clickhouse_identity_proofs(
     source = spec.schema.source
 
     def stretch(
-        alias: str, ptp: TopicPartition, legacy: bool
+        alias: str, ptp: TopicPartition, names: list[str]
     ) -> tuple[int, dict[str, dict[int, int]]]:
         position = _clickhouse_committed(store, pipeline, ptp, alias)
-        names = [row_topic(alias, ptp.topic)] + ([ptp.topic] if legacy else [])
         within = OffsetRange(0, position)
         rows = {
             n: dict(
@@ -588,9 +563,8 @@ def hudi_identity_proofs(
         counts.setdefault((row[0], row[1]), {})[row[2]] = row[3]
 
     def stretch(
-        alias: str, ptp: TopicPartition, legacy: bool
+        alias: str, ptp: TopicPartition, names: list[str]
     ) -> tuple[int, dict[str, dict[int, int]]]:
-        names = [row_topic(alias, ptp.topic)] + ([ptp.topic] if legacy else [])
         rows = {n: counts.get((n, ptp.partition), {}) for n in names}
         if alias == stored.cluster:
             return stored.positions.get(ptp, 0), rows

@@ -1,14 +1,10 @@
 """What a user writes: every field of a pipeline and of what pipelines share, with its rules.
 
 Each model refuses a misspelt key and checks at load what a pipeline could only get wrong at run
-time (names that become Dagster and keeper names, types the decoder contract refuses, a Hudi
-table on more than one topic, two pipelines writing one table); :func:`explain` names the file,
-the field path and what is wrong. ``{env: NAME}`` as a value marks a secret, read by the run's
-process only. The old single-file ``pipelines.yaml`` is still read (:func:`parse_config`:
-``${NAME}`` / ``${NAME:-default}`` replaced when read) so that :func:`migrate` can move it into
-a defs folder, the ``${...}`` becoming Dagster's ``{{ env... }}`` templates.
-
-No Dagster here: the CLI and the core's callers read the configuration without loading it.
+time; :func:`explain` names the file, the field path and what is wrong. ``{env: NAME}`` marks a
+secret, read by the run's process only. The old single-file ``pipelines.yaml`` is still read
+(:func:`parse_config`) so that :func:`migrate` can move it into a defs folder. No Dagster here:
+the CLI reads the configuration without loading it.
 """
 
 from __future__ import annotations
@@ -82,7 +78,7 @@ class KafkaSource(_Strict):
     client: dict[str, str | int | bool | EnvRef] = Field(default_factory=dict)
     #: Java client properties for Spark's Kafka source (without the ``kafka.`` prefix).
     spark_client: dict[str, str | EnvRef] = Field(default_factory=dict)
-    dead_letter_topic: str | None = None
+    dead_letter_topic: Annotated[str, AfterValidator(validate_topic)] | None = None
     #: MirrorMaker 2 failover: cluster alias -> bootstrap servers. Empty: one cluster, as before.
     #: ``bootstrap_servers`` must be one of them: the cluster read before any switch.
     clusters: dict[str, str] = Field(default_factory=dict)
@@ -117,11 +113,6 @@ class KafkaSource(_Strict):
             raise ValueError(f"topics are listed twice: {topics}")
         return topics
 
-    @field_validator("dead_letter_topic")
-    @classmethod
-    def _dlq(cls, topic: str | None) -> str | None:
-        return None if topic is None else validate_topic(topic)
-
     @field_validator("client")
     @classmethod
     def _client(cls, client: dict[str, Any]) -> dict[str, Any]:
@@ -145,19 +136,12 @@ class Batch(_Strict):
 
 
 class Retry(_Strict):
-    """What the lag sensors do after runs of a partition (or Hudi table) failed.
-
-    A failed run that did not move the sink's position leaves the sensor looking at the same
-    state; it asks again with a fresh run key, after ``backoff_seconds`` doubled per failure
-    (at most ``max_backoff_seconds``), saying so in its skip reason. Why the newest run failed
-    decides how long it goes on (:mod:`eos_pipeline.core.retries`): a transient fault (a killed
-    run process, an unreachable broker or keeper) is retried without limit; a fault that needs
-    a person (bad config, offsets deleted by retention, a recreated topic, a fenced writer)
-    stops the requests at once, naming the cause; any other stops after ``max_attempts`` runs
-    from the same state, with a warning naming the partition, the position and the last failed
-    run: a permanent error must not become a crash loop. Any run that moves the position starts
-    the count again; after fixing the cause, launch a run from the UI (or a backfill).
-    """
+    """What the lag sensors do after runs of a partition (or Hudi table) failed: ask again
+    after ``backoff_seconds`` doubled per failure (at most ``max_backoff_seconds``). Why the
+    newest run failed decides for how long (:mod:`eos_pipeline.core.retries`): a transient
+    fault without limit, one that needs a person not at all, any other for ``max_attempts``
+    runs from the same state (a permanent error must not become a crash loop). A run that moves
+    the position starts the count again."""
 
     max_attempts: Annotated[int, Field(ge=1)] = 3
     backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
@@ -183,11 +167,9 @@ class ClickHouseTable(_Strict):
     database: Identifier
     table: Identifier
     follow: Follow = Follow()
-    #: Who parses the records' JSON: ``auto`` (default) lets ClickHouse parse a chunk itself
-    #: where it gives the decoder contract's verdict (chDB, integer/Float64/Bool/String columns;
-    #: a chunk it refuses takes the Arrow path, and the per-record decoder names dead letters;
-    #: 1.06 x Arrow's MB per CPU-second, benchmarks/README.md); ``native`` requires that it can
-    #: (else the pipeline is refused); ``arrow`` never lets ClickHouse parse.
+    #: Who parses the records' JSON: ``auto`` lets ClickHouse parse a chunk itself where it gives
+    #: the decoder contract's verdict (chDB, integer/Float64/Bool/String columns; a refused chunk
+    #: takes the Arrow path); ``native`` requires that it can; ``arrow`` never lets it.
     json_parser: Literal["auto", "native", "arrow"] = "auto"
 
 
@@ -198,10 +180,8 @@ class HudiTarget(_Strict):
     record_key: Annotated[list[str], Field(min_length=1)] = ["_topic", "_partition", "_offset"]
     ordering_field: str | None = "_offset"
     partition_fields: list[str] = Field(default_factory=list)
-    #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records``
-    #: planned records (a backlog, a backfill), ``upsert`` for the small steady ones, which keep
-    #: merging into small files, and always when ``record_key`` lacks a source column
-    #: (``core.planning``).
+    #: ``auto``: ``bulk_insert`` for a transaction of at least ``bulk_insert_min_records`` planned
+    #: records, else ``upsert`` (always when ``record_key`` lacks a source column).
     operation: Literal["upsert", "insert", "bulk_insert", "auto"] = "auto"
     bulk_insert_min_records: Annotated[int, Field(ge=1)] = DEFAULT_BULK_INSERT_MIN_RECORDS
     options: dict[str, str] = Field(default_factory=dict)
@@ -271,9 +251,8 @@ class Pipeline(_Strict):
     #: Owners of the pipeline's assets in Dagster (e-mail addresses or ``team:<name>``).
     owners: list[str] = Field(default_factory=list)
     #: How old the newest rows of a table may get before Dagster's Asset Health calls it late
-    #: (a freshness policy on both tables: warn at half, fail at this, at least 60 s). A table is
-    #: updated by every run that writes to it, so under steady traffic this bounds the lag; a
-    #: topic with no new records for this long shows its tables late too. Unset: no policy.
+    #: (a freshness policy on both tables: warn at half, fail at this). A topic with no new
+    #: records for this long shows its tables late too. Unset: no policy.
     lag_target_seconds: Annotated[float, Field(ge=60)] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -303,14 +282,11 @@ class Pipeline(_Strict):
     def _schema(cls, columns: dict[str, str] | None) -> dict[str, str] | None:
         if columns is None:
             return None
-        for name, ch_type in columns.items():
-            if not isinstance(ch_type, str):
-                raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
-            try:
-                Column(name, ch_type)
-            except SchemaError as exc:
-                raise ValueError(str(exc)) from None
         try:
+            for name, ch_type in columns.items():
+                if not isinstance(ch_type, str):
+                    raise ValueError(f"column {name!r}: type must be a string such as 'Int64'")
+                Column(name, ch_type)
             # The decoder contract refuses types the two sinks would store differently.
             compile_contract(TableSchema.from_mapping(columns))
         except SchemaError as exc:
@@ -465,11 +441,10 @@ class PipelinesFile(Settings):
 
     @model_validator(mode="after")
     def _unique(self) -> PipelinesFile:
-        seen: set[str] = set()
-        for p in self.pipelines:
-            if p.name in seen:
-                raise ValueError(f"pipeline name {p.name!r} is used twice")
-            seen.add(p.name)
+        names = [p.name for p in self.pipelines]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"pipeline name {name!r} is used twice")
         tables: dict[tuple[str, ...], str] = {}
         for p in self.pipelines:
             keys = []
@@ -536,10 +511,7 @@ _UNION_TAGS = frozenset({"str", "int", "bool", "EnvRef"})
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
     return out or "(top level)"
 
 
@@ -561,8 +533,7 @@ def explain(source: str, exc: ValidationError) -> ConfigError:
         elif err["type"] == "missing":
             message = "required field is missing"
         lines.append(f"{source}: {_loc(loc).replace('schema_', 'schema')}: {message}")
-    unique = list(dict.fromkeys(lines))
-    return ConfigError("\n".join(unique))
+    return ConfigError("\n".join(dict.fromkeys(lines)))
 
 
 def parse_config(
@@ -587,8 +558,6 @@ def parse_config(
 
 # ------------------------------------------------------------------------ the one-shot move
 
-_SHARED_KEYS = ("keeper", "clickhouse", "spark", "sensor_interval_seconds")
-
 
 def to_template(value: Any) -> Any:
     """``${...}`` in every string of a parsed YAML tree as Dagster's ``{{ env... }}``: unset or
@@ -604,33 +573,26 @@ def to_template(value: Any) -> Any:
     return _substitute(value, sub)
 
 
-def _write(path: Path, type_name: str, attributes: dict[str, Any], source: str) -> None:
-    path.mkdir(parents=True)
-    header = f"# Moved from {source} by `eos-pipeline migrate-config`.\n"
-    body = yaml.safe_dump(
-        {"type": type_name, "attributes": attributes}, sort_keys=False, default_flow_style=False
-    )
-    (path / "defs.yaml").write_text(header + body)
-
-
 def migrate(pipelines_file: Path, defs_dir: Path) -> list[Path]:
-    """Write ``defs_dir``'s component folders from ``pipelines_file``; return the files written.
-
-    Refuses (writing nothing) a file that does not validate or a folder that already exists.
-    """
+    """Write ``defs_dir``'s component folders from ``pipelines_file``; return the files written."""
     return migrate_text(pipelines_file.read_text(), pipelines_file.name, defs_dir)
 
 
 def migrate_text(text: str, source: str, defs_dir: Path) -> list[Path]:
-    """:func:`migrate` for a pipelines file's text (``source`` names it in messages)."""
+    """:func:`migrate` for a file's text (``source`` names it); refuses, writing nothing, a text
+    that does not validate or a folder that already exists."""
     parse_config(text, source)  # raises ConfigError, naming the field
     raw = yaml.safe_load(text)
-    shared = {k: raw[k] for k in _SHARED_KEYS if k in raw}
+    shared = {k: raw[k] for k in Settings.model_fields if k in raw}
     targets = [(defs_dir / SHARED_PATH, SHARED_TYPE, shared)]
     targets += [(defs_dir / p["name"], PIPELINE_TYPE, p) for p in raw["pipelines"]]
     taken = [str(path) for path, _, _ in targets if path.exists()]
     if taken:
         raise ConfigError(f"already there, not overwritten: {', '.join(taken)}")
+    header = f"# Moved from {source} by `eos-pipeline migrate-config`.\n"
     for path, type_name, attributes in targets:
-        _write(path, type_name, to_template(attributes), source)
+        path.mkdir(parents=True)
+        written = {"type": type_name, "attributes": to_template(attributes)}
+        body = yaml.safe_dump(written, sort_keys=False, default_flow_style=False)
+        (path / "defs.yaml").write_text(header + body)
     return [path / "defs.yaml" for path, _, _ in targets]

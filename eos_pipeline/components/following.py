@@ -151,13 +151,10 @@ def recording(
     run: Callable[[Any], R],
     written: Callable[[R], Written],
     rows: RowCounts,
-    every: float = RECORD_EVERY_SECONDS,
 ) -> Callable[[Any], R]:
     """``run`` (one step of a following run: a ClickHouse partition's, or a Hudi commit),
-    recording what ``written`` reads from its report as each partition's materialization
-    (position, the step's records, the partition's rows in the table) at most every ``every``
-    seconds per partition: a following run, up for minutes, keeps the UI's numbers current and
-    shows the partition materialized while it runs, not "0 % filled"."""
+    recording what ``written`` reads from its report as each partition's materialization, at
+    most every :data:`RECORD_EVERY_SECONDS` per partition (see :func:`record_caught_up`)."""
     last: dict[TopicPartition, float] = {}
 
     def step(arg: Any) -> R:
@@ -166,7 +163,7 @@ def recording(
         due = {
             tp: done
             for tp, done in written(report).items()
-            if done[1] and now - last.get(tp, -every) >= every
+            if done[1] and now - last.get(tp, -RECORD_EVERY_SECONDS) >= RECORD_EVERY_SECONDS
         }
         counts = rows(list(due)) if due else {}
         for tp, (position, read, dead) in due.items():
@@ -213,9 +210,8 @@ def follow_hudi_run(
     kafka: Any,
     table: str,
 ) -> tuple[list[HudiReport], str]:
-    """Follow a Hudi run's partitions commit by commit (see
-    :func:`eos_pipeline.sinks.follow.follow_table`); every transaction's report and why it
-    ended. The run holds ``table`` (its path): it gives way to a queued run that may write it."""
+    """Follow a Hudi run's partitions commit by commit (``sinks.follow.follow_table``); every
+    commit's report and why it ended. It gives way to a queued run that may write ``table``."""
     context.log.info(
         f"committed; following {len(tps)} partition(s) of {table} until no record arrived for "
         f"{policy.idle_seconds:g} s (at most {policy.max_seconds:g} s)"

@@ -66,10 +66,6 @@ class NamedFault:
         return f"{self.resource} {self.endpoint} {self.state}: {self.cause}. Fix: {self.fix}"
 
 
-def _without_credentials(url: str) -> str:
-    return re.sub(r"//[^/@]*@", "//", url)
-
-
 def _resource(context: Any, key: str) -> Any:
     """``context``'s resource ``key``, or None when the step did not ask for it."""
     try:
@@ -92,7 +88,7 @@ def resource_endpoints(context: Any, pipeline: Pipeline) -> dict[str, str]:
         found[SPARK] = str(spark.remote) if spark.remote else "(in-process Spark)"
     clickhouse = _resource(context, "clickhouse")
     if clickhouse is not None:
-        found[CLICKHOUSE] = _without_credentials(str(clickhouse.url))
+        found[CLICKHOUSE] = re.sub(r"//[^/@]*@", "//", str(clickhouse.url))  # no credentials
     return found
 
 
@@ -111,29 +107,23 @@ def _resource_of(exc: BaseException) -> str | None:
     ``MirrorReadError`` is a ``KafkaReadError``) and their modules; no client is imported here
     (the sensor daemon never loads Spark)."""
     for cls in type(exc).__mro__:
-        found = _resource_of_class(cls.__name__, cls.__module__ or "")
-        if found is not None:
-            return found
-    return None
-
-
-def _resource_of_class(name: str, module: str) -> str | None:
-    if name in {"KafkaReadError", "KafkaException", "SwitchInProgress"} or module.startswith(
-        "confluent_kafka"
-    ):
-        return KAFKA
-    if name in {"KeeperUnavailableError", "KeeperAuthError"} or module.startswith("kazoo"):
-        return KEEPER
-    if name == "HudiTimelineError":
-        return HUDI
-    if (
-        module.startswith(("pyspark", "grpc"))
-        or module == "eos_pipeline.adapters.spark_remote"
-        or name.startswith(("SparkConnect", "SparkServer"))
-    ):
-        return SPARK
-    if module.startswith(("chdb", "clickhouse_connect")) or "ClickHouse" in name:
-        return CLICKHOUSE
+        name, module = cls.__name__, cls.__module__ or ""
+        if name in {"KafkaReadError", "KafkaException", "SwitchInProgress"} or module.startswith(
+            "confluent_kafka"
+        ):
+            return KAFKA
+        if name in {"KeeperUnavailableError", "KeeperAuthError"} or module.startswith("kazoo"):
+            return KEEPER
+        if name == "HudiTimelineError":
+            return HUDI
+        if (
+            module.startswith(("pyspark", "grpc"))
+            or module == "eos_pipeline.adapters.spark_remote"
+            or name.startswith(("SparkConnect", "SparkServer"))
+        ):
+            return SPARK
+        if module.startswith(("chdb", "clickhouse_connect")) or "ClickHouse" in name:
+            return CLICKHOUSE
     return None
 
 
@@ -265,10 +255,8 @@ def pipeline_sensor(
 ) -> dg.SensorDefinition:
     """``<pipeline>_<suffix>``: ``body`` :func:`guarded`, with ``pipeline``'s Kafka resource
     (and the keeper if ``keeper``)."""
-    def where(context: dg.SensorEvaluationContext) -> dict[str, str]:
-        return resource_endpoints(context, pipeline)
 
-    evaluate = guarded(body, where, interval, on_fault)
+    evaluate = guarded(body, lambda ctx: resource_endpoints(ctx, pipeline), interval, on_fault)
 
     @dg.sensor(
         name=f"{pipeline.name}_{suffix}",

@@ -1,12 +1,8 @@
-"""What each asset, check and run shows in Dagster's UI, for both sinks, and the partitions.
-
-The definitions carry each table's identity the way Dagster's integrations record it and a code
-version that changes with what decides the rows. A run's materializations carry each partition's
-own numbers, and the run's list of partitions once (:func:`record_run`); a run that did nothing
-records no activity numbers (:func:`quiet_when_idle`).
-
-The partitions are dynamic, one per Kafka topic-partition (``core.planning`` keys them): a topic
-that grows needs no restart and no code change.
+"""What each asset, check and run shows in Dagster's UI, for both sinks, and the partitions:
+dynamic, one per Kafka topic-partition (``core.planning`` keys them), so a topic that grows needs
+no restart. A run's materializations carry each partition's own numbers and the run's list of
+partitions once (:func:`record_run`); a run that did nothing records no activity numbers
+(:func:`quiet_when_idle`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -27,7 +23,6 @@ from eos_pipeline.core.planning import partition_key
 from eos_pipeline.core.positions import lag
 from eos_pipeline.core.schema import Column, SourceColumns
 from eos_pipeline.sinks.clickhouse import case_summary
-from eos_pipeline.sinks.hooks import SinkHooks
 
 # ------------------------------------------------------------------------------- Partitions
 
@@ -46,21 +41,26 @@ def pipeline_partitions(pipeline: str) -> dg.DynamicPartitionsDefinition:
 CLICKHOUSE_SINK = "clickhouse"
 
 
-def _source_descriptions(source: SourceColumns) -> dict[str, str]:
-    out = {
-        source.topic: "Kafka topic the row was read from",
-        source.partition: "Kafka partition the row was read from",
-        source.offset: "Kafka offset of the record (with topic and partition: the row's identity)",
-    }
+def source_roles(source: SourceColumns) -> dict[str, str]:
+    """Table source column -> the Kafka record field it copies."""
+    roles = {source.topic: "topic", source.partition: "partition", source.offset: "offset"}
     if source.timestamp is not None:
-        out[source.timestamp] = "Kafka record timestamp (UTC, milliseconds)"
-    return out
+        roles[source.timestamp] = "timestamp"
+    return roles
+
+
+_SOURCE_DESCRIPTIONS = {
+    "topic": "Kafka topic the row was read from",
+    "partition": "Kafka partition the row was read from",
+    "offset": "Kafka offset of the record (with topic and partition: the row's identity)",
+    "timestamp": "Kafka record timestamp (UTC, milliseconds)",
+}
 
 
 def column_schema(pipeline: Pipeline, type_of: Callable[[Column], str]) -> dg.TableSchema:
     """The table's columns as the pipeline declares them: source columns first, then payload."""
     schema = pipeline.table_schema
-    described = _source_descriptions(schema.source)
+    described = {c: _SOURCE_DESCRIPTIONS[r] for c, r in source_roles(schema.source).items()}
     payload = "payload field of the JSON record"
     if pipeline.subject is not None:  # where the column came from: the mapping, shown
         payload = (
@@ -109,39 +109,28 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-def _uri(path: str) -> str:
-    return path if "://" in path else Path(path).absolute().as_uri()
-
-
-def clickhouse_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
-    """Table identity and columns of the ClickHouse asset, the way Dagster's integrations
-    record them (the asset page's Columns section, the catalog's table name)."""
-    target = pipeline.clickhouse
-    assert target is not None
-    return {
-        "pipeline": pipeline.name,
-        "dead_letter_topic": pipeline.dead_letter_topic,
-        "dagster/table_name": f"{target.database}.{target.table}",
-        "dagster/column_schema": column_schema(pipeline, lambda c: c.sql_type),
-    }
-
-
-def hudi_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
-    """Table identity, location and columns (as Spark types) of the Hudi asset."""
+def definition_metadata(pipeline: Pipeline, sink: str) -> dict[str, Any]:
+    """A table asset's identity (a Hudi table's location too) and columns (a Hudi table's as
+    Spark types), the way Dagster's integrations record them (the asset page's Columns section,
+    the catalog's table name)."""
+    out: dict[str, Any] = {"pipeline": pipeline.name}
+    if sink == CLICKHOUSE_SINK:
+        assert pipeline.clickhouse is not None
+        out["dead_letter_topic"] = pipeline.dead_letter_topic
+        out["dagster/table_name"] = f"{pipeline.clickhouse.database}.{pipeline.clickhouse.table}"
+        return {**out, "dagster/column_schema": column_schema(pipeline, lambda c: c.sql_type)}
     from eos_pipeline.adapters.spark import spark_type
 
-    hudi = pipeline.hudi
-    assert hudi is not None
-    return {
-        "pipeline": pipeline.name,
-        "table_path": hudi.path,
-        "dead_letter_topic": pipeline.dead_letter_topic,
-        "dagster/table_name": hudi.table,
-        "dagster/uri": _uri(hudi.path),
-        "dagster/column_schema": column_schema(
-            pipeline, lambda c: spark_type(c.ch_type).simpleString()
-        ),
-    }
+    assert pipeline.hudi is not None
+    out["table_path"] = pipeline.hudi.path
+    out["dead_letter_topic"] = pipeline.dead_letter_topic
+    out["dagster/table_name"] = pipeline.hudi.table
+    path = pipeline.hudi.path
+    out["dagster/uri"] = path if "://" in path else Path(path).absolute().as_uri()
+    out["dagster/column_schema"] = column_schema(
+        pipeline, lambda c: spark_type(c.ch_type).simpleString()
+    )
+    return out
 
 
 # ------------------------------------------------------------------ Run results, both sinks
@@ -223,13 +212,10 @@ class RunMetadata(NamedTuple):
 def record_run(context: dg.AssetExecutionContext, run: RunMetadata) -> dict[str, Any]:
     """Give each partition its numbers; returns the run's metadata for its ``MaterializeResult``.
 
-    ``run.once``: entries that list the run's partitions (its table, the Hudi checkpoint). Dagster
-    copies the run's metadata onto every partition's materialization, so at N partitions they
-    would be stored N times (quadratic bytes in the event log: ~1.6 GB at 4,096). A run of one
-    partition (or none of its own) keeps them; a run of several puts them on the
-    materialization of its last partition key only (Dagster stores a run's partition events in
-    no fixed order, so that one is not always the asset page's latest).
-    """
+    ``run.once`` lists the run's partitions: Dagster copies the run's metadata onto every
+    partition's materialization, so at N partitions it would be stored N times (~1.6 GB of event
+    log at 4,096). A run of several partitions puts it on its last partition key's only (Dagster
+    stores a run's partition events in no fixed order: not always the asset page's latest)."""
     metadata, partitions, once = run
     if len(partitions) <= 1:
         per_partition(context, partitions)
@@ -260,14 +246,10 @@ IDLE_CASE = (
 def quiet_when_idle(
     metadata: dict[str, Any], partitions: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """A run that read nothing records its state (position, lag, rows) but no activity numbers.
-
-    Dagster turns every run into a materialization; zeros from a backfill of a caught-up
-    partition would be plotted next to real runs and read as a collapse. Without the keys, the
-    plots keep only real points and the event says plainly that nothing happened. A run that
-    did anything keeps its zeros per partition (a partition's numbers override the run's, they
-    cannot remove them).
-    """
+    """A run that read nothing records its state (position, lag, rows) but no activity numbers:
+    zeros from a backfill of a caught-up partition would be plotted beside real runs and read as
+    a collapse. A run that did anything keeps its zeros per partition (a partition's numbers
+    override the run's, they cannot remove them)."""
     if any(metadata.get(key) for key in ACTIVITY_KEYS):
         return metadata, partitions
     quiet = {k: v for k, v in metadata.items() if k not in ACTIVITY_KEYS}
@@ -289,7 +271,7 @@ def clickhouse_run_metadata(
     row_counts: Mapping[str, int],
     *,
     clustered: bool,
-    table_rows: int | None = None,
+    table_rows: int,
 ) -> RunMetadata:
     """The run's metadata and each partition's (none for a run over several clusters).
 
@@ -332,10 +314,9 @@ def clickhouse_run_metadata(
         "case": "; ".join(f"{row[0]}: {row[7]}" for row in rows),
         "lag_after": sum(row[8] for row in rows),
     }
-    if table_rows is not None:
-        metadata[TABLE_ROWS_KEY] = table_rows
-        for values in partition_values.values():
-            values[TABLE_ROWS_KEY] = table_rows
+    metadata[TABLE_ROWS_KEY] = table_rows
+    for values in partition_values.values():
+        values[TABLE_ROWS_KEY] = table_rows
     if clustered:
         # Physical topics are not Dagster partitions: the run-wide numbers stand for each.
         metadata["cluster"] = reports[0].cluster if reports else ""
@@ -372,13 +353,9 @@ def _hudi_rows(
     ]
 
 
-def clustered_hudi_result(
-    context: dg.AssetExecutionContext, report: Any, hooks: SinkHooks
-) -> dg.MaterializeResult:
+def clustered_hudi_metadata(report: Any) -> dict[str, Any]:
     """A clustered Hudi run's metadata: the cluster read and the exact resume after a switch.
-
-    Physical topics (``T``, ``B.T``) are not Dagster partitions: the run-wide numbers stand.
-    """
+    Physical topics (``T``, ``B.T``) are not Dagster partitions: the run-wide numbers stand."""
     rows = _hudi_rows(report, lambda tp: f"{report.cluster}:{partition_key(tp)}")
     header = ["partition", "offset range", "read", "written", "DLQ", "to", "lag after"]
     metadata: dict[str, Any] = {
@@ -399,9 +376,7 @@ def clustered_hudi_result(
         ),
         "partitions": partitions_table(header, rows),
     }
-    metadata, _ = quiet_when_idle(metadata, {})
-    hooks.fault("before_materialization_event")
-    return dg.MaterializeResult(metadata=metadata)
+    return quiet_when_idle(metadata, {})[0]
 
 
 def hudi_run_metadata(
@@ -427,8 +402,6 @@ def hudi_run_metadata(
     }
     metadata: dict[str, Any] = {
         "offset_range": ", ".join(f"{row[0]} {row[1]}" for row in rows),
-        # the whole commit's numbers; each partition's event overrides the unprefixed ones
-        # with its own share (see :func:`per_partition`), the commit_* ones stay
         "records_read": report.total_records_read,
         "inserted": report.total_rows_written,
         "skipped": 0,  # the checkpoint decides the start: nothing already written is read
@@ -472,7 +445,7 @@ def hudi_run_metadata(
 
 def hudi_row_counts(
     spark: Any, path: str, pipeline: Pipeline, tps: list[TopicPartition]
-) -> dict[TopicPartition, int] | None:
+) -> dict[TopicPartition, int]:
     """Rows per partition of the run in the table after the commit: one Spark aggregation over
     the source columns (no payload column is read)."""
     from pyspark.sql import functions as F

@@ -1,22 +1,14 @@
 """The component types, loading a defs folder, and the Definitions they build.
 
 A component's attributes are the pydantic models of :mod:`eos_pipeline.components.config`
-themselves (``get_model_cls``): the schema ``dg check yaml`` uses is the one the code validates
-with. ``{{ env.NAME }}`` templates render at load (shown in the UI); ``{env: NAME}`` secrets are
-read by the run's own process only (never stored in the instance).
+themselves, so ``dg check yaml`` validates with the code's schema. ``{{ env.NAME }}`` templates
+render at load (shown in the UI); ``{env: NAME}`` secrets are read by the run's process only.
 
-Dagster refuses two different resources under one key, so what every pipeline uses (keeper,
-ClickHouse, Spark) comes from one ``SharedResourcesComponent``, which each
-``KafkaTablesComponent`` loads. Likewise a topic two pipelines read is one asset, added once
-with the failover job by :func:`location_definitions`.
-
-``registry.subject``'s columns are asked of the registry at load (:func:`resolve_subject`):
-without them no table can be created or checked, and a pipeline quietly left out would look
-like a healthy location. An unreachable registry is a transient
-:class:`SubjectUnavailableError`, an unknown subject a :class:`ConfigError`.
-
-The code location, the CLI and the demo all load through :func:`load_project` (``EOS_DEFS_DIR``
-or ``eos_pipeline/defs``).
+Dagster refuses two different resources under one key, so what every pipeline uses comes from
+one ``SharedResourcesComponent``; likewise a topic two pipelines read is one asset
+(:func:`location_definitions`). ``registry.subject``'s columns are asked of the registry at load
+(:func:`resolve_subject`): a pipeline quietly left out would look like a healthy location.
+The code location, the CLI and the demo all load through :func:`load_project`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -55,6 +47,7 @@ from eos_pipeline.components.config import (
     Settings,
     explain,
 )
+from eos_pipeline.components.metadata import source_roles
 from eos_pipeline.components.replay import clickhouse_replay_job, hudi_replay_job
 from eos_pipeline.components.resources import (
     chdb_path,
@@ -69,7 +62,7 @@ from eos_pipeline.components.sensors import (
 )
 from eos_pipeline.components.source import failover_jobs
 from eos_pipeline.components.topics import source_check, topic_specs, topics_sensor
-from eos_pipeline.core.schema import SchemaError, SourceColumns
+from eos_pipeline.core.schema import SchemaError
 from eos_pipeline.sinks.hooks import NO_HOOKS
 
 
@@ -116,14 +109,6 @@ KAFKA_FIELDS = {
 }
 
 
-def _source_fields(source: SourceColumns) -> dict[str, str]:
-    """Table source column -> the Kafka record field it copies."""
-    roles = {"topic": source.topic, "partition": source.partition, "offset": source.offset}
-    if source.timestamp is not None:
-        roles["timestamp"] = source.timestamp
-    return {column: role for role, column in roles.items()}
-
-
 def freshness_policy(pipeline: Pipeline) -> dg.FreshnessPolicy | None:
     if pipeline.lag_target_seconds is None:
         return None
@@ -138,24 +123,19 @@ def topic_columns(pipeline: Pipeline) -> dg.TableSchema:
         dg.TableColumn(name=name, type=type_, description=what)
         for name, (type_, what) in KAFKA_FIELDS.items()
     ]
+    types = pipeline.schema_ or {c.name: c.sql_type for c in pipeline.table_schema.columns}
     payload = [
         dg.TableColumn(name=name, type=ch_type, description="field of the record's payload")
-        for name, ch_type in _payload_types(pipeline)
+        for name, ch_type in types.items()
     ]
     return dg.TableSchema(columns=[*kafka, *payload])
-
-
-def _payload_types(pipeline: Pipeline) -> list[tuple[str, str]]:
-    if pipeline.schema_ is not None:  # as written
-        return list(pipeline.schema_.items())
-    return [(c.name, c.sql_type) for c in pipeline.table_schema.columns]
 
 
 def column_lineage(pipeline: Pipeline) -> dg.TableColumnLineage:
     """Each table column from its field of the topic's records (one topic per Hudi table; a
     ClickHouse table reading several topics has each column from all of them)."""
     schema = pipeline.table_schema
-    from_kafka = _source_fields(schema.source)
+    from_kafka = source_roles(schema.source)
     topics = [topic_key(t) for t in pipeline.kafka.topics]
     return dg.TableColumnLineage(
         deps_by_column={
@@ -182,21 +162,12 @@ def with_table_facts(
     return list(dg.map_asset_specs(apply, assets))
 
 
-def with_topic_columns(pipeline: Pipeline, spec: dg.AssetSpec) -> dg.AssetSpec:
-    """A source topic's spec with the columns its records carry (the dead-letter topic's records
-    are whatever failed: no columns)."""
-    if spec.key not in {topic_key(t) for t in pipeline.kafka.topics}:
-        return spec
-    return spec.merge_attributes(metadata={"dagster/column_schema": topic_columns(pipeline)})
-
-
 # ---------------------------------------------------------------------------------- definitions
 
 
 SENSOR_INTERVAL_ENV = "EOS_SENSOR_INTERVAL_SECONDS"
-#: Pool of every ClickHouse step on an embedded chDB path: one process per data path, so those
-#: runs are serialized (``dagster.yaml`` gives every pool one slot). Covers runs from sensors,
-#: backfills and the UI alike.
+#: Pool of every ClickHouse step on an embedded chDB path (one process per data path):
+#: ``dagster.yaml`` gives every pool one slot, so runs from sensors, backfills and the UI wait.
 CHDB_POOL = "chdb"
 
 
@@ -208,14 +179,6 @@ def _quiet() -> Iterator[None]:
         warnings.simplefilter("ignore", dg.BetaWarning)
         warnings.simplefilter("ignore", dg.PreviewWarning)
         yield
-
-
-def chdb_of(settings: Settings) -> tuple[str | None, str | None]:
-    """The embedded chDB path of the ClickHouse URL (or a placeholder) and its pool, if any."""
-    url = settings.clickhouse.url
-    # A URL from a secret is only known at run time: serialize to be safe.
-    path = chdb_path(url) if isinstance(url, str) else "(from environment)"
-    return path, (CHDB_POOL if path else None)
 
 
 def shared_definitions(settings: Settings) -> dg.Definitions:
@@ -235,7 +198,10 @@ def pipeline_definitions(
     by the topics sensor), its lag sensor and replay job; the pipeline's sensors and Kafka
     resource."""
     interval = int(os.environ.get(SENSOR_INTERVAL_ENV) or settings.sensor_interval_seconds)
-    path, pool = chdb_of(settings)
+    url = settings.clickhouse.url
+    # the embedded chDB path, if any; a URL from a secret is only known at run time: serialize
+    path = chdb_path(url) if isinstance(url, str) else "(from environment)"
+    pool = CHDB_POOL if path else None
     assets: list[dg.AssetsDefinition] = []
     checks: list[dg.AssetChecksDefinition] = []
     sensors = [partitions_sensor(pipeline, interval), topics_sensor(pipeline, interval)]
@@ -273,8 +239,13 @@ def location_definitions(config: PipelinesFile) -> dg.Definitions:
     pipeline's spec), and the failover job (one job, the pipeline is its run config)."""
     topics: dict[dg.AssetKey, dg.AssetSpec] = {}
     for pipeline in config.pipelines:
+        # a source topic's records carry the columns; the dead-letter topic's, whatever failed
+        sources = {topic_key(t) for t in pipeline.kafka.topics}
+        columns = {"dagster/column_schema": topic_columns(pipeline)}
         for spec in topic_specs(pipeline):
-            topics.setdefault(spec.key, with_topic_columns(pipeline, spec))
+            topics.setdefault(
+                spec.key, spec.merge_attributes(metadata=columns) if spec.key in sources else spec
+            )
     return dg.Definitions(assets=list(topics.values()), jobs=failover_jobs(config))
 
 
@@ -399,11 +370,8 @@ def defs_dir() -> Path:
 
 
 def _defs_module(folder: Path) -> types.ModuleType:
-    """The folder as a Python package, as the component tree wants one.
-
-    The project's own folder is ``eos_pipeline.defs``; any other gets a module of its own whose
-    name follows from its path, so two folders never share one.
-    """
+    """The folder as the Python package the component tree wants: ``eos_pipeline.defs``, or a
+    module named after the folder's path (two folders never share one)."""
     if folder == package_defs_dir():
         return importlib.import_module(PACKAGE_DEFS_MODULE)
     name = "eos_defs_" + "".join(c if c.isalnum() else "_" for c in str(folder))
@@ -457,19 +425,17 @@ def load_project(
     """Load ``folder`` (default: :func:`defs_dir` of ``environ``) with ``environ``'s variables
     (default: this process's); a missing or empty folder is a ConfigError."""
     with _environment(environ):
-        return _load(Path(folder).resolve() if folder is not None else defs_dir())
-
-
-def _load(path: Path) -> Project:
-    if not path.is_dir():
-        raise ConfigError(
-            f"no defs folder at {path} (set {DEFS_DIR_ENV} to a folder of pipeline defs.yaml "
-            "files, or move a pipelines.yaml with `eos-pipeline migrate-config`)"
-        )
-    tree = dg.ComponentTree.from_module(defs_module=_defs_module(path), project_root=path.parent)
-    with _quiet():
-        pipelines = [c.pipeline for c in tree.get_all_components(of_type=KafkaTablesComponent)]
-        shared = tree.get_all_components(of_type=SharedResourcesComponent)
+        path = Path(folder).resolve() if folder is not None else defs_dir()
+        if not path.is_dir():
+            raise ConfigError(
+                f"no defs folder at {path} (set {DEFS_DIR_ENV} to a folder of pipeline defs.yaml "
+                "files, or move a pipelines.yaml with `eos-pipeline migrate-config`)"
+            )
+        module = _defs_module(path)
+        tree = dg.ComponentTree.from_module(defs_module=module, project_root=path.parent)
+        with _quiet():
+            pipelines = [c.pipeline for c in tree.get_all_components(of_type=KafkaTablesComponent)]
+            shared = tree.get_all_components(of_type=SharedResourcesComponent)
     if not pipelines:
         raise ConfigError(f"{path}: no pipeline (no defs.yaml of type KafkaTablesComponent)")
     if len(shared) != 1:

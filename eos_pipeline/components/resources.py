@@ -108,10 +108,9 @@ class KeeperResource(dg.ConfigurableResource):
             hosts=self.hosts, root=self.root, auth=auth, connect_timeout_s=self.connect_timeout_s
         )
 
-    @contextmanager
-    def store(self) -> Iterator[KeeperStateStore]:
-        with KeeperStateStore(self.settings()) as store:
-            yield store
+    def store(self) -> KeeperStateStore:
+        """A keeper session, opened by ``with``."""
+        return KeeperStateStore(self.settings())
 
 
 class ClickHouseResource(dg.ConfigurableResource):
@@ -134,13 +133,9 @@ class ClickHouseResource(dg.ConfigurableResource):
 
 
 class SparkResource(dg.ConfigurableResource):
-    """Spark for the Hudi asset and its check, made on first use (so loading the code location
-    never fetches jars, and a step that never touches Spark never starts a JVM): a Spark Connect
-    client of ``remote``, or a ``master`` session in this process.
-
-    Connect mode is process-wide in PySpark: a process that made a Connect session can no longer
-    make an in-process one and the other way round; a run uses one resource, so one mode.
-    """
+    """Spark for the Hudi asset and its check, made on first use (loading the code location
+    never fetches jars nor starts a JVM): a Spark Connect client of ``remote``, or a ``master``
+    session in this process (PySpark allows one of the two modes per process)."""
 
     remote: str | None = Field(
         default=None, description="Spark Connect URL sc://host:port (None: Spark in-process)"
@@ -160,15 +155,12 @@ class SparkResource(dg.ConfigurableResource):
 
     @property
     def spark_session(self) -> Any:
-        """The run's Spark session, made on first use (the name dagster-pyspark's resource uses).
+        """The run's Spark session, made on first use (dagster-pyspark's name for it).
 
-        Over Spark Connect every run with the same settings joins one server session
-        (:func:`~eos_pipeline.adapters.spark_remote.stable_session_id`): a Connect 3.5 server
-        starts a Python worker daemon per session and keeps it until it stops, so a session per
-        run (or per table) would pay that start each time and leave one more idle daemon
-        (~55 MB) behind. Runs that share the session never meet: their cached rows sit under
-        random view names and every Hudi write carries its own options.
-        """
+        Over Spark Connect every run with the same settings joins one server session: a Connect
+        3.5 server keeps a Python worker daemon per session (~55 MB) until it stops. Runs that
+        share it never meet: cached rows sit under random view names, and every Hudi write
+        carries its own options."""
         if self._session is None:
             self._session = self._remote_session() if self.remote else self._local_session()
         return self._session
@@ -198,9 +190,7 @@ class SparkResource(dg.ConfigurableResource):
                 "this process is a Spark Connect client; an in-process Spark session cannot "
                 "start next to it (PySpark allows one mode per process)"
             )
-        # dagster-pyspark's resource makes the session (a builder over the flat settings, then
-        # getOrCreate); the settings are resolved only now (jars, Hudi), and the Connect-mode
-        # guard above is ours: neither is the library's concern.
+        # dagster-pyspark's resource makes the session; the settings (jars, Hudi) resolve now
         conf = spark_conf(self.master, self.spark_config, quick_start=self.quick_start)
         return LazyPySparkResource(spark_config=conf).spark_session
 
@@ -231,11 +221,8 @@ def shared_resources(settings: Settings) -> dict[str, Any]:
     """The resources every pipeline shares: keeper, ClickHouse server, Spark."""
     return {
         "keeper": KeeperResource(
-            hosts=settings.keeper.hosts,
-            root=settings.keeper.root,
-            username=settings.keeper.username,
+            **settings.keeper.model_dump(exclude={"password"}),
             password=_secret(settings.keeper.password),
-            connect_timeout_s=settings.keeper.connect_timeout_s,
         ),
         "clickhouse": ClickHouseResource(url=_secret(settings.clickhouse.url)),
         "spark": SparkResource(
@@ -269,11 +256,7 @@ def kafka_resource_key(pipeline: str) -> str:
 
 
 def kafka_resource(context: Any, pipeline: str) -> KafkaResource:
-    """``pipeline``'s Kafka resource from an asset's, op's, sensor's or check's context.
-
-    It cannot be a typed resource parameter: a parameter's name is its resource key, this key
-    depends on the pipeline, and Dagster refuses a definition that names resources both in its
-    decorator (``required_resource_keys``) and as parameters. So the definitions require
-    :func:`kafka_resource_key` and read the resource back through this one function.
-    """
+    """``pipeline``'s Kafka resource from any context. Not a typed resource parameter: its key
+    depends on the pipeline, and Dagster refuses a definition naming resources both in
+    ``required_resource_keys`` and as parameters."""
     return getattr(context.resources, kafka_resource_key(pipeline))

@@ -1,14 +1,11 @@
 """What Dagster recorded about a sink's failed runs, as plain facts for the retry rules
-(:mod:`eos_pipeline.core.retries`).
-
-The cause of a group's newest run is read from its event log only when the planner asks for
-that group (:class:`DiagnosedFailures`), not for every failed run in storage.
+(:mod:`eos_pipeline.core.retries`); a group's newest cause is read from the event log only when
+the planner asks for it (:class:`DiagnosedFailures`).
 
 Self-healing (:func:`heal_requests`): a run killed after its data landed leaves the partition
-"failed" in the UI while nothing is wrong and no lag asks for another run; the lag sensor asks
-for one run of that partition that reads nothing and records its true state and check. Once
-per failed run, and at most :data:`MAX_HEALS` in a row, so a partition that keeps failing is
-left to the retry rules and a person.
+"failed" in the UI while no lag asks for another run; the lag sensor asks for one run that reads
+nothing and records its true state and check: once per failed run, at most :data:`MAX_HEALS` in
+a row, so a partition that keeps failing is left to the retry rules and a person.
 """
 
 # No `from __future__ import annotations`: kept like the other Dagster modules.
@@ -61,11 +58,9 @@ def failed_runs(instance: dg.DagsterInstance, sink: str) -> "DiagnosedFailures":
 def _chain(error: Any) -> list[tuple[str, str]]:
     """``(class, message)`` of an error and its causes, outer first."""
     out: list[tuple[str, str]] = []
-    seen = 0
-    while error is not None and seen < 20:
+    while error is not None and len(out) < 20:
         out.append((str(error.cls_name or ""), str(error.message or "")))
         error = error.cause or error.context
-        seen += 1
     return out
 
 

@@ -1,17 +1,10 @@
 """Sensors: keep the partitions in step with Kafka, and ask for runs where a sink is behind.
 
-Wiring only: each sensor reads the state through the adapters and Dagster's instance, and the
-planner (:mod:`eos_pipeline.core.planning`) decides every rule (which partitions, keys,
-priorities, retries, give-up). A tick reads Kafka's ends, the keeper (one shared session) or the
-Hudi timeline (hudi-rs), and a few run-storage queries; never Spark nor ClickHouse: the sensor
-daemon must not open the chDB data path (one process per path) nor start a JVM.
-
-* ClickHouse: a partition left in ``BEFORE`` (a run died mid-step) is requested first; on an
-  embedded chDB path all lagging partitions go into one key-range run.
-* Hudi: one table takes one writer at a time, so all its lagging partitions go into ONE
-  key-range run, which ``BackfillPolicy.single_run()`` makes one commit. A commit by another
-  writer is seen at the next tick (the table's own timeline is read).
-* Several clusters: the active cluster's state; nothing while a switch is in flight.
+Wiring only: the planner (:mod:`eos_pipeline.core.planning`) decides every rule. A tick reads
+Kafka's ends, the keeper (one shared session) or the Hudi timeline (hudi-rs), and a few
+run-storage queries; never Spark nor ClickHouse: the sensor daemon must not open the chDB data
+path (one process per path) nor start a JVM. A clustered pipeline's state is the active
+cluster's, and nothing is asked while a switch is in flight.
 """
 
 # No `from __future__ import annotations`: Dagster reads the real annotation types.
@@ -134,11 +127,10 @@ def _registering(
     ordered: list[str],
     ends: Mapping[str, Mapping[int, int]],
 ) -> tuple[list[str], list[dg.AddDynamicPartitionsRequest]]:
-    """The keys a lag tick plans with, and a request adding the ones for Kafka partitions it
-    sees that the partitions sensor has not added yet (a cold start, a topic grown): Dagster
-    adds them before it launches the tick's runs, so the first tick that sees a backlog asks
-    for its runs instead of the tick after the partitions sensor's. Removing stray keys stays
-    with the partitions sensor (``core.planning``: one rule for which keys exist)."""
+    """The keys a lag tick plans with, and a request adding those of Kafka partitions the
+    partitions sensor has not added yet (Dagster adds them before launching the tick's runs, so
+    the first tick that sees a backlog asks for its runs). Removing keys stays with the
+    partitions sensor."""
     counts = {topic: max(by_partition) + 1 for topic, by_partition in ends.items() if by_partition}
     new = plan_new_partitions(set(ordered), counts).keys
     if not new:
@@ -181,7 +173,7 @@ def partitions_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         "cluster of a clustered pipeline): adds a key per new Kafka partition, removes keys that "
         "match none (naming the valid ones). An unreachable broker or keeper is a skip reason "
         "naming it.",
-        keeper=source.needs_keeper,
+        keeper=source.switches,
     )
 
 
@@ -253,58 +245,39 @@ def clickhouse_lag_sensor(
             backoff=_backoff(pipeline),
             now=time.time(),
         )
-        heals = []
+        heals: list[dg.RunRequest] = []
         if ANY_PARTITION not in busy and not (chdb_path and plan.runs):
-            behind = set(ordered) - _caught_up(topics)
-            heals = _heals(context, failures.runs, ordered, busy | behind, plan, topics)
-        return _result(context, plan, asset, heals, added)
-
-    def _heals(
-        context: dg.SensorEvaluationContext,
-        failed: list[RunInfo],
-        ordered: list[str],
-        busy: set[str],
-        plan: Plan,
-        topics: list[TopicState],
-    ) -> list[dg.RunRequest]:
-        """Runs that record the true state of caught-up partitions a killed run left failed."""
-        at = {
-            partition_key(TopicPartition(t.topic, p)): committed(state)
-            for t in topics
-            for p, state in t.records.items()
-        }
-        planned = {r.partition_key for r in plan.runs if r.partition_key}
-        for r in plan.runs:
-            planned.update(run_partitions(r.tags, ordered))
-
-        def tags_for(key: str) -> dict[str, str]:
-            tags = {
-                SINK_TAG: sink,
-                SINK_PARTITION_TAG: f"{sink}.{key}",
-                PRIORITY_TAG: NORMAL_PRIORITY,
-                # a sensor's run, like every other: the state it starts from (caught up)
-                START_STATE_TAG: f"caught-up:{at.get(key)}",
+            # runs that record the true state of caught-up partitions a killed run left failed
+            at = {
+                partition_key(TopicPartition(t.topic, p)): committed(state)
+                for t in topics
+                for p, state in t.records.items()
             }
-            if chdb_path:
-                tags[CHDB_PATH_TAG] = chdb_path
-            return tags
+            skip = busy | (set(ordered) - _caught_up(topics))  # lagging or in flight
+            for r in plan.runs:
+                skip.update(run_partitions(r.tags, ordered))
+                skip.update([r.partition_key] if r.partition_key else [])
 
-        healing = heal_requests(
-            context.instance,
-            asset,
-            dg.AssetCheckKey(asset, CHECK_NAME),
-            failed,
-            ordered,
-            busy | planned,
-            tags_for,
-            time.time(),
-        )
-        for request in healing:
-            context.log.info(
-                f"{request.partition_key}: caught up, but its newest run "
-                f"{request.tags[HEAL_TAG]} failed; asking for a run that records its state"
+            def tags_for(key: str) -> dict[str, str]:
+                tags = {
+                    SINK_TAG: sink,
+                    SINK_PARTITION_TAG: f"{sink}.{key}",
+                    PRIORITY_TAG: NORMAL_PRIORITY,
+                    # a sensor's run, like every other: the state it starts from (caught up)
+                    START_STATE_TAG: f"caught-up:{at.get(key)}",
+                }
+                return {**tags, CHDB_PATH_TAG: chdb_path} if chdb_path else tags
+
+            check = dg.AssetCheckKey(asset, CHECK_NAME)
+            heals = heal_requests(
+                context.instance, asset, check, failures.runs, ordered, skip, tags_for, time.time()
             )
-        return healing
+            for request in heals:
+                context.log.info(
+                    f"{request.partition_key}: caught up, but its newest run "
+                    f"{request.tags[HEAL_TAG]} failed; asking for a run that records its state"
+                )
+        return _result(context, plan, asset, heals, added)
 
     return pipeline_sensor(
         pipeline,
@@ -377,6 +350,6 @@ def hudi_lag_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         "Requests ONE run (one Hudi commit) covering every partition whose Hudi checkpoint is "
         "behind Kafka's last stable offset; with hudi.follow the run covers every partition and "
         "goes on committing what arrives.",
-        keeper=source.needs_keeper,
+        keeper=source.switches,
         target=asset,
     )

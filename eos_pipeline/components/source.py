@@ -41,14 +41,10 @@ class PipelineSource:
 
     @property
     def switches(self) -> bool:
-        """Several clusters, one active: the keeper says which, and a switch moves it. Such
-        runs end once caught up (no following) and replays are refused."""
+        """Several clusters, one active: the keeper says which (so reading needs it, not only
+        the ClickHouse sink), and a switch moves it. Such runs end once caught up (no following)
+        and replays are refused."""
         return bool(self.pipeline.kafka.clusters)
-
-    @property
-    def needs_keeper(self) -> bool:
-        """Whether reading (not only the ClickHouse sink) needs the keeper."""
-        return self.switches
 
     def endpoint(self) -> str:
         """Where the records are read, as the configuration names it (secrets never)."""

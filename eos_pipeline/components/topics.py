@@ -35,7 +35,6 @@ from eos_pipeline.components.assets import (
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.health import (
     KAFKA,
-    Body,
     NamedFault,
     OnFault,
     Streak,
@@ -99,16 +98,13 @@ def topic_specs(pipeline: Pipeline) -> list[dg.AssetSpec]:
     return specs
 
 
-_LAG_COLUMNS = {CLICKHOUSE_SINK: "clickhouse_lag", "hudi": "hudi_lag"}
-
-
 def _table(rows: list[PartitionLag], sinks: list[str]) -> dg.TableMetadataValue:
     columns = [
         dg.TableColumn("partition", "int"),
         dg.TableColumn("records_held", "int", description="end minus Kafka's log start"),
         dg.TableColumn("last_stable_offset", "int"),
     ] + [
-        dg.TableColumn(_LAG_COLUMNS[s], "int", description="offsets the sink has still to read")
+        dg.TableColumn(f"{s}_lag", "int", description="offsets the sink has still to read")
         for s in sinks
     ]
     records = [
@@ -117,7 +113,7 @@ def _table(rows: list[PartitionLag], sinks: list[str]) -> dg.TableMetadataValue:
                 "partition": r.partition,
                 "records_held": r.held,
                 "last_stable_offset": r.end,
-                **{_LAG_COLUMNS[s]: r.lags[s] for s in sinks},
+                **{f"{s}_lag": r.lags[s] for s in sinks},
             }
         )
         for r in rows
@@ -141,12 +137,8 @@ def observation(
         "last_stable_offset_total": sum(r.end for r in rows),
     }
     for sink in sinks:
-        metadata[_LAG_COLUMNS[sink]] = sum(r.lags[sink] for r in rows)
+        metadata[f"{sink}_lag"] = sum(r.lags[sink] for r in rows)
     return dg.AssetObservation(asset_key=key, metadata={**metadata, **(extra or {})})
-
-
-def _digest(parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _seen(rows: list[PartitionLag]) -> list[object]:
@@ -167,14 +159,16 @@ def _observed(
 ) -> dg.SensorResult | dg.SkipReason:
     """The observations, if something changed since the cursor's digest, the last ones are
     :data:`STEADY_SECONDS` old or ``force``; a skip otherwise. With them, the tables'
-    :data:`SOURCE_CHECK` passes where it has not since their latest materialization (so the UI,
-    which shows a check's evaluation for the latest materialization, keeps showing it).
-    ``keep``: more the cursor carries (the failover status read last); ``finish``: adds to
-    the observations what is read only when they are recorded."""
-    digest = _digest(seen)
-    last_digest, last_at = _parse(cursor)
+    :data:`SOURCE_CHECK` passes where it has not since their latest materialization (the UI
+    shows a check's evaluation for the latest one). ``keep``: more for the cursor; ``finish``:
+    adds what is read only when the observations are recorded."""
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    data = _cursor(cursor)
+    last_digest = data.get("digest") if data else cursor  # a bare digest from before: time 0
+    at = data.get("at")
+    last_at = float(at) if isinstance(at, int | float) else 0.0
     now = time.time()
-    passes = _passes(context, pipeline, _cursor(cursor).get("checked_at"))
+    passes = _passes(context, pipeline, data.get("checked_at"))
     if not events or (
         not force and not passes and digest == last_digest and now - last_at < STEADY_SECONDS
     ):
@@ -241,21 +235,9 @@ def _cursor(cursor: str | None) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _parse(cursor: str | None) -> tuple[str | None, float]:
-    """``(digest, time observed)`` of the cursor (a bare digest from before: time 0)."""
-    data = _cursor(cursor)
-    if not data:
-        return cursor or None, 0.0
-    digest, at = data.get("digest"), data.get("at")
-    return (digest if isinstance(digest, str) else None), (
-        float(at) if isinstance(at, int | float) else 0.0
-    )
-
-
 def source_check(pipeline: Pipeline, key: dg.AssetKey) -> dg.AssetChecksDefinition:
-    """``source_reachable`` on the table ``key``: evaluated by the ``<pipeline>_topics``
-    sensor, never by a run (the sensors' runs leave it out; a backfill or a run from the UI
-    that includes it files nothing for it: skipped there, until the sensor passes it again)."""
+    """``source_reachable`` on the table ``key``: evaluated by the ``<pipeline>_topics`` sensor
+    only (a backfill or a UI run that includes it files nothing: skipped there)."""
 
     @dg.asset_check(
         asset=key,
@@ -335,71 +317,67 @@ def topics_sensor(pipeline: Pipeline, interval: int) -> dg.SensorDefinition:
         pipeline,
         "topics",
         interval,
-        _topics_body(pipeline),
+        lambda context, cursor: _observe(context, pipeline, cursor),
         "Observes the pipeline's Kafka topics: records held, last stable offset and each sink's "
         "lag per partition (on change, and at least every minute); when the broker cannot be "
         "read, 'unreachable since <time>' on every topic.",
-        keeper=pipeline.clickhouse is not None or source_of(pipeline).needs_keeper,
+        keeper=pipeline.clickhouse is not None or source_of(pipeline).switches,
         on_fault=unreachable_events(pipeline),
     )
 
 
-def _topics_body(pipeline: Pipeline) -> Body:
+def _observe(
+    context: dg.SensorEvaluationContext, pipeline: Pipeline, cursor: str | None
+) -> dg.SensorResult | dg.SkipReason:
     """One observation of the pipeline's topics (a plain or a clustered pipeline)."""
+    if source_of(pipeline).switches:  # the active cluster's physical topics, summed
+        return _clustered(context, pipeline, cursor)
+    kafka = kafka_resource(context, pipeline.name).settings()
+    hudi_positions: dict[int, int | None] = {}
+    if pipeline.hudi is not None:
+        try:  # the table's own checkpoint, as the Hudi lag sensor reads it (no JVM)
+            checkpoint = latest_checkpoint(pipeline.hudi.path) or {}
+        except HudiTimelineError:
+            checkpoint = {}
+        topic = pipeline.kafka.topics[0]
+        hudi_positions = {tp.partition: o for tp, o in checkpoint.items() if tp.topic == topic}
+    events: list[dg.AssetObservation] = []
+    seen: dict[str, object] = {}
+    missing: list[str] = []
+    keeper: KeeperResource | None = getattr(context.resources, "keeper", None)
+    every = [*pipeline.kafka.topics, pipeline.dead_letter_topic]
+    # two ListOffsets in all; Kafka not answering raises (``unreachable_events``)
+    all_ends, all_starts = ends_and_starts(kafka, every)
+    for index, topic in enumerate(every):
+        ends, starts = all_ends.get(topic), all_starts.get(topic)
+        if not isinstance(ends, dict) or not isinstance(starts, dict):
+            missing.append(topic)
+            continue
+        positions: dict[str, dict[int, int | None]] = {}
+        source = index < len(pipeline.kafka.topics)
+        if source and pipeline.clickhouse is not None and keeper is not None:
+            with shared_store(keeper.settings()) as store:  # one session across ticks
+                records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
+            positions[CLICKHOUSE_SINK] = {
+                p: committed(sink_state(r.record)) for p, r in records.items()
+            }
+        if pipeline.hudi is not None and index == 0:
+            positions["hudi"] = hudi_positions
+        rows = partition_lags(ends, starts, positions, pipeline.reset)
+        seen[topic] = _seen(rows)
+        events.append(observation(topic_key(topic), rows, list(positions)))
+    note = f"; not found: {', '.join(missing)}" if missing else ""
 
-    def _body(
-        context: dg.SensorEvaluationContext, cursor: str | None
-    ) -> dg.SensorResult | dg.SkipReason:
-        if source_of(pipeline).switches:  # the active cluster's physical topics, summed
-            return _clustered(context, pipeline, cursor)
-        kafka = kafka_resource(context, pipeline.name).settings()
-        hudi_positions: dict[int, int | None] = {}
-        if pipeline.hudi is not None:
-            try:  # the table's own checkpoint, as the Hudi lag sensor reads it (no JVM)
-                checkpoint = latest_checkpoint(pipeline.hudi.path) or {}
-            except HudiTimelineError:
-                checkpoint = {}
-            topic = pipeline.kafka.topics[0]
-            hudi_positions = {tp.partition: o for tp, o in checkpoint.items() if tp.topic == topic}
-        events: list[dg.AssetObservation] = []
-        seen: dict[str, object] = {}
-        missing: list[str] = []
-        keeper: KeeperResource | None = getattr(context.resources, "keeper", None)
-        every = [*pipeline.kafka.topics, pipeline.dead_letter_topic]
-        # two ListOffsets in all; Kafka not answering raises (``unreachable_events``)
-        all_ends, all_starts = ends_and_starts(kafka, every)
-        for index, topic in enumerate(every):
-            ends, starts = all_ends.get(topic), all_starts.get(topic)
-            if not isinstance(ends, dict) or not isinstance(starts, dict):
-                missing.append(topic)
-                continue
-            positions: dict[str, dict[int, int | None]] = {}
-            source = index < len(pipeline.kafka.topics)
-            if source and pipeline.clickhouse is not None and keeper is not None:
-                with shared_store(keeper.settings()) as store:  # one session across ticks
-                    records = store.read_many(pipeline.name, CLICKHOUSE_SINK, topic)
-                positions[CLICKHOUSE_SINK] = {
-                    p: committed(sink_state(r.record)) for p, r in records.items()
-                }
-            if source and pipeline.hudi is not None and index == 0:
-                positions["hudi"] = hudi_positions
-            rows = partition_lags(ends, starts, positions, pipeline.reset)
-            seen[topic] = _seen(rows)
-            events.append(observation(topic_key(topic), rows, list(positions)))
-        note = f"; not found: {', '.join(missing)}" if missing else ""
+    def with_dead_letters(events: list[dg.AssetObservation]) -> list[dg.AssetObservation]:
+        """The dead-letter topic's own numbers: dead letters per source partition and
+        sink (read only when the observations are recorded)."""
+        if pipeline.dead_letter_topic in missing:
+            return events
+        dlq = events[-1]
+        metadata = {**dlq.metadata, **dead_letter_counts(kafka, pipeline)}
+        return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
 
-        def with_dead_letters(events: list[dg.AssetObservation]) -> list[dg.AssetObservation]:
-            """The dead-letter topic's own numbers: dead letters per source partition and
-            sink (read only when the observations are recorded)."""
-            if pipeline.dead_letter_topic in missing:
-                return events
-            dlq = events[-1]
-            metadata = {**dlq.metadata, **dead_letter_counts(kafka, pipeline)}
-            return [*events[:-1], dg.AssetObservation(asset_key=dlq.asset_key, metadata=metadata)]
-
-        return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
-
-    return _body
+    return _observed(context, events, seen, cursor, pipeline, note, finish=with_dead_letters)
 
 
 def _clustered(
