@@ -531,9 +531,12 @@ def test_python_tasks_fork_from_the_daemon_that_imported_the_decoder(spark: Spar
                 {"parent": [cmdline.decode()] * n, "preloaded": [preloaded] * n}
             )
 
-    rows = spark.range(4).repartition(2).mapInArrow(
-        parent_of_worker, "parent string, preloaded boolean"
-    ).collect()
+    rows = (
+        spark.range(4)
+        .repartition(2)
+        .mapInArrow(parent_of_worker, "parent string, preloaded boolean")
+        .collect()
+    )
     assert len(rows) == 4
     assert all("-m eos_pipeline.adapters.spark_daemon" in r.parent for r in rows), rows[0].parent
     assert all(r.preloaded for r in rows)
