@@ -31,10 +31,11 @@ from eos_pipeline.components.following import (
 from eos_pipeline.components.health import chain, named_faults
 from eos_pipeline.components.metadata import (
     CLICKHOUSE_SINK,
+    clickhouse_definition_metadata,
     clickhouse_run_metadata,
     clustered_hudi_metadata,
     code_version,
-    definition_metadata,
+    hudi_definition_metadata,
     hudi_row_counts,
     hudi_run_metadata,
     pipeline_partitions,
@@ -156,7 +157,7 @@ def clickhouse_asset(
             "+ insert deduplication tokens). One partition per Kafka topic-partition. A run or "
             "backfill of a caught-up partition reads nothing and records no activity numbers."
         ),
-        metadata=definition_metadata(pipeline, CLICKHOUSE_SINK),
+        metadata=clickhouse_definition_metadata(pipeline),
         owners=pipeline.owners or None,
         code_version=code_version(pipeline, CLICKHOUSE_SINK),
     )
@@ -255,7 +256,7 @@ def hudi_asset(pipeline: Pipeline, pool: str, hooks: SinkHooks = NO_HOOKS) -> dg
             "A run or backfill of caught-up partitions makes no commit and records no activity "
             "numbers."
         ),
-        metadata=definition_metadata(pipeline, "hudi"),
+        metadata=hudi_definition_metadata(pipeline),
         owners=pipeline.owners or None,
         code_version=code_version(pipeline, "hudi"),
     )

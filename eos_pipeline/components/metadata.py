@@ -109,28 +109,35 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-def definition_metadata(pipeline: Pipeline, sink: str) -> dict[str, Any]:
-    """A table asset's identity (a Hudi table's location too) and columns (a Hudi table's as
-    Spark types), the way Dagster's integrations record them (the asset page's Columns section,
-    the catalog's table name)."""
-    out: dict[str, Any] = {"pipeline": pipeline.name}
-    if sink == CLICKHOUSE_SINK:
-        assert pipeline.clickhouse is not None
-        out["dead_letter_topic"] = pipeline.dead_letter_topic
-        out["dagster/table_name"] = f"{pipeline.clickhouse.database}.{pipeline.clickhouse.table}"
-        return {**out, "dagster/column_schema": column_schema(pipeline, lambda c: c.sql_type)}
+def clickhouse_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
+    """Table identity and columns of the ClickHouse asset, the way Dagster's integrations
+    record them (the asset page's Columns section, the catalog's table name)."""
+    target = pipeline.clickhouse
+    assert target is not None
+    return {
+        "pipeline": pipeline.name,
+        "dead_letter_topic": pipeline.dead_letter_topic,
+        "dagster/table_name": f"{target.database}.{target.table}",
+        "dagster/column_schema": column_schema(pipeline, lambda c: c.sql_type),
+    }
+
+
+def hudi_definition_metadata(pipeline: Pipeline) -> dict[str, Any]:
+    """Table identity, location and columns (as Spark types) of the Hudi asset."""
     from eos_pipeline.adapters.spark import spark_type
 
-    assert pipeline.hudi is not None
-    out["table_path"] = pipeline.hudi.path
-    out["dead_letter_topic"] = pipeline.dead_letter_topic
-    out["dagster/table_name"] = pipeline.hudi.table
-    path = pipeline.hudi.path
-    out["dagster/uri"] = path if "://" in path else Path(path).absolute().as_uri()
-    out["dagster/column_schema"] = column_schema(
-        pipeline, lambda c: spark_type(c.ch_type).simpleString()
-    )
-    return out
+    hudi = pipeline.hudi
+    assert hudi is not None
+    return {
+        "pipeline": pipeline.name,
+        "table_path": hudi.path,
+        "dead_letter_topic": pipeline.dead_letter_topic,
+        "dagster/table_name": hudi.table,
+        "dagster/uri": hudi.path if "://" in hudi.path else Path(hudi.path).absolute().as_uri(),
+        "dagster/column_schema": column_schema(
+            pipeline, lambda c: spark_type(c.ch_type).simpleString()
+        ),
+    }
 
 
 # ------------------------------------------------------------------ Run results, both sinks
