@@ -611,30 +611,52 @@ def native_payload(values: Sequence[bytes | None], data: bytes | mmap.mmap) -> N
     if not values or not lines_framed(values, data):
         return None
     raw = np.frombuffer(data, np.uint8)
+    scan = _scan(raw)
     # The joins are the only control bytes: each value is one line, and no string holds a raw
     # control character (JSON forbids them, ClickHouse keeps them). As signed bytes, everything
     # beyond ASCII is below 0x20 too: one count proves both, the common case.
-    if _count(raw.view(np.int8), np.less, 0x20) != len(values) - 1:
+    if scan.controls != len(values) - 1:
         if _count(raw, np.less, 0x20) != len(values) - 1:
             return None
         if not _valid_utf8(data):
             return None
     if data.find(b"\\") >= 0 and (_BAD_ESCAPE.search(data) or unpaired_surrogate(data)):
         return None
-    if not _pairs(raw, b": "):
-        # Compact separators (the common case): count ``:"`` as 16-bit words at both alignments.
-        quoted = _pairs(raw, b':"')
-    else:
-        # What follows each ``:`` (numpy over the colons: multi-byte searches are slow in Python).
-        colons = np.flatnonzero(raw[:-2] == ord(":"))
-        first, second = raw[colons + 1], raw[colons + 2]
-        space = first == ord(" ")
-        if (space & (second == ord(" "))).any():
-            return None  # a value after two spaces would escape the count of quoted values
-        quoted = int(np.count_nonzero(first == ord('"'))) + int(
-            np.count_nonzero(space & (second == ord('"')))
-        )
-    return NativePayload(quoted)
+    if scan.two_spaces:
+        return None  # a value after two spaces would escape the count of quoted values
+    return NativePayload(scan.quoted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    controls: int  # bytes below 0x20 as signed bytes: control characters and all beyond ASCII
+    quoted: int  # colons followed by a quote, or by one space and a quote
+    two_spaces: bool  # a colon followed by two spaces
+
+
+def _scan(raw: np.ndarray) -> _Scan:
+    """The chunk's byte counts in one pass, a block at a time (a block stays in the cache for
+    both looks; a pass per count, as before, cost ~1.9x the CPU)."""
+    signed = raw.view(np.int8)
+    buf = np.empty(min(_BLOCK, raw.size), bool)
+    controls = quoted = 0
+    two_spaces = False
+    end = raw.size - 2  # a colon in the last two bytes is followed by no value
+    for start in range(0, raw.size, _BLOCK):
+        out = buf[: min(_BLOCK, raw.size - start)]
+        np.less(signed[start : start + _BLOCK], 0x20, out=out)
+        controls += int(np.count_nonzero(out))
+        np.equal(raw[start : start + _BLOCK], ord(":"), out=out)
+        colons = np.flatnonzero(out) + start
+        colons = colons[colons < end]
+        after = raw[colons + 1]
+        quoted += int(np.count_nonzero(after == ord('"')))
+        space = after == ord(" ")
+        if space.any():
+            second = raw[colons[space] + 2]
+            quoted += int(np.count_nonzero(second == ord('"')))
+            two_spaces = two_spaces or bool((second == ord(" ")).any())
+    return _Scan(controls, quoted, two_spaces)
 
 
 def _valid_utf8(data: bytes | mmap.mmap) -> bool:
@@ -658,15 +680,4 @@ def _count(values: np.ndarray, compare: np.ufunc, operand: int, block: int = _BL
         out = buf[: part.size]
         compare(part, operand, out=out)
         count += int(np.count_nonzero(out))
-    return count
-
-
-def _pairs(raw: np.ndarray, pair: bytes) -> int:
-    """How often the two distinct (so never overlapping) bytes ``pair`` occur in ``raw``."""
-    assert len(pair) == 2 and pair[0] != pair[1]
-    word = int.from_bytes(pair, "little")
-    count = 0
-    for align in (0, 1):  # 16-bit words at both alignments
-        words = raw[align : align + (raw.size - align) // 2 * 2].view("<u2")
-        count += _count(words, np.equal, word, _BLOCK // 2)
     return count
