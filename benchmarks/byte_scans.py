@@ -43,15 +43,18 @@ def best_cpu_ms(work: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return round(best * 1000, 2), result
 
 
-def measure(records: int, record_bytes: int, repeat: int) -> dict[str, Any]:
+def measure(records: int, record_bytes: int, repeat: int, client: Any = None) -> dict[str, Any]:
+    """The figures on one chunk, with ``client`` (chDB; default: a fresh engine of its own)."""
     import clickhouse_connect
 
+    owned = client is None
+    if owned:
+        client = clickhouse_connect.get_client(
+            interface="chdb", path=tempfile.mkdtemp(prefix="eos-scan-chdb-")
+        )
     values = make_values(records, record_bytes)
     directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
     fd, path = tempfile.mkstemp(prefix="eos-scan-", suffix=".jsonl", dir=directory)
-    client = clickhouse_connect.get_client(
-        interface="chdb", path=tempfile.mkdtemp(prefix="eos-scan-chdb-")
-    )
     try:
         size = os.write(fd, b"\n".join(values))
         view = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
@@ -78,7 +81,8 @@ def measure(records: int, record_bytes: int, repeat: int) -> dict[str, Any]:
     finally:
         os.close(fd)
         os.unlink(path)
-        client.close()
+        if owned:
+            client.close()
     return {
         "benchmark": "byte_scans",
         "command": " ".join(["python -m benchmarks.byte_scans", *sys.argv[1:]]),

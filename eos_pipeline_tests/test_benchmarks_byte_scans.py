@@ -3,11 +3,13 @@ benchmark stops otherwise), and every figure is reported."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from benchmarks.byte_scans import measure
 
 
-def test_chdb_counts_the_quoted_values_the_product_counts() -> None:
-    doc = measure(records=300, record_bytes=400, repeat=1)
+def test_chdb_counts_the_quoted_values_the_product_counts(chdb_client: Any) -> None:
+    doc = measure(records=300, record_bytes=400, repeat=1, client=chdb_client)
 
     assert doc["quoted_values"] > 300  # several string fields per record
     assert set(doc["cpu_ms_best"]) == {
