@@ -20,6 +20,7 @@ import dagster as dg
 from eos_pipeline.components.config import Pipeline
 from eos_pipeline.components.resources import kafka_resource_key
 from eos_pipeline.components.source import source_of
+from eos_pipeline.core.errors import first_line
 from eos_pipeline.core.retries import FailureFacts, Fault, diagnose
 
 KAFKA = "Kafka broker"
@@ -127,19 +128,13 @@ def _resource_of(exc: BaseException) -> str | None:
     return None
 
 
-def _first_line(exc: BaseException, limit: int = 400) -> str:
-    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    text = text or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def name_fault(exc: BaseException, where: dict[str, str]) -> NamedFault | None:
     """The expected fault behind ``exc`` (its first cause that comes from a known resource),
     or None for anything else."""
     for err in chain(exc):
         resource = _resource_of(err)
         if resource is not None:
-            cause = _first_line(err)
+            cause = first_line(err)
             verdict = diagnose(FailureFacts(errors=((type(err).__name__, cause),)))
             transient = verdict.fault == Fault.TRANSIENT
             return NamedFault(resource, where.get(resource, "(endpoint unknown)"), cause, transient)

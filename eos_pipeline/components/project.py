@@ -62,6 +62,7 @@ from eos_pipeline.components.sensors import (
 )
 from eos_pipeline.components.source import failover_jobs
 from eos_pipeline.components.topics import source_check, topic_specs, topics_sensor
+from eos_pipeline.core.errors import first_line
 from eos_pipeline.core.schema import SchemaError
 from eos_pipeline.sinks.hooks import NO_HOOKS
 
@@ -86,15 +87,11 @@ def resolve_subject(pipeline: Pipeline, source: str = "<config>") -> Pipeline:
         return pipeline.with_subject_columns(found.schema_id, found.columns)
     except RegistryUnavailableError as exc:
         raise SubjectUnavailableError(
-            f"{where}: the registry could not be reached ({_first_line(exc)}). Start it or fix "
+            f"{where}: the registry could not be reached ({first_line(exc)}). Start it or fix "
             "registry.url, then reload the code location"
         ) from None
     except (SchemaError, ValueError) as exc:  # RegistryAccessError is a SchemaError
-        raise ConfigError(f"{where}: {_first_line(exc)}") from None
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}: {first_line(exc)}") from None
 
 
 # ------------------------------------------------------------------------ tables in the catalog

@@ -75,6 +75,16 @@ class HudiFencedError(Race, HudiCommitError):
     code = "hudi-fenced"
 
 
+def first_line(said: str | BaseException, limit: int = 400) -> str:
+    """The first non-blank line of a message (an error without one: its class name), cut to
+    ``limit``: what a UI line or a run's diagnosis shows of a long error (tracebacks and server
+    dumps follow their first line)."""
+    line = next((part.strip() for part in str(said).splitlines() if part.strip()), "")
+    if not line and isinstance(said, BaseException):
+        line = type(said).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def fault_of_class(name: str) -> Fault | None:
     """The fault of the typed error class called ``name`` (None: not one of ours)."""
     stack: list[type[PipelineError]] = [PipelineError]

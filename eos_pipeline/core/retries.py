@@ -34,7 +34,7 @@ from dataclasses import dataclass
 # The core's typed errors, imported so that their names are known to fault_of_class here (the
 # Kafka and keeper adapters' are known where failures are read: those processes import them).
 from eos_pipeline.core import checkpoint, dedup, keeper, replay  # noqa: F401
-from eos_pipeline.core.errors import Fault, fault_of_class, fault_of_kafka_code
+from eos_pipeline.core.errors import Fault, fault_of_class, fault_of_kafka_code, first_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +154,9 @@ _DEAD_PROCESS_WORDS = (
 )
 
 
-def _first_line(text: str, limit: int = 300) -> str:
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def _said(cls: str, message: str) -> str:
     """``<class>: <first line>``; Dagster's messages often start with the class already."""
-    line = _first_line(message)
+    line = first_line(message, 300)
     return line if line.startswith(f"{cls}:") else f"{cls}: {line}"
 
 
@@ -202,10 +197,10 @@ def diagnose(facts: FailureFacts) -> Diagnosis:
         return Diagnosis(Fault.UNKNOWN, "the run was canceled")
     died = [m for m in facts.run_messages if _matches(_DEAD_PROCESS_WORDS, m)]
     if facts.failure_reason in _DEAD_PROCESS_REASONS or died:
-        detail = _first_line(died[0]) if died else str(facts.failure_reason)
+        detail = first_line(died[0], 300) if died else str(facts.failure_reason)
         return Diagnosis(Fault.TRANSIENT, f"the run's process died ({detail})")
     if facts.run_messages:
-        return Diagnosis(Fault.UNKNOWN, _first_line(facts.run_messages[-1]))
+        return Diagnosis(Fault.UNKNOWN, first_line(facts.run_messages[-1], 300))
     return Diagnosis(Fault.UNKNOWN, "no failure recorded")
 
 
